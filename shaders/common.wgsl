@@ -1,0 +1,62 @@
+// Shared by every kernel: the training state word layout, overflow tests and activations.
+
+// The whole training state lives on the GPU in this struct; the host reads it only for
+// checkpoints. Field order is the word order the host sees (see webmp/plan.py STATE_FIELDS).
+struct State {
+  scale: f32,                // current loss scale (1.0 when loss scaling is off)
+  growth_tracker: u32,       // consecutive clean steps since the last growth or overflow
+  hysteresis_left: u32,      // overflows still tolerated before the scale backs off
+  iteration: u32,            // steps attempted, skipped ones included (drives the lr schedule)
+  opt_step: u32,             // optimizer steps applied (drives Adam's bias correction)
+  data_pos: u32,             // samples consumed from the seeded data stream
+  skipped_total: u32,
+  min_scale_events: u32,     // overflows that happened with the scale already at min_scale
+  first_min_scale_iter: u32, // 1 + iteration of the first such event, 0 if none
+  apply: u32,                // this step's verdict for the optimizer: 1 = update, 0 = skip
+  lr: f32,                   // this step's learning rate
+  grad_mul: f32,             // this step's gradient multiplier: clip_coef / scale
+  bc1: f32,                  // 1 - beta1^t
+  bc2: f32,                  // 1 - beta2^t
+  loss: f32,                 // this step's mean loss
+  grad_norm: f32,            // this step's global gradient norm (unscaled)
+  found_inf: u32,            // this step's overflow flags (bit 1: f16 store, 2: master grad, 4: loss)
+  pad0: u32, pad1: u32, pad2: u32,
+}
+
+const FLAG_H_STORE: u32 = 1u;
+const FLAG_MASTER_GRAD: u32 = 2u;
+const FLAG_LOSS: u32 = 4u;
+
+// Implementations may assume Inf/NaN never occur, so `x != x` or comparisons with infinity can
+// be optimised away. Test the bits instead: an integer compare of |bits| is never folded.
+fn f32_nonfinite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7f800000u) == 0x7f800000u; }
+// True when x cannot be stored in this precision's activation format: |x| >= 65504 for f16
+// (the f32->f16 conversion may saturate instead of giving Inf), Inf or NaN for f32.
+fn h_overflows(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) >= H_OVERFLOW_BITS; }
+
+const ACT_NONE: u32 = 0u;
+const ACT_RELU: u32 = 1u;
+const ACT_GELU: u32 = 2u;   // tanh approximation (PyTorch's GELU(approximate="tanh"))
+const GELU_K: f32 = 0.7978845608028654;  // sqrt(2/pi)
+const GELU_C: f32 = 0.044715;
+
+fn gelu_tanh_arg(x: f32) -> f32 {
+  // tanh saturates long before |u| = 10; the clamp keeps exp-based tanh implementations finite
+  return clamp(GELU_K * (x + GELU_C * x * x * x), -10.0, 10.0);
+}
+
+fn act_fwd(x: f32, kind: u32) -> f32 {
+  if (kind == ACT_RELU) { return max(x, 0.0); }
+  if (kind == ACT_GELU) { return 0.5 * x * (1.0 + tanh(gelu_tanh_arg(x))); }
+  return x;
+}
+
+// d act(x) / dx, evaluated at the pre-activation x
+fn act_grad(x: f32, kind: u32) -> f32 {
+  if (kind == ACT_RELU) { return select(0.0, 1.0, x > 0.0); }
+  if (kind == ACT_GELU) {
+    let t = tanh(gelu_tanh_arg(x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * x * x);
+  }
+  return 1.0;
+}

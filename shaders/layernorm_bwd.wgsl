@@ -1,0 +1,55 @@
+// LayerNorm backward to the input, in f32: one workgroup per row.
+//   g = dY * gamma,  xhat = (Z - mean) * rstd,
+//   dZ = rstd * (g - mean(g) - xhat * mean(g * xhat)), stored in the activation format.
+@group(0) @binding(0) var<storage, read> dY: array<HW>;         // [M, N]
+@group(0) @binding(1) var<storage, read> Z: array<HW>;          // [M, N]
+@group(0) @binding(2) var<storage, read> stats: array<f32>;     // [M, 2]
+@group(0) @binding(3) var<storage, read> gamma: array<f32>;     // [N]
+@group(0) @binding(4) var<storage, read_write> dZ: array<HW>;   // [M, N]
+@group(0) @binding(5) var<storage, read_write> flags: array<atomic<u32>>;
+
+override M: u32;
+override N: u32;
+
+const WG: u32 = 64u;
+var<workgroup> red: array<vec2<f32>, WG>;
+
+fn row_sum2(v: vec2<f32>, t: u32) -> vec2<f32> {
+  red[t] = v;
+  workgroupBarrier();
+  for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    if (t < s) { red[t] += red[t + s]; }
+    workgroupBarrier();
+  }
+  let total = red[0];
+  workgroupBarrier();
+  return total;
+}
+
+fn gamma2(c: u32) -> vec2<f32> { return vec2<f32>(gamma[c], select(0.0, gamma[min(c + 1u, N - 1u)], c + 1u < N)); }
+
+@compute @workgroup_size(64)
+fn layernorm_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+  let r = wg.x;
+  let t = lid.x;
+  let nw = (N + 1u) / 2u;
+  let mean = stats[2u * r];
+  let rstd = stats[2u * r + 1u];
+  var acc = vec2<f32>(0.0);  // (sum g, sum g * xhat); padding has g = 0
+  for (var w = t; w < nw; w += WG) {
+    let g = h_unpack(dY[r * nw + w]) * gamma2(2u * w);
+    let xhat = (h_unpack(Z[r * nw + w]) - mean) * rstd;
+    acc += vec2<f32>(g.x + g.y, dot(g, xhat));
+  }
+  let sums = row_sum2(acc, t) / f32(N);
+  var bad = false;
+  for (var w = t; w < nw; w += WG) {
+    let g = h_unpack(dY[r * nw + w]) * gamma2(2u * w);
+    let xhat = (h_unpack(Z[r * nw + w]) - mean) * rstd;
+    var v = rstd * (g - sums.x - xhat * sums.y);
+    if (2u * w + 1u >= N) { v.y = 0.0; }
+    bad = bad || h_overflows(v.x) || h_overflows(v.y);
+    dZ[r * nw + w] = h_pack(v);
+  }
+  if (bad) { atomicOr(&flags[0], FLAG_H_STORE); }
+}

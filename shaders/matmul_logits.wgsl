@@ -1,0 +1,16 @@
+// Output layer: logits = act_in(A) * W + bias, kept in f32 because they feed the f32 softmax.
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> C: array<f32>;
+
+@compute @workgroup_size(16, 16)
+fn matmul_logits(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+  mm_tile(wg, lid);
+  let c0 = out_col(wg, lid);
+  for (var i = 0u; i < TM; i++) {
+    let r = out_row(wg, lid, i);
+    if (r >= M) { break; }
+    for (var j = 0u; j < TN; j++) {
+      if (c0 + j < N) { C[r * N + c0 + j] = acc[i][j] + bias[c0 + j]; }
+    }
+  }
+}

@@ -1,0 +1,45 @@
+// Fused softmax cross-entropy, forward and backward, in f32. One thread per row.
+//   loss_r = logsumexp(l_r) - l_r[y_r]
+//   dlogits = (softmax(l_r) - onehot(y_r)) * scale / B   (mean over the batch, times the loss scale)
+// dlogits is stored in the activation format; a value that does not fit raises the overflow flag.
+@group(0) @binding(0) var<storage, read> logits: array<f32>;     // [B, C]
+@group(0) @binding(1) var<storage, read> labels: array<u32>;     // [B]
+@group(0) @binding(2) var<storage, read> state: State;
+@group(0) @binding(3) var<storage, read_write> loss_rows: array<f32>;  // [B]
+@group(0) @binding(4) var<storage, read_write> dlogits: array<HW>;     // [B, C]
+@group(0) @binding(5) var<storage, read_write> flags: array<atomic<u32>>;
+
+override B: u32;
+override C: u32;
+
+@compute @workgroup_size(64)
+fn softmax_xent(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let r = gid.x;
+  if (r >= B) { return; }
+  let row = r * C;
+  var mx = logits[row];
+  for (var c = 1u; c < C; c++) { mx = max(mx, logits[row + c]); }
+  var sum = 0.0;
+  for (var c = 0u; c < C; c++) { sum += exp(logits[row + c] - mx); }
+  let label = labels[r];
+  let loss = mx + log(sum) - logits[row + label];
+  loss_rows[r] = loss;
+  var bad = f32_nonfinite(loss);
+  if (bad) { atomicOr(&flags[0], FLAG_LOSS); }
+  let k = state.scale / f32(B);
+  let cw = (C + 1u) / 2u;
+  var hbad = false;
+  for (var w = 0u; w < cw; w++) {
+    var v = vec2<f32>(0.0);
+    for (var h = 0u; h < 2u; h++) {
+      let c = 2u * w + h;
+      if (c < C) {
+        let p = exp(logits[row + c] - mx) / sum;
+        v[h] = (p - select(0.0, 1.0, c == label)) * k;
+      }
+    }
+    hbad = hbad || h_overflows(v.x) || h_overflows(v.y);
+    dlogits[r * cw + w] = h_pack(v);
+  }
+  if (hbad) { atomicOr(&flags[0], FLAG_H_STORE); }
+}

@@ -1,0 +1,135 @@
+"""Training configuration: one validated object shared by the CLI, the Python API and the server."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Precision = Literal["mixed", "fp32", "fp16-noscale"]
+F16Choice = Literal["native", "emulated", "auto"]
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # model and data
+    model: Literal["mlp", "mlp-ln"] = "mlp"          # mlp-ln: LayerNorm after each hidden Linear
+    hidden: list[int] = Field(default_factory=lambda: [256, 256])
+    act: Literal["gelu", "relu"] = "gelu"
+    init_gain: float = 1.0                            # multiplies PyTorch's default Linear init
+    dataset: Literal["digits"] = "digits"
+    input_scale: float = 1.0                          # multiplies the normalised features
+    # precision
+    precision: Precision = "mixed"
+    f16: F16Choice = "auto"
+    # optimisation
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 1e-3
+    schedule: Literal["cosine", "constant"] = "cosine"
+    warmup: int = 50
+    min_lr: float = 0.0
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    clip_norm: float = 0.0                            # 0 = no clipping
+    # dynamic loss scaling (PyTorch GradScaler defaults; hysteresis 1 = PyTorch behaviour)
+    init_scale: float = 65536.0
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    hysteresis: int = 1
+    min_scale: float = 1.0
+    min_scale_policy: Literal["raise", "warn"] = "raise"
+    # bookkeeping
+    seed: int = 0
+    log_every: int = 50
+    checkpoint_every: int = 500                       # 0 = only at the end
+
+    @field_validator("steps", "batch_size", "log_every", "growth_interval", "hysteresis")
+    @classmethod
+    def _positive_int(cls, v, info):
+        if v <= 0:
+            raise ValueError(f"{info.field_name} must be positive, got {v}")
+        return v
+
+    @field_validator("lr", "init_scale", "min_scale", "init_gain", "input_scale")
+    @classmethod
+    def _positive_float(cls, v, info):
+        if not v > 0 or v != v or v == float("inf"):
+            raise ValueError(f"{info.field_name} must be a positive finite number, got {v}")
+        return v
+
+    @field_validator("warmup", "checkpoint_every", "seed")
+    @classmethod
+    def _non_negative(cls, v, info):
+        if v < 0:
+            raise ValueError(f"{info.field_name} must be >= 0, got {v}")
+        return v
+
+    @field_validator("min_lr", "weight_decay", "clip_norm")
+    @classmethod
+    def _non_negative_float(cls, v, info):
+        if not v >= 0 or v == float("inf"):
+            raise ValueError(f"{info.field_name} must be a finite number >= 0, got {v}")
+        return v
+
+    @field_validator("hidden")
+    @classmethod
+    def _hidden(cls, v):
+        if not v or any(h <= 0 for h in v):
+            raise ValueError(f"hidden must be a non-empty list of positive widths, got {v}")
+        return v
+
+    @field_validator("backoff_factor")
+    @classmethod
+    def _backoff(cls, v):
+        if not 0 < v < 1:
+            raise ValueError(f"backoff_factor must be in (0, 1), got {v}")
+        return v
+
+    @field_validator("growth_factor")
+    @classmethod
+    def _growth(cls, v):
+        if not 1 < v < float("inf"):
+            raise ValueError(f"growth_factor must be > 1, got {v}")
+        return v
+
+    @field_validator("beta1", "beta2")
+    @classmethod
+    def _beta(cls, v, info):
+        if not 0 <= v < 1:
+            raise ValueError(f"{info.field_name} must be in [0, 1), got {v}")
+        return v
+
+    @field_validator("eps")
+    @classmethod
+    def _eps(cls, v):
+        if not v > 0:
+            raise ValueError(f"eps must be > 0, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
+        if self.min_scale > self.init_scale:
+            raise ValueError(f"min_scale ({self.min_scale}) must not exceed init_scale ({self.init_scale})")
+        if self.seed >= 2**32:
+            raise ValueError("seed must fit in 32 bits")
+        return self
+
+    @property
+    def loss_scaling(self) -> bool:
+        return self.precision == "mixed"
+
+
+def config_error_message(err) -> str:
+    """One line per invalid field, naming it: for CLI and HTTP errors."""
+    lines = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "config"
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"invalid {field}: {msg}")
+    return "\n".join(lines)

@@ -1,0 +1,173 @@
+"""wgpu-py runtime: creates what a plan lists and replays its programs. It decides nothing.
+
+A training step is one command encoder with one compute pass holding the plan's dispatch list,
+submitted once. Metrics stay in a GPU ring buffer; `run` copies it to a reused staging buffer and
+maps it only when asked to (every log_every steps).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader in headless shells
+
+import wgpu  # noqa: E402
+
+NO_ADAPTER = ("No WebGPU adapter was found. On a machine without a GPU install a Vulkan driver "
+              "(Debian: apt-get install -y mesa-vulkan-drivers, which provides lavapipe with "
+              "shader-f16), or run `make setup`.")
+
+LIMIT_KEYS = {  # plan name -> wgpu-py name
+    "maxStorageBufferBindingSize": "max-storage-buffer-binding-size",
+    "maxBufferSize": "max-buffer-size",
+    "maxStorageBuffersPerShaderStage": "max-storage-buffers-per-shader-stage",
+}
+
+
+class GPU:
+    """One adapter and device, with the adapter's real limits requested."""
+
+    def __init__(self, features: list[str] | None = None, power_preference="high-performance"):
+        try:
+            adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
+        except Exception as e:  # wgpu-native raises when no Vulkan/Metal/DX12 driver exists
+            raise RuntimeError(f"{NO_ADAPTER} ({e})") from None
+        if adapter is None:
+            raise RuntimeError(NO_ADAPTER)
+        self.adapter = adapter
+        self.has_f16 = "shader-f16" in adapter.features
+        wanted = set(features or [])
+        if self.has_f16:
+            wanted.add("shader-f16")
+        if "timestamp-query" in adapter.features:
+            wanted.add("timestamp-query")
+        missing = wanted - set(adapter.features)
+        if missing:
+            raise RuntimeError(f"the WebGPU adapter lacks required features: {sorted(missing)}")
+        self.limits = {k: adapter.limits[v] for k, v in LIMIT_KEYS.items()}
+        self.device = adapter.request_device_sync(
+            required_features=sorted(wanted),
+            required_limits={v: adapter.limits[v] for v in LIMIT_KEYS.values()})
+        self.features = set(wanted)
+        info = adapter.info
+        self.name = f"{info.get('device', '?')} ({info.get('description', '') or info.get('backend_type', '')})".strip()
+
+    def check_plan(self, plan: dict) -> None:
+        if "shader-f16" in plan["required_features"] and not self.has_f16:
+            raise RuntimeError("the plan uses native f16 but this adapter lacks 'shader-f16'; "
+                               "build it with f16='emulated'")
+        for key, need in plan["required_limits"].items():
+            have = self.limits[key]
+            if need > have:
+                worst = max(plan["buffers"], key=lambda b: b["bytes"]) if key != "maxStorageBuffersPerShaderStage" else None
+                what = f" (largest buffer: {worst['name']}, {worst['bytes']} bytes)" if worst else ""
+                raise RuntimeError(f"the plan needs {key} = {need} but this adapter allows {have}{what}; "
+                                   "use a smaller model or batch size")
+
+
+_default_gpu: GPU | None = None
+
+
+def default_gpu() -> GPU:
+    global _default_gpu
+    if _default_gpu is None:
+        _default_gpu = GPU()
+    return _default_gpu
+
+
+class Runtime:
+    def __init__(self, plan: dict, blob: bytes, gpu: GPU | None = None):
+        self.plan = plan
+        self.gpu = gpu or default_gpu()
+        self.gpu.check_plan(plan)
+        dev = self.device = self.gpu.device
+        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self.buffers = {}
+        for b in plan["buffers"]:
+            buf = dev.create_buffer(size=b["bytes"], usage=usage, label=b["name"])
+            if b["init"] is not None:
+                off, n = b["init"]["offset"], b["init"]["bytes"]
+                dev.queue.write_buffer(buf, 0, blob[off:off + n])
+            self.buffers[b["name"]] = buf
+        modules, layouts = {}, {}
+        self.pipelines, self.layouts = {}, {}
+        from .wgsl import join_sources
+        for k in plan["kernels"]:
+            src = tuple(k["sources"])
+            if src not in modules:
+                modules[src] = dev.create_shader_module(code=join_sources(src), label=k["sources"][-1])
+            sig = tuple((b["binding"], b["type"]) for b in k["bindings"])
+            if sig not in layouts:
+                bgl = dev.create_bind_group_layout(entries=[
+                    {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}} for i, t in sig])
+                layouts[sig] = (bgl, dev.create_pipeline_layout(bind_group_layouts=[bgl]))
+            bgl, pl = layouts[sig]
+            self.layouts[k["name"]] = bgl
+            self.pipelines[k["name"]] = dev.create_compute_pipeline(
+                layout=pl, label=k["name"],
+                compute={"module": modules[src], "entry_point": k["entry"], "constants": k["constants"]})
+        self.programs = {name: [self._prepare(d) for d in ds] for name, ds in plan["programs"].items()}
+        m = plan["metrics"]
+        self.metrics_bytes = self.buffers[m["buffer"]].size
+        self.staging = dev.create_buffer(size=self.metrics_bytes,
+                                         usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        self.readbacks = 0
+        self.submits = 0
+
+    def _prepare(self, d):
+        bg = self.device.create_bind_group(layout=self.layouts[d["kernel"]], entries=[
+            {"binding": i, "resource": {"buffer": self.buffers[name]}} for i, name in enumerate(d["bind"])])
+        return self.pipelines[d["kernel"]], bg, d["workgroups"]
+
+    def encode(self, encoder, program: str, timestamp_writes=None):
+        cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes) if timestamp_writes else encoder.begin_compute_pass()
+        for pipeline, bg, (x, y, z) in self.programs[program]:
+            cpass.set_pipeline(pipeline)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(x, y, z)
+        cpass.end()
+
+    def run(self, program: str, read_metrics: bool = False) -> bytes | None:
+        """One submit of `program`; with read_metrics, also copies and maps the metrics ring."""
+        enc = self.device.create_command_encoder()
+        self.encode(enc, program)
+        if read_metrics:
+            enc.copy_buffer_to_buffer(self.buffers[self.plan["metrics"]["buffer"]], 0, self.staging, 0,
+                                      self.metrics_bytes)
+        self.device.queue.submit([enc.finish()])
+        self.submits += 1
+        if not read_metrics:
+            return None
+        self.readbacks += 1
+        self.staging.map_sync(wgpu.MapMode.READ)
+        try:
+            return bytes(self.staging.read_mapped())
+        finally:
+            self.staging.unmap()
+
+    def read(self, name: str) -> bytes:
+        return bytes(self.device.queue.read_buffer(self.buffers[name]))
+
+    def write(self, name: str, data: bytes) -> None:
+        if len(data) > self.buffers[name].size:
+            raise ValueError(f"{len(data)} bytes do not fit buffer {name} ({self.buffers[name].size})")
+        self.device.queue.write_buffer(self.buffers[name], 0, data)
+
+    def sync(self) -> None:
+        self.device.queue.read_buffer(self.buffers[self.plan["state"]["buffer"]])
+
+
+def decode_records(raw: bytes, fields) -> list[dict]:
+    words = np.frombuffer(raw, np.uint32).reshape(-1, len(fields))
+    out = []
+    for row in words:
+        rec = {}
+        for (name, kind), w in zip(fields, row):
+            rec[name] = float(np.uint32(w).view(np.float32)) if kind == "f32" else int(w)
+        out.append(rec)
+    return out
+
+
+def decode_state(raw: bytes, fields) -> dict:
+    return decode_records(raw[: 4 * len(fields)], fields)[0]
