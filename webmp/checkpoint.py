@@ -1,0 +1,105 @@
+"""Checkpoints: every buffer a step reads from one step to the next, as safetensors + JSON metadata.
+
+Saved: master weights, working (f16) copies, both Adam moments and the GPU state words (loss scale,
+growth counter, hysteresis counter, iteration, optimizer step, data position, skipped count). The
+GPU state holds the data-order position, so resuming replays exactly the same batches.
+
+Resuming does not need runtime logic: `resume_blob` writes the checkpoint's contents into the plan's
+initial-contents blob, and either runtime starts from it as from a fresh plan.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file, save
+
+from .plan import STATE_FIELDS
+from .rundir import atomic_write
+
+CHECKPOINT_FORMAT = "webmp-checkpoint/1"
+TENSORS = "checkpoint.safetensors"
+META = "checkpoint.json"
+
+
+def checkpoint_buffers(plan: dict) -> list[str]:
+    names = []
+    for p in plan["params"]:
+        names += [p["master"], p["m"], p["v"]] + ([p["copy"]] if p["copy"] else [])
+    return names + [plan["state"]["buffer"]]
+
+
+def _as_array(plan: dict, name: str, raw: bytes) -> np.ndarray:
+    spec = next(b for b in plan["buffers"] if b["name"] == name)
+    if spec["dtype"] == "h":
+        rows, cols = spec["shape"]
+        dt = np.float16 if plan["f16_path"] else np.float32
+        return np.frombuffer(raw, dt).reshape(rows, cols + (cols & 1)).copy()
+    if spec["dtype"] == "f32":
+        return np.frombuffer(raw, np.float32).reshape(spec["shape"]).copy()
+    return np.frombuffer(raw, np.uint32).copy()
+
+
+def decode_state_words(raw: bytes) -> dict:
+    words = np.frombuffer(raw, np.uint32)[: len(STATE_FIELDS)]
+    return {n: (float(w.view(np.float32)) if t == "f32" else int(w)) for (n, t), w in zip(STATE_FIELDS, words)}
+
+
+def save_checkpoint(directory: str | Path, plan: dict, contents: dict[str, bytes], extra: dict | None = None) -> Path:
+    """Write checkpoint.safetensors and checkpoint.json atomically (temp file + rename)."""
+    directory = Path(directory)
+    names = checkpoint_buffers(plan)
+    missing = [n for n in names if n not in contents]
+    if missing:
+        raise ValueError(f"checkpoint is missing buffers: {missing}")
+    tensors = {n: _as_array(plan, n, contents[n]) for n in names}
+    state = decode_state_words(contents[plan["state"]["buffer"]])
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "step": state["iteration"],
+        "scaler": {k: state[k] for k in ("scale", "growth_tracker", "hysteresis_left", "skipped_total",
+                                          "min_scale_events", "first_min_scale_iter")},
+        "optimizer_step": state["opt_step"],
+        "data_pos": state["data_pos"],
+        "precision": plan["precision"],
+        "f16_path": plan["f16_path"],
+        "config": plan["config"],
+        **(extra or {}),
+    }
+    atomic_write(directory / TENSORS, save(tensors, metadata={"format": CHECKPOINT_FORMAT}))
+    atomic_write(directory / META, (json.dumps(meta, indent=2) + "\n").encode())
+    return directory / TENSORS
+
+
+def load_checkpoint(directory: str | Path) -> tuple[dict[str, bytes], dict]:
+    directory = Path(directory)
+    if directory.name == TENSORS:
+        directory = directory.parent
+    if not (directory / TENSORS).is_file():
+        raise FileNotFoundError(f"no {TENSORS} in {directory}")
+    meta = json.loads((directory / META).read_text())
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{directory / META}: not a {CHECKPOINT_FORMAT} checkpoint")
+    tensors = load_file(str(directory / TENSORS))
+    return {n: a.tobytes() for n, a in tensors.items()}, meta
+
+
+def resume_blob(plan: dict, blob: bytes, contents: dict[str, bytes]) -> tuple[dict, bytes]:
+    """A copy of (plan, blob) whose initial contents are the checkpoint's buffers."""
+    plan = json.loads(json.dumps(plan))
+    out = bytearray(blob)
+    by_name = {b["name"]: b for b in plan["buffers"]}
+    for name in checkpoint_buffers(plan):
+        if name not in contents:
+            raise ValueError(f"checkpoint lacks buffer {name}; it was written for a different model")
+        data = contents[name]
+        spec = by_name[name]
+        if len(data) != spec["bytes"] and not (name == plan["state"]["buffer"] and len(data) <= spec["bytes"]):
+            raise ValueError(f"checkpoint buffer {name} has {len(data)} bytes, the plan expects {spec['bytes']} "
+                             "(different model, batch size or precision)")
+        spec["init"] = {"offset": len(out), "bytes": len(data)}
+        out += data
+        out += b"\0" * (-len(out) % 4)
+    plan["blob_bytes"] = len(out)
+    return plan, bytes(out)

@@ -1,0 +1,196 @@
+"""The training loop: build the plan, run it on the GPU, log, checkpoint, evaluate, summarise.
+
+The host never touches a step: it submits train_step (one encoder, one submit) and, every log_every
+steps, maps the metrics ring. Weights are read back only for checkpoints.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import load_checkpoint, resume_blob, save_checkpoint, checkpoint_buffers
+from .config import TrainConfig
+from .data import Dataset, load_dataset
+from .plan import build_plan, resolve_f16_path
+from .rundir import RunDir, new_run_dir
+from .runtime import GPU, Runtime, decode_records, decode_state, default_gpu
+
+# Fields that must match between a checkpoint and the run resuming it.
+RESUME_LOCKED = ("model", "hidden", "act", "dataset", "input_scale", "precision", "batch_size", "seed",
+                 "init_gain")
+
+
+class ScaleCollapseError(RuntimeError):
+    """An overflow happened with the loss scale already at min_scale (policy 'raise')."""
+
+
+def describe_f16(path: str, choice: str) -> str:
+    if path == "native":
+        return "f16 native (shader-f16)"
+    if path == "emulated":
+        why = "requested" if choice == "emulated" else "the adapter lacks shader-f16"
+        return (f"f16 EMULATED ({why}): values stored as f16 pairs via pack2x16float, arithmetic in f32; "
+                "slower than native")
+    return "fp32 (no f16)"
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, out: str | Path | None = None, resume: str | Path | None = None,
+                 gpu: GPU | None = None, dataset: Dataset | None = None, progress: bool = True,
+                 log=print):
+        self.log = log if progress else (lambda *a, **k: None)
+        self.progress = progress
+        contents, meta = (None, None)
+        if resume is not None:
+            contents, meta = load_checkpoint(resume)
+            old = TrainConfig(**meta["config"])
+            clash = [f"{k}: checkpoint {getattr(old, k)!r} vs {getattr(cfg, k)!r}"
+                     for k in RESUME_LOCKED if getattr(old, k) != getattr(cfg, k)]
+            if clash:
+                raise ValueError("cannot resume: the config differs from the checkpoint's in " + "; ".join(clash))
+        self.cfg = cfg
+        self.data = dataset or load_dataset(cfg.dataset, cfg.input_scale)
+        self.gpu = gpu or default_gpu()
+        self.path = resolve_f16_path(cfg.precision, cfg.f16, self.gpu.has_f16)
+        plan, blob = build_plan(cfg, self.data, self.path)
+        self.step = 0
+        if contents is not None:
+            plan, blob = resume_blob(plan, blob, contents)
+            self.step = meta["step"]
+            if meta["f16_path"] != plan["f16_path"]:
+                warnings.warn(f"resuming a {meta['f16_path']} checkpoint on the {plan['f16_path']} f16 path: "
+                              "results will not be bit-identical to an uninterrupted run")
+        self.plan = plan
+        self.runtime = Runtime(plan, blob, self.gpu)
+        if out is None:
+            out = Path(resume).parent if resume is not None and Path(resume).name.endswith(".safetensors") else resume
+        self.run_dir = RunDir(out if out is not None else new_run_dir())
+        if resume is not None:
+            self.run_dir.truncate_metrics_after(self.step - 1)
+        self.last_checkpoint: tuple[Path, int] | None = (self.run_dir.path, self.step) if resume else None
+        self.f16_description = describe_f16(self.path, cfg.f16)
+        self.run_dir.write_json("config.json", {**cfg.model_dump(), "f16_path": plan["f16_path"],
+                                                "adapter": self.gpu.name})
+        self.records: list[dict] = []
+        self.skipped_total = 0
+        self.wall = 0.0
+
+    # ------------------------------------------------------------------------------------------
+    def read_state(self) -> dict:
+        return decode_state(self.runtime.read("state"), self.plan["state"]["fields"])
+
+    def checkpoint(self) -> Path:
+        contents = {n: self.runtime.read(n) for n in checkpoint_buffers(self.plan)}
+        path = save_checkpoint(self.run_dir.path, self.plan, contents, {"adapter": self.gpu.name})
+        self.last_checkpoint = (self.run_dir.path, self.step)
+        return path
+
+    def evaluate(self) -> dict:
+        self.runtime.run("eval")
+        correct, counted = np.frombuffer(self.runtime.read(self.plan["eval"]["result_buffer"]), np.uint32)[:2]
+        return {"test_accuracy": float(correct) / max(1, int(counted)), "test_correct": int(correct),
+                "test_count": int(counted)}
+
+    def _new_records(self, raw: bytes, first: int, last: int) -> list[dict]:
+        recs = [r for r in decode_records(raw, self.plan["metrics"]["fields"]) if first <= r["step"] <= last]
+        recs.sort(key=lambda r: r["step"])
+        if len(recs) != last - first + 1:
+            raise RuntimeError(f"metrics ring lost records between steps {first} and {last}")
+        return recs
+
+    def _handle_min_scale(self, recs: list[dict]) -> None:
+        events = [r for r in recs if r["min_scale_event"]]
+        if not events:
+            return
+        s = events[0]["step"]
+        msg = (f"loss scale collapse at step {s}: gradients overflowed with the scale already at "
+               f"min_scale={self.cfg.min_scale:g} ({len(events)} such step(s) in this interval)")
+        if self.cfg.min_scale_policy == "raise":
+            kept = (f"last checkpoint kept: {self.last_checkpoint[0]} (step {self.last_checkpoint[1]})"
+                    if self.last_checkpoint else "no checkpoint was written yet")
+            raise ScaleCollapseError(f"{msg}; {kept}")
+        warnings.warn(msg + "; continuing (min_scale_policy=warn), these steps are skipped")
+
+    def run(self, stop_after: int | None = None) -> dict:
+        """Train to cfg.steps; with stop_after, stop (and checkpoint) once that many steps are done."""
+        cfg = self.cfg
+        end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+        self.log(f"webmp: {cfg.precision}, {self.f16_description}, adapter {self.gpu.name}")
+        self.log(f"webmp: run directory {self.run_dir.path}")
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+            bar = tqdm(total=cfg.steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
+        logged = self.step - 1
+        t0 = time.perf_counter()
+        try:
+            while self.step < end:
+                s = self.step + 1  # steps completed after this submit
+                ckpt = cfg.checkpoint_every and s % cfg.checkpoint_every == 0
+                read = s % cfg.log_every == 0 or s == end or ckpt
+                raw = self.runtime.run("train_step", read_metrics=read)
+                self.step = s
+                if raw is not None:
+                    recs = self._new_records(raw, logged + 1, s - 1)
+                    logged = s - 1
+                    self.run_dir.append_metrics(recs)
+                    self.records += recs
+                    self.skipped_total += sum(r["skipped"] for r in recs)
+                    if bar is not None:
+                        last = recs[-1]
+                        bar.set_postfix(loss=f"{last['loss']:.4f}", scale=f"{last['scale']:g}",
+                                        skipped=self.skipped_total, refresh=False)
+                        bar.update(len(recs))
+                    self._handle_min_scale(recs)
+                if ckpt and s < cfg.steps:
+                    self.checkpoint()
+        finally:
+            if bar is not None:
+                bar.close()
+        self.wall = time.perf_counter() - t0
+        return self.finish()
+
+    def finish(self) -> dict:
+        state = self.read_state()
+        ev = self.evaluate()
+        self.checkpoint()
+        recs = self.run_dir.read_metrics()
+        tail = recs[-min(len(recs), self.cfg.log_every):] if recs else []
+        summary = {
+            "final_train_loss": float(np.mean([r["loss"] for r in tail])) if tail else None,
+            "last_loss": recs[-1]["loss"] if recs else None,
+            **ev,
+            "steps": state["iteration"],
+            "optimizer_steps": state["opt_step"],
+            "skipped_steps": state["skipped_total"],
+            "final_scale": state["scale"],
+            "min_scale_events": state["min_scale_events"],
+            "precision": self.cfg.precision,
+            "f16_path": self.plan["f16_path"] or "none",
+            "f16_description": self.f16_description,
+            "adapter": self.gpu.name,
+            "gpu_memory_bytes": dict(self.plan["memory"]),
+            "wall_seconds": round(self.wall, 3),
+            "steps_per_second": round(len(self.records) / self.wall, 2) if self.wall > 0 else None,
+            "readbacks": self.runtime.readbacks,
+            "run_dir": str(self.run_dir.path),
+        }
+        self.run_dir.write_json("summary.json", summary)
+        self.run_dir.plot_curves(f"{self.cfg.precision} / {summary['f16_path']} — test acc "
+                                 f"{summary['test_accuracy']:.3f}")
+        self.log(f"webmp: done — train loss {summary['final_train_loss']:.4f}, test accuracy "
+                 f"{100 * summary['test_accuracy']:.2f} %, {summary['skipped_steps']} skipped steps")
+        self.log(f"webmp: run directory {self.run_dir.path}")
+        return summary
+
+
+def train(cfg: TrainConfig | None = None, out=None, resume=None, progress: bool = False, **overrides) -> dict:
+    """Python API: train and return the summary (also written to the run directory)."""
+    cfg = cfg.model_copy(update=overrides) if cfg is not None else TrainConfig(**overrides)
+    return Trainer(TrainConfig(**cfg.model_dump()), out=out, resume=resume, progress=progress).run()
