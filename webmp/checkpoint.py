@@ -24,10 +24,7 @@ META = "checkpoint.json"
 
 
 def checkpoint_buffers(plan: dict) -> list[str]:
-    names = []
-    for p in plan["params"]:
-        names += [p["master"], p["m"], p["v"]] + ([p["copy"]] if p["copy"] else [])
-    return names + [plan["state"]["buffer"]]
+    return list(plan["checkpoint_buffers"])
 
 
 def _as_array(plan: dict, name: str, raw: bytes) -> np.ndarray:

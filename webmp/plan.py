@@ -355,6 +355,10 @@ def build_plan(cfg: TrainConfig, data: Dataset, path: str) -> tuple[dict, bytes]
         "programs": pb.programs,
         "params": [{k: p[k] for k in ("name", "shape", "master", "grad", "m", "v", "copy")} for p in params],
         "state": {"buffer": "state", "fields": STATE_FIELDS},
+        "checkpoint_buffers": [n for p in params for n in (p["master"], p["m"], p["v"], p["copy"]) if n] + ["state"],
+        # when a runner reads the metrics ring / uploads a checkpoint: after step s (1-based) if
+        # s % log_every == 0 or s == steps (metrics), s % checkpoint_every == 0 (checkpoint + metrics)
+        "schedule": {"steps": cfg.steps, "log_every": cfg.log_every, "checkpoint_every": cfg.checkpoint_every},
         "metrics": {"buffer": "metrics", "ring": ring, "fields": METRIC_FIELDS},
         "eval": {"result_buffer": "eval_result", "test_rows": n_test},
         "memory": memory,
