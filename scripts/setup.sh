@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what webmp needs on a Debian machine (run as root; idempotent, quick when all is there).
+#   scripts/setup.sh train   Python package + a Vulkan driver when no WebGPU adapter is found
+#   scripts/setup.sh test    the above, plus test deps, Chromium, the chart library and, when
+#                            ../shared/tools/webgpu-cpu exists, the faster lavapipe + f16 Chromium
+set -euo pipefail
+mode=${1:-train}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  say "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+py=${PYTHON:-python3}
+extra=""; [ "$mode" = test ] && extra="[test]"
+if ! $py -c "import webmp, wgpu, fastapi, safetensors, sklearn" 2>/dev/null || [ "$mode" = test ]; then
+  say "pip install -e .$extra"
+  $py -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".$extra"
+fi
+
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+if ! $py -c "import wgpu, sys; sys.exit(wgpu.gpu.request_adapter_sync() is None)" >/dev/null 2>&1; then
+  say "no WebGPU adapter found: installing Mesa's lavapipe Vulkan driver"
+  apt_install mesa-vulkan-drivers libvulkan1
+fi
+
+if [ "$mode" = test ]; then
+  apt_install chromium mesa-vulkan-drivers libvulkan1 fonts-dejavu-core
+  if [ -f web/package.json ] && [ ! -d web/node_modules ]; then
+    say "npm install (chart library for the page)"
+    npm install --prefix web --no-audit --no-fund --loglevel=error >/dev/null
+  fi
+  tool="$root/../shared/tools/webgpu-cpu/setup.sh"
+  if [ -f "$tool" ] && [ ! -f /opt/webgpu-cpu/env.sh ]; then
+    say "setting up the faster lavapipe and an f16 WebGPU Chromium (shared/tools/webgpu-cpu)"
+    bash "$tool" /opt/webgpu-cpu >/dev/null 2>&1 || say "webgpu-cpu setup failed; tests use Debian's Chromium (emulated f16) and stock lavapipe"
+  fi
+fi
