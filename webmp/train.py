@@ -44,7 +44,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, out: str | Path | None = None, resume: str | Path | None = None,
                  gpu: GPU | None = None, dataset: Dataset | None = None, progress: bool = True,
                  log=print):
-        self.log = log if progress else (lambda *a, **k: None)
+        self.log = log or (lambda *a, **k: None)
         self.progress = progress
         contents, meta = (None, None)
         if resume is not None:
@@ -193,4 +193,5 @@ class Trainer:
 def train(cfg: TrainConfig | None = None, out=None, resume=None, progress: bool = False, **overrides) -> dict:
     """Python API: train and return the summary (also written to the run directory)."""
     cfg = cfg.model_copy(update=overrides) if cfg is not None else TrainConfig(**overrides)
-    return Trainer(TrainConfig(**cfg.model_dump()), out=out, resume=resume, progress=progress).run()
+    return Trainer(TrainConfig(**cfg.model_dump()), out=out, resume=resume, progress=progress,
+                   log=print if progress else None).run()
