@@ -194,7 +194,8 @@ def build_plan(cfg: TrainConfig, data: Dataset, path: str) -> tuple[dict, bytes]
     pb.buffer("state", 4 * len(STATE_FIELDS), "other", "state", (len(STATE_FIELDS),), state0.tobytes())
     pb.u32("flags", (4,), "other")
     pb.f32("loss_rows", (Bt,), "activations")
-    pb.u32("metrics", (ring, len(METRIC_FIELDS)), "other")
+    # unwritten ring slots hold step 0xFFFFFFFF, so readers can tell them from step 0
+    pb.u32("metrics", (ring, len(METRIC_FIELDS)), "other", np.full((ring, len(METRIC_FIELDS)), 0xFFFFFFFF))
     pb.u32("eval_result", (2,), "other")
     pb.h("X", Bt, dims[0])
     pb.u32("y", (Bt,), "activations")

@@ -1,0 +1,195 @@
+"""The training loop end to end: config validation, errors, summary, memory, resume, scaler floor."""
+import json
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from webmp.checkpoint import load_checkpoint, resume_blob
+from webmp.cli import main as cli
+from webmp.config import TrainConfig
+from webmp.data import load_digits, make_dataset
+from webmp.plan import build_plan
+from webmp.runtime import GPU, Runtime, decode_state, default_gpu
+from webmp.train import ScaleCollapseError, Trainer
+
+SMALL = dict(hidden=[16], batch_size=8, log_every=5, checkpoint_every=0, warmup=2)
+
+
+def run(tmp_path, name, **kw):
+    cfg = TrainConfig(**{**SMALL, **kw})
+    return Trainer(cfg, out=tmp_path / name, progress=False, log=None)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("lr", 0.0), ("lr", -1e-3), ("steps", 0), ("batch_size", -4), ("backoff_factor", 1.0),
+    ("backoff_factor", 1.5), ("growth_factor", 1.0), ("precision", "bf16"), ("hysteresis", 0),
+    ("init_scale", float("nan")), ("log_every", 0),
+])
+def test_invalid_config_names_the_field(field, value):
+    with pytest.raises(ValidationError) as e:
+        TrainConfig(**{field: value})
+    assert field in str(e.value)
+
+
+def test_cli_rejects_bad_flag_before_gpu_work(capsys):
+    assert cli(["train", "--lr", "-1", "--out", "/nonexistent/never-created"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid lr" in err
+
+
+def test_nan_or_inf_input_is_rejected():
+    x = np.zeros((4, 3))
+    x[2, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN/Inf.*row 2, column 1"):
+        make_dataset("t", x, np.zeros(4), np.ones((2, 3)), np.zeros(2), classes=2)
+    x[2, 1] = np.inf
+    with pytest.raises(ValueError, match="NaN/Inf"):
+        make_dataset("t", x, np.zeros(4), np.ones((2, 3)), np.zeros(2), classes=2)
+
+
+def test_no_adapter_says_how_to_get_one(monkeypatch):
+    import wgpu
+    monkeypatch.setattr(wgpu.gpu, "request_adapter_sync", lambda **kw: None)
+    with pytest.raises(RuntimeError, match="mesa-vulkan-drivers"):
+        GPU()
+
+
+def test_buffer_over_adapter_limit_is_a_clear_error():
+    gpu = default_gpu()
+    plan, _ = build_plan(TrainConfig(), load_digits(), "emulated")
+    need = plan["required_limits"]["maxStorageBufferBindingSize"]
+    real = dict(gpu.limits)
+    try:
+        gpu.limits["maxStorageBufferBindingSize"] = need - 4
+        with pytest.raises(RuntimeError, match=rf"maxStorageBufferBindingSize = {need} but this adapter allows {need - 4}"):
+            gpu.check_plan(plan)
+    finally:
+        gpu.limits.update(real)
+    # and the engine requested the adapter's real limits, not the WebGPU defaults
+    assert gpu.limits["maxStorageBufferBindingSize"] == gpu.adapter.limits["max-storage-buffer-binding-size"]
+
+
+def test_cli_train_writes_the_run_directory(tmp_path):
+    out = tmp_path / "cli"
+    assert cli(["train", "--steps", "12", "--hidden", "16", "--batch-size", "8", "--log-every", "4",
+                "--quiet", "--out", str(out)]) == 0
+    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == list(range(12))
+    assert {"step", "loss", "scale", "skipped", "lr"} <= set(recs[0])
+    s = json.loads((out / "summary.json").read_text())
+    for key in ("final_train_loss", "test_accuracy", "steps", "skipped_steps", "precision", "f16_path",
+                "adapter", "gpu_memory_bytes"):
+        assert key in s
+    assert set(s["gpu_memory_bytes"]) >= {"master_weights", "working_weights", "optimizer_state", "gradients",
+                                          "activations", "data"}
+    assert s["steps"] == 12 and s["readbacks"] == 3
+    assert (out / "curves.png").stat().st_size > 10_000
+    assert (out / "checkpoint.safetensors").exists()
+
+
+def test_mixed_activation_memory_is_at_most_055_of_fp32(tmp_path):
+    mem = {}
+    for prec in ("mixed", "fp32"):
+        s = Trainer(TrainConfig(precision=prec, steps=2, log_every=1, checkpoint_every=0), out=tmp_path / prec,
+                    progress=False, log=None).run()
+        mem[prec] = s["gpu_memory_bytes"]
+    assert mem["mixed"]["activations"] <= 0.55 * mem["fp32"]["activations"]
+    assert mem["mixed"]["master_weights"] == mem["fp32"]["master_weights"]
+    assert mem["mixed"]["working_weights"] * 2 == mem["fp32"]["working_weights"]
+
+
+def test_auto_falls_back_to_emulated_and_says_so(tmp_path, monkeypatch):
+    gpu = default_gpu()
+    monkeypatch.setattr(gpu, "has_f16", False)
+    lines = []
+    t = Trainer(TrainConfig(**SMALL, steps=2), out=tmp_path / "emu", progress=False, log=lines.append)
+    s = t.run()
+    assert s["f16_path"] == "emulated"
+    assert any("EMULATED" in line and "lacks shader-f16" in line for line in lines)
+    with pytest.raises(RuntimeError, match="lacks the 'shader-f16'"):
+        Trainer(TrainConfig(**SMALL, f16="native"), out=tmp_path / "nat", progress=False, log=None)
+
+
+def test_native_and_emulated_f16_train_alike(tmp_path):
+    if not default_gpu().has_f16:
+        pytest.skip("adapter lacks shader-f16")
+    losses = {}
+    for path in ("native", "emulated"):
+        t = run(tmp_path, path, f16=path, steps=30)
+        t.run()
+        losses[path] = np.array([r["loss"] for r in t.run_dir.read_metrics()])
+    # same stored f16 values in both paths; f32 arithmetic identical up to instruction choice
+    np.testing.assert_allclose(losses["native"], losses["emulated"], rtol=1e-3)
+
+
+def _weights(t):
+    return {n: t.runtime.read(n) for n in t.plan["checkpoint_buffers"]}
+
+
+@pytest.mark.parametrize("precision", ["mixed", "fp32"])
+def test_resume_is_exact(tmp_path, precision):
+    kw = dict(steps=30, precision=precision, growth_interval=4, init_scale=2.0**20)
+    whole = run(tmp_path, "whole", **kw)
+    whole.run()
+    part = run(tmp_path, "part", **kw)
+    part.run(stop_after=13)  # not a multiple of log_every: resume mid-interval
+    part.checkpoint()
+    resumed = Trainer(TrainConfig(**{**SMALL, **kw}), resume=tmp_path / "part", progress=False, log=None)
+    assert resumed.step == 13
+    resumed.run()
+    a, b = _weights(whole), _weights(resumed)
+    assert a.keys() == b.keys()
+    for n in a:
+        assert a[n] == b[n], f"buffer {n} differs after resume"
+    ma, mb = whole.run_dir.read_metrics(), resumed.run_dir.read_metrics()
+    assert [r["step"] for r in mb] == list(range(30))
+    assert ma == mb
+
+
+def test_checkpoint_round_trips_the_scaler_state(tmp_path):
+    # growth every 3 clean steps, hysteresis 2: at step 7 the counters are mid-way
+    t = run(tmp_path, "ck", steps=7, growth_interval=3, hysteresis=2, init_scale=1024.0)
+    t.run()
+    state = t.read_state()
+    contents, meta = load_checkpoint(tmp_path / "ck")
+    assert state["scale"] == 1024.0 * 4 and state["growth_tracker"] == 1
+    for k in ("scale", "growth_tracker", "hysteresis_left", "skipped_total"):
+        assert meta["scaler"][k] == state[k]
+    plan, blob = resume_blob(t.plan, build_plan(t.cfg, t.data, t.path)[1], contents)
+    again = decode_state(Runtime(plan, blob, t.gpu).read("state"), plan["state"]["fields"])
+    assert again == state
+
+
+def test_scale_collapse_raises_naming_step_and_checkpoint(tmp_path):
+    # a scale of 2^60 overflows f16 at every step: 2^60 -> 2^59 -> 2^58 (floor) -> overflow at the floor
+    kw = dict(steps=20, log_every=1, checkpoint_every=1, init_scale=2.0**60, min_scale=2.0**58)
+    t = run(tmp_path, "collapse", **kw)
+    with pytest.raises(ScaleCollapseError, match=r"step 2\b.*min_scale=2\.88.*last checkpoint kept: .*collapse \(step 2\)"):
+        t.run()
+    # under 'warn' the run goes on, the scale stays at the floor and every step is skipped
+    t = run(tmp_path, "warn", **{**kw, "steps": 5, "checkpoint_every": 0}, min_scale_policy="warn")
+    with pytest.warns(UserWarning, match="loss scale collapse at step 2"):
+        s = t.run()
+    assert s["skipped_steps"] == 5 and s["optimizer_steps"] == 0 and s["final_scale"] == 2.0**58
+
+
+@pytest.mark.slow
+def test_digits_mixed_matches_fp32(tmp_path):
+    acc = {}
+    for prec in ("mixed", "fp32"):
+        cfg = TrainConfig(precision=prec, steps=1000, batch_size=64, lr=1e-3, seed=0, checkpoint_every=0)
+        acc[prec] = Trainer(cfg, out=tmp_path / prec, progress=False, log=None).run()["test_accuracy"]
+    assert acc["mixed"] >= 0.96
+    assert abs(acc["mixed"] - acc["fp32"]) <= 0.005, acc
+
+
+@pytest.mark.slow
+def test_loss_scaling_matters(tmp_path):
+    from webmp.demo import loss_scaling_demo
+    r = loss_scaling_demo(tmp_path)["runs"]
+    # without scaling the first two layers' gradients are entirely below f16's subnormal range
+    assert r["fp16-noscale"]["flushed_share"] >= 0.25
+    assert r["mixed"]["flushed_share"] <= 0.01
+    assert r["fp16-noscale"]["test_accuracy"] <= r["fp32"]["test_accuracy"] - 0.10
+    assert abs(r["mixed"]["test_accuracy"] - r["fp32"]["test_accuracy"]) <= 0.02
