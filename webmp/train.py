@@ -79,6 +79,7 @@ class Trainer:
                                                 "adapter": self.gpu.name})
         self.records: list[dict] = []
         self.skipped_total = 0
+        self.warned_min_scale = False
         self.wall = 0.0
 
     # ------------------------------------------------------------------------------------------
@@ -115,7 +116,9 @@ class Trainer:
             kept = (f"last checkpoint kept: {self.last_checkpoint[0]} (step {self.last_checkpoint[1]})"
                     if self.last_checkpoint else "no checkpoint was written yet")
             raise ScaleCollapseError(f"{msg}; {kept}")
-        warnings.warn(msg + "; continuing (min_scale_policy=warn), these steps are skipped")
+        if not self.warned_min_scale:
+            warnings.warn(msg + "; continuing (min_scale_policy=warn), these steps are skipped")
+        self.warned_min_scale = True
 
     def run(self, stop_after: int | None = None) -> dict:
         """Train to cfg.steps; with stop_after, stop (and checkpoint) once that many steps are done."""
