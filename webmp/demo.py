@@ -51,3 +51,10 @@ def loss_scaling_demo(out_root, steps: int | None = None, **overrides) -> dict:
             "final_scale": summary["final_scale"],
         }
     return result
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(json.dumps(loss_scaling_demo(sys.argv[1] if len(sys.argv) > 1 else "runs/loss-scaling-demo"), indent=1))
