@@ -34,6 +34,16 @@ fn f32_nonfinite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7f800000u) == 0x7
 // (the f32->f16 conversion may saturate instead of giving Inf), Inf or NaN for f32.
 fn h_overflows(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) >= H_OVERFLOW_BITS; }
 
+// x rounded to the nearest f16 (ties to even), kept in f32, for values within f16 range. Integer
+// arithmetic on the bits, because compilers may fold f32(f16(x)) and
+// unpack2x16float(pack2x16float(x)) to x (Mesa's lavapipe does both), skipping the rounding.
+// f16 subnormals (|x| < 2^-14) are the multiples of 2^-24.
+fn f16_round(x: f32) -> f32 {
+  if (abs(x) < 6.103515625e-05) { return round(x * 16777216.0) * 5.9604644775390625e-08; }
+  let b = bitcast<u32>(x);
+  return bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
+}
+
 const ACT_NONE: u32 = 0u;
 const ACT_RELU: u32 = 1u;
 const ACT_GELU: u32 = 2u;   // tanh approximation (PyTorch's GELU(approximate="tanh"))

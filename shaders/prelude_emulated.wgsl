@@ -11,4 +11,4 @@ fn h_unpack(w: HW) -> vec2<f32> { return unpack2x16float(w); }
 fn h_pack(v: vec2<f32>) -> HW { return pack2x16float(v); }
 fn hs_from(x: f32) -> HS { return x; }
 fn hs_to(x: HS) -> f32 { return x; }
-fn h_round(x: f32) -> f32 { return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x; }
+fn h_round(x: f32) -> f32 { return f16_round(x); }  // see common.wgsl

@@ -12,4 +12,4 @@ fn h_unpack(w: HW) -> vec2<f32> { return vec2<f32>(w); }
 fn h_pack(v: vec2<f32>) -> HW { return HW(v); }
 fn hs_from(x: f32) -> HS { return HS(x); }
 fn hs_to(x: HS) -> f32 { return f32(x); }
-fn h_round(x: f32) -> f32 { return f32(f16(x)); }
+fn h_round(x: f32) -> f32 { return f16_round(x); }  // not f32(f16(x)): see common.wgsl

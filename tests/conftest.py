@@ -1,0 +1,70 @@
+"""Shared fixtures: one GPU device for the session, and the precision paths to parametrise over."""
+from __future__ import annotations
+
+import pytest
+
+from webmp.runtime import default_gpu
+
+PATHS = ["native", "emulated", "fp32"]
+F16_PATHS = ["native", "emulated"]
+NO_F16 = "this adapter lacks 'shader-f16': native f16 cases skipped (emulated and fp32 still run)"
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    """The process-wide device (webmp.runtime.default_gpu), shared by every test."""
+    try:
+        return default_gpu()
+    except RuntimeError as e:  # no adapter at all: say why instead of erroring in every test
+        pytest.skip(str(e))
+
+
+def _usable(path: str, gpu) -> str:
+    if path == "native" and not gpu.has_f16:
+        pytest.skip(NO_F16)
+    return path
+
+
+@pytest.fixture(params=PATHS)
+def path(request, gpu) -> str:
+    """Each storage path: native f16, emulated f16 (u32 words), fp32."""
+    return _usable(request.param, gpu)
+
+
+@pytest.fixture(params=F16_PATHS)
+def f16_path(request, gpu) -> str:
+    """The two f16 paths."""
+    return _usable(request.param, gpu)
+
+
+@pytest.fixture(scope="session")
+def digits():
+    from webmp.data import load_digits
+
+    return load_digits()
+
+
+# --- small training plans, compiled once per kernel set ------------------------------------------
+
+SMALL = {"hidden": [16], "batch_size": 8, "log_every": 1, "steps": 100, "warmup": 0, "schedule": "constant",
+         "growth_interval": 3}
+
+
+@pytest.fixture(scope="session")
+def trainer(gpu, digits):
+    """make(path, **config) -> (plan, runtime) for a small MLP on digits, freshly initialised.
+
+    Pipelines compile slowly on a CPU adapter, so runtimes are reused (webmp.inspect.cached_runtime):
+    a config that changes only initial contents (init_scale, say) rewrites every buffer of the
+    runtime already compiled for its kernels."""
+    from webmp.config import TrainConfig
+    from webmp.inspect import cached_runtime
+    from webmp.plan import build_plan
+
+    def make(path, **config):
+        precision = "fp32" if path == "fp32" else "mixed"
+        cfg = TrainConfig(**{**SMALL, "precision": precision, **config})
+        plan, blob = build_plan(cfg, digits, path)
+        return plan, cached_runtime(plan, blob, gpu)
+
+    return make

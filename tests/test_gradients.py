@@ -1,0 +1,67 @@
+"""Gradients of the whole MLP from the engine's training step against a float64 numpy model.
+
+One train_step runs on a fresh plan; the g_* buffers then hold the gradients of the initial
+weights on the first batch (webmp.data.batch_rows(0, ...)), multiplied by the loss scale; the
+optimizer reads them but does not change them.
+
+Errors are normwise per tensor, max |got - want| / max |want|: gradients are batch sums of mixed
+signs, so entries that nearly cancel have no meaningful elementwise relative error.
+- fp32 vs float64: about six f32 stages (matmul sums of <= 64 terms, dot_error(64) ~ 8e-6 each,
+  tanh good to 2^-18): TOL_F32 = 2^-14, an eighth of one f16 rounding, so any f16 rounding sneaking
+  into the fp32 path fails it.
+- mixed vs float64: any gradient sits downstream of at most 8 stores in f16 (input, weight
+  copies, pre-activation, activation on load, LayerNorm output, dlogits, deltas), each off by
+  < 2 U16 relative: TOL_MIXED = 16 U16 = 2^-7 (first order).
+Against the same model rounded where the engine stores (reference store=path) mixed agrees to
+~2e-7 on lavapipe, but that is no portable bound: an f32 result within f32 error of an f16 rounding
+boundary may round the other way on another adapter (one ulp, 2^-10, of one batch term), so
+whether each rounding happens is tested per kernel instead (test_matmul_act_on_load_rounds).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from webmp import reference as ref
+from webmp.data import batch_rows
+from webmp.plan import STATE_FIELDS
+from webmp.runtime import decode_state
+
+TOL_F32 = 2.0 ** -14
+TOL_MIXED = 16 * ref.U16
+MODELS = [("mlp", "gelu"), ("mlp-ln", "relu")]
+
+
+def step_gradients(plan, rt, digits):
+    """(initial master weights, batch x, batch y, loss scale, gradients / scale, step loss)."""
+    def read(name, shape):
+        return np.frombuffer(rt.read(name), np.float32)[:int(np.prod(shape))].reshape(shape)
+
+    params = {p["name"]: read(p["master"], p["shape"]).astype(np.float64) for p in plan["params"]}
+    scale = decode_state(rt.read("state"), STATE_FIELDS)["scale"]
+    rt.run("train_step")
+    grads = {p["name"]: read(p["grad"], p["shape"]).astype(np.float64) / scale for p in plan["params"]}
+    loss = decode_state(rt.read("state"), STATE_FIELDS)["loss"]
+    cfg = plan["config"]
+    rows = batch_rows(0, cfg["batch_size"], len(digits.train_x), cfg["seed"])
+    return params, digits.train_x[rows], digits.train_y[rows], scale, grads, loss
+
+
+def worst_relative(got: dict, want: dict) -> dict:
+    """Per tensor: max |got - want| / max |want| (normwise: gradients mix signs, so elementwise
+    relative errors of entries that cancel to ~0 say nothing)."""
+    return {k: float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want}
+
+
+@pytest.mark.parametrize("model,act", MODELS)
+def test_gradients(model, act, path, trainer, digits):
+    plan, rt = trainer(path, model=model, act=act)
+    params, x, y, scale, grads, loss = step_gradients(plan, rt, digits)
+    ln = model == "mlp-ln"
+    loss64, g64 = ref.mlp_loss_and_grads(params, x, y, act=act, ln=ln)
+    assert set(grads) == set(g64)
+    assert scale == (1.0 if path == "fp32" else plan["config"]["init_scale"])
+    tol = TOL_F32 if path == "fp32" else TOL_MIXED
+    errors = worst_relative(grads, g64)
+    assert max(errors.values()) <= tol, f"{path} {model}: normwise errors {errors} > {tol:.3g}"
+    assert abs(loss - loss64) <= tol * loss64, f"{path} {model}: loss {loss} != {loss64}"

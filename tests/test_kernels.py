@@ -1,0 +1,594 @@
+"""Every kernel against its numpy reference, on each storage path (native f16, emulated f16, fp32),
+at shapes that are not multiples of any tile or workgroup size.
+
+Kernels run through webmp.inspect (the plan builder and runtime training uses). References
+(webmp.reference) give the exact float64 value of each operation on the values the kernel reads;
+each test bounds |GPU - exact| elementwise by the arithmetic the kernel does:
+  - an f32 sum of n terms errs by at most dot_error(n) * sum|terms|, ~ 2 (n + 1) U32;
+  - a store in the activation format adds < 1 ulp: 2 U16 = 2^-10 relative for f16 (WGSL lets a
+    conversion round to either neighbour), 2^-24 absolute for f16 subnormals, 2 U32 for fp32.
+So in the f16 paths the store term, ~1e-3 relative, dominates; in fp32 the bounds are ~1e-6.
+"""
+from __future__ import annotations
+
+import functools
+import zlib
+
+import numpy as np
+import pytest
+
+from webmp import reference as ref
+from webmp.inspect import run_kernel, run_matmul
+from webmp.plan import METRIC_FIELDS
+from webmp.reference import U32, check_close, dot_error, store_error, store_tiny
+from webmp.runtime import decode_records, default_gpu
+
+FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS = 1, 2, 4
+NO_LABEL = 0xFFFFFFFF
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def rng_for(name: str, path: str) -> np.random.Generator:
+    """Inputs depend on the case and on f16 vs fp32 only, so both f16 paths see the same data."""
+    return np.random.default_rng(zlib.crc32(f"{name}/{path == 'fp32'}".encode()))
+
+
+def rand_h(rng, shape, path, scale=1.0):
+    """Normal values representable in the path's activation format."""
+    return ref.round_h(scale * rng.standard_normal(shape), path)
+
+
+def stored_bound(exact, f32_err, path):
+    """Bound for a value computed in f32 (error f32_err) and then stored in the activation format."""
+    return f32_err * (1 + store_error(path)) + store_error(path) * np.abs(exact) + store_tiny(path)
+
+
+# Every kernel run is a registered function of the path, cached, so the reference tests and the
+# native-vs-emulated comparison share one GPU run per (case, path).
+RUNS = {}
+
+
+def kernel_case(name):
+    def register(fn):
+        RUNS[name] = functools.partial(fn, name)
+        return fn
+    return register
+
+
+@functools.cache
+def run(name: str, path: str):
+    """(inputs, outputs) of the registered case on this path."""
+    return RUNS[name](path)
+
+
+# --- matmuls -----------------------------------------------------------------------------------
+
+MATMUL_SHAPES = [(1, 1, 1), (17, 33, 65), (130, 7, 257)]  # (M, N, K)
+# (variant, trans_a, trans_b, a_act, out_act). Pipelines compile slowly on a CPU adapter, so the
+# cases are chosen to cover each code path once: the four variants as training uses them (with
+# both transposes via matmul_logits) at every shape, the remaining activation and transpose
+# combinations at one odd shape.
+MATMUL_CASES = {
+    "fwd_gelu": ("matmul_fwd", 0, 0, 2, 0),
+    "logits_TT_relu": ("matmul_logits", 1, 1, 1, 0),
+    "wgrad_gelu": ("matmul_wgrad", 1, 0, 2, 0),
+    "dgrad_gelu": ("matmul_dgrad", 0, 1, 0, 2),
+    "fwd": ("matmul_fwd", 0, 0, 0, 0),
+    "logits_TN": ("matmul_logits", 1, 0, 0, 0),
+    "logits_NT": ("matmul_logits", 0, 1, 0, 0),
+    "dgrad_relu": ("matmul_dgrad", 0, 1, 0, 1),
+}
+MATMUL_NAMES = [f"matmul/{case}/{M}x{N}x{K}" for case in list(MATMUL_CASES)[:4] for M, N, K in MATMUL_SHAPES] + \
+    [f"matmul/{case}/17x33x65" for case in list(MATMUL_CASES)[4:]]
+# Tile shapes other than the default (webmp/tune.py picks among such per adapter) must be right
+# too; NN and TT cover all four ways of staging the operands.
+TILE_VARIANTS = {
+    "8x8_t8x8_k8": {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8},
+    "4x4_t4x4_k32": {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 32},
+}
+TILE_NAMES = [f"matmul/{case}/17x33x65/{t}" for t in TILE_VARIANTS for case in ("fwd_gelu", "logits_TT_relu")]
+
+
+def _matmul_case(name, path):
+    parts = name.split("/")
+    variant, ta, tb, a_act, out_act = MATMUL_CASES[parts[1]]
+    M, N, K = map(int, parts[2].split("x"))
+    tiles = TILE_VARIANTS[parts[3]] if len(parts) > 3 else None
+    rng = rng_for(name, path)
+    inp = {"A": rand_h(rng, (K, M) if ta else (M, K), path), "B": rand_h(rng, (N, K) if tb else (K, N), path),
+           "bias": rng.standard_normal(N).astype(np.float32), "zprev": rand_h(rng, (M, N), path, 2.0)}
+    out = run_matmul(variant, inp["A"], inp["B"], bias=inp["bias"], zprev=inp["zprev"], trans_a=ta, trans_b=tb,
+                     a_act=a_act, out_act=out_act, padded=True, tiles=tiles, path=path, gpu=default_gpu())
+    return inp, out
+
+
+for _name in MATMUL_NAMES + TILE_NAMES:
+    kernel_case(_name)(_matmul_case)
+
+
+@pytest.mark.parametrize("name", MATMUL_NAMES + TILE_NAMES)
+def test_matmul(name, path):
+    inp, out = run(name, path)
+    variant, ta, tb, a_act, out_act = MATMUL_CASES[name.split("/")[1]]
+    A, B, bias, zprev = inp["A"], inp["B"], inp["bias"], inp["zprev"]
+    opts = dict(trans_a=ta, trans_b=tb, a_act=a_act, path=path)
+    exact = ref.matmul(A, B, **opts)
+    has_bias = variant in ("matmul_fwd", "matmul_logits")
+    err = ref.matmul_error(A, B, **opts, extra=bias if has_bias else None)
+    if has_bias:
+        exact = exact + bias
+    if variant == "matmul_dgrad":
+        # times act'(Zprev) in f32: the product's error, act' evaluated in f32, one more rounding
+        g, g_err = ref.act_grad(zprev, out_act), ref.act_grad_error(zprev, out_act)
+        err = err * (np.abs(g) + g_err) + np.abs(exact) * g_err + 2 * U32 * np.abs(exact * g)
+        exact = ref.matmul_dgrad(A, B, zprev, out_act, path=path)
+    N = exact.shape[1]
+    C = out["C"]
+    if variant in ("matmul_fwd", "matmul_dgrad"):
+        err = stored_bound(exact, err, path)
+        if N % 2:
+            assert not C[:, N].any(), "the padding half of odd rows must stay zero"
+        C = C[:, :N]
+        assert out["flags"][0] == 0, "no value here comes near the f16 range"
+    check_close(C, exact, err, name)
+
+
+@kernel_case("matmul/act_on_load/4096")
+def _act_on_load_case(name, path):
+    a = np.linspace(-12, 12, 4096)
+    a = ref.round_h(a, path)
+    return {"a": a}, {k: run_matmul("matmul_wgrad", a[None, :], np.ones((1, 1)), trans_a=1, a_act=k, path=path,
+                                    gpu=default_gpu())["C"][:, 0] for k in (1, 2)}
+
+
+def test_matmul_act_on_load_rounds(path):
+    """A_ACT operands are act(x) rounded to the storage precision, as if the activation had been
+    stored: C = act(a) * 1 shows them directly (one product, f32 output). The emulated path once
+    lost this rounding to a compiler folding unpack2x16float(pack2x16float(x)) into x."""
+    inp, out = run("matmul/act_on_load/4096", path)
+    a = inp["a"]
+    for code, got in out.items():
+        exact = ref.act_fwd(a, code)
+        assert np.array_equal(ref.round_h(got, path), got), f"act {code}: operands not rounded to the storage format"
+        bound = stored_bound(exact, ref.act_fwd_error(a, code), path)
+        check_close(got, exact, bound, f"act {code} on load")
+
+
+@pytest.mark.parametrize("variant", ["matmul_fwd", "matmul_dgrad"])
+def test_matmul_store_overflow_is_bit_based(variant, path):
+    """The store flag tests |x| >= 65504 on the f32 bits, so a conversion that saturates to 65504
+    instead of giving Inf still counts as overflow; 65472 (the next f16 below) does not."""
+    dgrad = int(variant == "matmul_dgrad")
+
+    def store(a, b):
+        """(flags, stored value) of the 1x1 product a * b (act' = 1 for dgrad)."""
+        out = run_matmul(variant, np.full((1, 1), a), np.full((1, 1), b), zprev=np.ones((1, 1)), trans_b=dgrad,
+                         path=path, gpu=default_gpu())
+        return int(out["flags"][0]), float(out["C"][0, 0])
+
+    below = ref.F16_MAX - 32  # the next f16 below the maximum
+    if path == "fp32":
+        assert store(1.0, ref.F16_MAX) == (0, ref.F16_MAX) and store(2.0, 5e4) == (0, 1e5), "f32 storage holds these"
+        assert store(2.0, 3e38)[0] == FLAG_H_STORE, "an f32 product overflowing to Inf is flagged"
+        return
+    assert store(1.0, below) == (0, below)
+    assert store(1.0, ref.F16_MAX) == (FLAG_H_STORE, ref.F16_MAX), "f16 max is flagged (a saturated store reads it)"
+    flag, stored = store(2.0, -35000.0)
+    assert flag == FLAG_H_STORE and stored in (-ref.F16_MAX, -np.inf), stored
+
+
+# --- column sums, layernorm --------------------------------------------------------------------
+
+@kernel_case("colsum/13x37")
+@kernel_case("colsum/3x131")
+def _colsum_case(name, path):
+    M, N = map(int, name.split("/")[1].split("x"))
+    G = rand_h(rng_for(name, path), (M, N), path)
+    return {"G": G}, run_kernel(["colsum.wgsl"], "colsum", {"M": M, "N": N}, {"G": G}, {"out": (N,)},
+                                cdiv(N, 64), path=path, gpu=default_gpu())
+
+
+@pytest.mark.parametrize("name", ["colsum/13x37", "colsum/3x131"])
+def test_colsum(name, path):
+    inp, out = run(name, path)
+    G = inp["G"]
+    check_close(out["out"], ref.colsum(G), dot_error(len(G)) * np.abs(G).sum(0), name)
+
+
+LN_NAMES = ["layernorm/5x1", "layernorm/5x37", "layernorm/3x131"]
+
+
+def _ln_inputs(name, path):
+    M, N = map(int, name.split("/")[1].split("x"))
+    rng = rng_for(name, path)
+    Z = rand_h(rng, (M, N), path, 2.0) + ref.round_h(0.5, path)  # a mean away from 0
+    return M, N, rng, {"Z": ref.round_h(Z, path), "gamma": (1 + 0.2 * rng.standard_normal(N)).astype(np.float32),
+                       "beta": (0.2 * rng.standard_normal(N)).astype(np.float32)}
+
+
+def _ln_stats_error(Z):
+    """Bounds on the kernel's f32 mean (abs) and rstd (relative): the mean is an f32 sum of N
+    values; the variance sums squares of (z - mean'), whose cross term with the mean's error
+    cancels, so it errs by dot_error(N + 2) relative plus N * mean_err^2; inverseSqrt is good to
+    2 ulps and halves the relative error of its argument."""
+    N = Z.shape[1]
+    mean = Z.mean(1)
+    q = ((Z - mean[:, None]) ** 2).sum(1)
+    mean_err = dot_error(N + 1) * np.abs(Z).mean(1)
+    q_err = dot_error(N + 2) * q + N * mean_err ** 2
+    rstd_rel = 0.5 * (q_err / N + 4 * U32 * (q / N + 1e-5)) / (q / N + 1e-5) + 4 * U32
+    return mean_err, rstd_rel
+
+
+for _n in LN_NAMES:
+    @kernel_case(_n + "/fwd")
+    def _ln_fwd_case(name, path):
+        M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
+        out = run_kernel(["layernorm_fwd.wgsl"], "layernorm_fwd", {"M": M, "N": N}, inp,
+                         {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": (4,)}, M, path=path, gpu=default_gpu())
+        return inp, out
+
+    @kernel_case(_n + "/bwd")
+    def _ln_bwd_case(name, path):
+        M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
+        _, stats = ref.layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"])
+        inp = {"dY": rand_h(rng, (M, N), path), "Z": inp["Z"], "stats": stats.astype(np.float32), "gamma": inp["gamma"]}
+        out = run_kernel(["layernorm_bwd.wgsl"], "layernorm_bwd", {"M": M, "N": N}, inp,
+                         {"dZ": ((M, N), "padded"), "flags": (4,)}, M, path=path, gpu=default_gpu())
+        return inp, out
+
+    @kernel_case(_n + "/wgrad")
+    def _ln_wgrad_case(name, path):
+        M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
+        _, stats = ref.layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"])
+        inp = {"dY": rand_h(rng, (M, N), path), "Z": inp["Z"], "stats": stats.astype(np.float32)}
+        out = run_kernel(["layernorm_wgrad.wgsl"], "layernorm_wgrad", {"M": M, "N": N}, inp,
+                         {"dgamma": (N,), "dbeta": (N,)}, cdiv(N, 64), path=path, gpu=default_gpu())
+        return inp, out
+
+
+@pytest.mark.parametrize("name", LN_NAMES)
+def test_layernorm_fwd(name, path):
+    inp, out = run(name + "/fwd", path)
+    Z, gamma, beta = inp["Z"], inp["gamma"].astype(np.float64), inp["beta"].astype(np.float64)
+    Y, stats = ref.layernorm_fwd(Z, gamma, beta)
+    mean_err, rstd_rel = _ln_stats_error(Z)
+    check_close(out["stats"][:, 0], stats[:, 0], mean_err, f"{name} mean")
+    check_close(out["stats"][:, 1], stats[:, 1], rstd_rel * stats[:, 1], f"{name} rstd")
+    # Y = (z - mean) rstd gamma + beta in f32: the errors of mean and rstd, 4 roundings
+    t = np.abs(Z - stats[:, :1]) * stats[:, 1:] * np.abs(gamma)
+    f32_err = mean_err[:, None] * stats[:, 1:] * np.abs(gamma) + t * (rstd_rel[:, None] + 8 * U32) \
+        + 2 * U32 * (np.abs(Y) + np.abs(beta))
+    N = Z.shape[1]
+    check_close(out["Y"][:, :N], Y, stored_bound(Y, f32_err, path), f"{name} Y")
+    if N % 2:
+        assert not out["Y"][:, N].any(), "padding stays zero"
+    assert out["flags"][0] == 0
+
+
+@pytest.mark.parametrize("name", LN_NAMES)
+def test_layernorm_bwd(name, path):
+    inp, out = run(name + "/bwd", path)
+    dY, Z, stats, gamma = inp["dY"], inp["Z"], inp["stats"].astype(np.float64), inp["gamma"].astype(np.float64)
+    dZ = ref.layernorm_bwd(dY, Z, stats, gamma)
+    N = Z.shape[1]
+    # rstd * (g - mean(g) - xhat * mean(g xhat)): two f32 row sums of N terms and a few roundings
+    g = np.abs(dY * gamma)
+    xhat = np.abs(Z - stats[:, :1]) * stats[:, 1:]
+    mag = stats[:, 1:] * (g + g.mean(1, keepdims=True) + xhat * (g * xhat).mean(1, keepdims=True))
+    f32_err = (dot_error(N) + 16 * U32) * mag
+    check_close(out["dZ"][:, :N], dZ, stored_bound(dZ, f32_err, path), f"{name} dZ")
+    if N % 2:
+        assert not out["dZ"][:, N].any(), "padding stays zero"
+    assert out["flags"][0] == 0
+
+
+@pytest.mark.parametrize("name", LN_NAMES)
+def test_layernorm_wgrad(name, path):
+    inp, out = run(name + "/wgrad", path)
+    dY, Z, stats = inp["dY"], inp["Z"], inp["stats"].astype(np.float64)
+    dgamma, dbeta = ref.layernorm_wgrad(dY, Z, stats)
+    M = len(Z)
+    xhat = (Z - stats[:, :1]) * stats[:, 1:]
+    check_close(out["dgamma"], dgamma, (dot_error(M) + 8 * U32) * np.abs(dY * xhat).sum(0), f"{name} dgamma")
+    check_close(out["dbeta"], dbeta, dot_error(M) * np.abs(dY).sum(0), f"{name} dbeta")
+
+
+# --- softmax cross-entropy --------------------------------------------------------------------
+
+SOFTMAX_NAMES = ["softmax/70x1", "softmax/70x10", "softmax/9x13"]
+
+
+def _softmax_run(logits, labels, scale, path):
+    B, C = logits.shape
+    return run_kernel(["softmax_xent.wgsl"], "softmax_xent", {"B": B, "C": C},
+                      {"logits": logits.astype(np.float32), "labels": labels.astype(np.uint32),
+                       "state": {"scale": scale}},
+                      {"loss_rows": (B,), "dlogits": ((B, C), "padded"), "flags": (4,)}, cdiv(B, 64),
+                      path=path, gpu=default_gpu())
+
+
+for _n in SOFTMAX_NAMES:
+    @kernel_case(_n)
+    def _softmax_case(name, path):
+        B, C = map(int, name.split("/")[1].split("x"))
+        rng = rng_for(name, path)
+        inp = {"logits": (4 * rng.standard_normal((B, C))).astype(np.float32), "labels": rng.integers(0, C, B),
+               "scale": 1024.0}
+        return inp, _softmax_run(inp["logits"], inp["labels"], inp["scale"], path)
+
+
+@pytest.mark.parametrize("name", SOFTMAX_NAMES)
+def test_softmax_xent(name, path):
+    inp, out = run(name, path)
+    z, labels, scale = inp["logits"].astype(np.float64), inp["labels"], inp["scale"]
+    B, C = z.shape
+    loss, dl, bad = ref.softmax_xent(z, labels, scale)
+    assert not bad
+    # WGSL exp is good to (3 + 2|x|) ulps, log to 2^-21 absolute near 1 (the sum is in [1, C]),
+    # division to 2.5 ulps: the row sum errs by sum_rel, each probability by p_rel.
+    span = z.max(1) - z.min(1)
+    sum_rel = ((3 + 2 * span) * 2 + 2 * (C + 1)) * U32
+    mx, zy = z.max(1), z[np.arange(B), labels]
+    loss_err = sum_rel + 2.0 ** -21 + 4 * U32 * (np.abs(mx) + np.abs(zy) + np.abs(loss))
+    check_close(out["loss_rows"], loss, loss_err, f"{name} loss")
+    p_rel = (2 * sum_rel + (3 + 2 * span + 5) * 2 * U32)[:, None]
+    p = np.exp(z - mx[:, None]) / np.exp(z - mx[:, None]).sum(1, keepdims=True)
+    f32_err = (p_rel * p + 4 * U32 * np.abs(dl) * B / scale) * scale / B
+    check_close(out["dlogits"][:, :C], dl, stored_bound(dl, f32_err, path), f"{name} dlogits")
+    if C % 2:
+        assert not out["dlogits"][:, C].any(), "padding stays zero"
+    assert out["flags"][0] == 0
+
+
+def test_softmax_flags(path):
+    """The loss site flags a non-finite loss (Inf from finite logits, or NaN) and nothing else;
+    the store site flags dlogits beyond f16 range (a large loss scale) and nothing else."""
+    z = np.zeros((3, 4), np.float32)
+    z[0, 0], z[0, 1] = 3e38, -3e38   # row 0, label 1: loss = 3e38 + 3e38 -> Inf in f32
+    labels = np.array([1, 0, 2])
+    assert _softmax_run(z, labels, 1.0, path)["flags"][0] == FLAG_LOSS
+    z2 = np.zeros((3, 4), np.float32)
+    z2[1, 2] = np.nan
+    assert _softmax_run(z2, labels, 1.0, path)["flags"][0] & FLAG_LOSS
+    # dlogits = (p - 1) * scale / B with p = 1/4: 0.75 * 2^20 / 3 = 262144 > 65504
+    flags = _softmax_run(np.zeros((3, 4), np.float32), labels, 2.0 ** 20, path)["flags"][0]
+    assert flags == (0 if path == "fp32" else FLAG_H_STORE)
+
+
+# --- overflow check and gradient norm partials ---------------------------------------------------
+
+GRAD_STATS_NAMES = ["grad_stats/1", "grad_stats/1000", "grad_stats/5000"]
+BASE = 2
+
+
+def _grad_stats_run(G, scale, path):
+    N = G.size
+    nwg = min(16, cdiv(N, 256))
+    return run_kernel(["grad_stats.wgsl"], "grad_stats", {"N": N, "BASE": BASE, "NWG": nwg},
+                      {"G": G.astype(np.float32), "state": {"scale": scale},
+                       "partials": np.full(BASE + nwg + 1, -7.0, np.float32), "flags": np.zeros(4, np.uint32)},
+                      ["partials", "flags"], nwg, path=path, gpu=default_gpu())
+
+
+for _n in GRAD_STATS_NAMES:
+    @kernel_case(_n)
+    def _grad_stats_case(name, path):
+        N = int(name.split("/")[1])
+        G = (512 * rng_for(name, path).standard_normal(N)).astype(np.float32)
+        return {"G": G, "scale": 512.0}, _grad_stats_run(G, 512.0, path)
+
+
+@pytest.mark.parametrize("name", GRAD_STATS_NAMES)
+def test_grad_stats(name, path):
+    inp, out = run(name, path)
+    N = inp["G"].size
+    nwg = min(16, cdiv(N, 256))
+    partials, bad = ref.grad_stats(inp["G"], inp["scale"], nwg)
+    got = out["partials"]
+    assert (got[:BASE] == -7.0).all() and got[BASE + nwg] == -7.0, "only this tensor's slots are written"
+    # sums of positive terms: dot_error of the longest chain, plus the scaling and squaring
+    check_close(got[BASE:BASE + nwg], partials, (dot_error(N) + 8 * U32) * partials, name)
+    assert not bad and out["flags"][0] == 0
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_grad_stats_flags_nonfinite(bad, path):
+    """The master-gradient site: any Inf or NaN sets FLAG_MASTER_GRAD, wherever it sits."""
+    G = np.ones(700, np.float32)
+    G[517] = bad
+    assert _grad_stats_run(G, 1.0, path)["flags"][0] == FLAG_MASTER_GRAD
+    G = np.full(700, 1e30, np.float32)  # huge but finite: no flag
+    assert _grad_stats_run(G, 1e20, path)["flags"][0] == 0
+
+
+# --- the scaler's verdict ---------------------------------------------------------------------
+
+SCALER_BASE = {"NUM_PARTIALS": 3, "B": 5, "LR": 1e-3, "TOTAL": 100, "RING": 4, "WARMUP": 10, "INTERVAL": 3,
+               "HYSTERESIS": 2, "MIN_SCALE": 1.0}
+STATE0 = {"scale": 1024.0, "growth_tracker": 0, "hysteresis_left": 2, "iteration": 20, "opt_step": 19,
+          "data_pos": 100, "skipped_total": 1, "min_scale_events": 0, "first_min_scale_iter": 0,
+          "bc1": 1.0, "bc2": 1.0}
+# name: (state changes, flags word, constant changes)
+SCALER_SCENARIOS = {
+    "clean": ({}, 0, {}),
+    "growth": ({"growth_tracker": 2}, 0, {}),
+    "growth_to_inf_is_refused": ({"growth_tracker": 2, "scale": 2.0 ** 127}, 0, {}),
+    "overflow_within_hysteresis": ({"growth_tracker": 2}, FLAG_H_STORE, {}),
+    "overflow_backs_off": ({"hysteresis_left": 1}, FLAG_MASTER_GRAD, {}),
+    "overflow_at_floor": ({"hysteresis_left": 1, "scale": 1.0}, FLAG_LOSS, {}),
+    "warmup_and_clip": ({"iteration": 3, "opt_step": 3}, 0, {"CLIP": 0.5, "SCHEDULE": 0}),
+    "no_scaling_never_skips": ({}, FLAG_H_STORE | FLAG_LOSS, {"SCALING": 0}),
+}
+
+
+for _n in SCALER_SCENARIOS:
+    @kernel_case("scaler/" + _n)
+    def _scaler_case(name, path):
+        changes, found, consts = SCALER_SCENARIOS[name.split("/")[1]]
+        c = {**SCALER_BASE, **consts}
+        rng = rng_for(name, path)
+        inp = {"state": {**STATE0, **changes}, "found": found, "consts": c,
+               "partials": np.abs(rng.standard_normal(c["NUM_PARTIALS"])).astype(np.float32),
+               "loss_rows": np.abs(rng.standard_normal(c["B"])).astype(np.float32)}
+        out = run_kernel(["scaler.wgsl"], "scaler_step", c,
+                         {"state": inp["state"], "flags": np.array([found, 0, 0, 0], np.uint32),
+                          "partials": inp["partials"], "loss_rows": inp["loss_rows"],
+                          "metrics": np.full(c["RING"] * 8, 0xDEADBEEF, np.uint32)},
+                         ["state", "flags", "metrics"], 1, path=path, gpu=default_gpu())
+        return inp, out
+
+
+@pytest.mark.parametrize("scenario", list(SCALER_SCENARIOS))
+def test_scaler_step(scenario, path):
+    inp, out = run("scaler/" + scenario, path)
+    c = inp["consts"]
+    want, record = ref.scaler_step(inp["state"], inp["found"], inp["partials"], inp["loss_rows"], c)
+    got = out["state"]
+    lr_err = 0.5 * c["LR"] * 2.0 ** -11 + 4 * U32 * c["LR"]  # WGSL cos: 2^-11 absolute on [-pi, pi]
+    t = want["opt_step"]
+    # bc = 1 - pow(beta, t), pow = exp2(t log2 beta): log2 good to 2^-21 absolute near 1, exp2 to a few ulps
+    bc_err = {k: (t * 2.0 ** -21 + 2.0 ** -18) * (1 - want[k]) + 2 * U32 for k in ("bc1", "bc2")}
+    float_err = {"lr": lr_err, "loss": dot_error(c["B"]) * want["loss"],
+                 "grad_norm": (dot_error(c["NUM_PARTIALS"]) + 8 * U32) * want["grad_norm"],
+                 # clip / scale: a few divisions; 2^-127 (scale 2^127) is subnormal, which may flush to 0
+                 "grad_mul": 16 * U32 * want["grad_mul"] + 2.0 ** -126, **bc_err}
+    for name, value in want.items():
+        if name in float_err:
+            check_close(got[name], value, float_err[name], f"{scenario}: state.{name}")
+        else:
+            assert got[name] == value, f"{scenario}: state.{name} = {got[name]}, expected {value}"
+    assert out["flags"][0] == 0, "the scaler clears the flags for the next step"
+    words = out["metrics"].reshape(c["RING"], 8)
+    slot = inp["state"]["iteration"] % c["RING"]
+    assert (np.delete(words, slot, 0) == 0xDEADBEEF).all(), "only this step's ring slot is written"
+    rec = decode_records(words[slot].tobytes(), METRIC_FIELDS)[0]
+    for name, value in record.items():
+        if name in float_err:
+            check_close(rec[name], value, float_err[name], f"{scenario}: metrics.{name}")
+        else:
+            assert rec[name] == value, f"{scenario}: metrics.{name} = {rec[name]}, expected {value}"
+
+
+# --- AdamW ---------------------------------------------------------------------------------------
+
+ADAM_CONSTS = {"WD": 0.01, "BETA1": 0.9, "BETA2": 0.999, "EPS": 1e-8}
+ADAM_STATE = {"apply": 1, "lr": 1e-2, "grad_mul": 1 / 1024, "bc1": 0.19, "bc2": 0.0199}
+ROWS, COLS = 5, 7
+
+
+for _apply in (1, 0):
+    @kernel_case(f"adamw/apply{_apply}")
+    def _adamw_case(name, path):
+        rng = rng_for(name, path)
+        n = ROWS * COLS
+        inp = {"P": rng.standard_normal(n).astype(np.float32), "G": (1024 * rng.standard_normal(n)).astype(np.float32),
+               "Mo": (0.1 * rng.standard_normal(n)).astype(np.float32),
+               "V": (0.01 * rng.random(n) + 1e-4).astype(np.float32),
+               "state": {**ADAM_STATE, "apply": int(name.endswith("1"))}}
+        out = run_kernel(["adamw.wgsl"], "adamw", {"N": n, **ADAM_CONSTS}, inp, ["P", "Mo", "V"], cdiv(n, 64),
+                         path=path, gpu=default_gpu())
+        sentinel = np.full((ROWS, COLS), 3.0)
+        copy = run_kernel(["adamw.wgsl", "adamw_copy.wgsl"], "adamw_copy",
+                          {"N": n, **ADAM_CONSTS, "ROWS": ROWS, "COLS": COLS}, {**inp, "Wh": sentinel},
+                          {"P": None, "Mo": None, "V": None, "Wh": ((ROWS, COLS), "padded")},
+                          cdiv(ROWS * cdiv(COLS, 2), 64), path=path, gpu=default_gpu())
+        return inp, {"adamw": out, "adamw_copy": copy}
+
+
+@pytest.mark.parametrize("entry", ["adamw", "adamw_copy"])
+def test_adamw(entry, path):
+    inp, outs = run("adamw/apply1", path)
+    out = outs[entry]
+    P, G, Mo, V = (inp[k].astype(np.float64) for k in ("P", "G", "Mo", "V"))
+    st = inp["state"]
+    p, m, v = ref.adamw(P, G, Mo, V, st, ADAM_CONSTS)
+    b1, b2 = ADAM_CONSTS["BETA1"], ADAM_CONSTS["BETA2"]
+    g = G * st["grad_mul"]
+    # m, v: a few correctly rounded f32 operations on the magnitudes below; the update
+    # lr m^ / (sqrt(v^) + eps) adds sqrt and two divisions (2.5 ulps each)
+    m_err = 8 * U32 * (b1 * np.abs(Mo) + (1 - b1) * np.abs(g))
+    v_err = 8 * U32 * (b2 * V + (1 - b2) * g * g)
+    upd = st["lr"] * (m / st["bc1"]) / (np.sqrt(v / st["bc2"]) + ADAM_CONSTS["EPS"])
+    upd_err = st["lr"] / st["bc1"] * m_err / np.sqrt(v / st["bc2"]) + np.abs(upd) * (0.5 * v_err / v + 24 * U32)
+    p_err = 4 * U32 * np.abs(P) + upd_err + 2 * U32 * np.abs(p)
+    check_close(out["Mo"], m, m_err, f"{entry} m")
+    check_close(out["V"], v, v_err, f"{entry} v")
+    check_close(out["P"], p, p_err, f"{entry} P")
+    if entry == "adamw_copy":
+        Wh = out["Wh"]
+        pm = p.reshape(ROWS, COLS)
+        check_close(Wh[:, :COLS], pm, stored_bound(pm, p_err.reshape(ROWS, COLS), path), "working copy")
+        assert not Wh[:, COLS].any(), "padding stays zero"
+
+
+def test_adamw_skips_when_not_applied(path):
+    """apply = 0 (the scaler found an overflow): parameters, moments and the copy keep every bit."""
+    inp, outs = run("adamw/apply0", path)
+    for entry, out in outs.items():
+        for k in ("P", "Mo", "V"):
+            assert out[k].tobytes() == inp[k].tobytes(), f"{entry} changed {k}"
+    assert (outs["adamw_copy"]["Wh"][:, :COLS] == 3.0).all()
+
+
+# --- evaluation counters -------------------------------------------------------------------------
+
+@kernel_case("eval/70x10")
+def _eval_case(name, path):
+    rng = rng_for(name, path)
+    B, C = 70, 10
+    logits = rng.standard_normal((B, C)).astype(np.float32)
+    labels = rng.integers(0, C, B).astype(np.uint32)
+    labels[[3, 50, 69]] = NO_LABEL
+    io = {"logits": logits, "labels": labels}
+    reset = run_kernel(["eval.wgsl"], "eval_reset", {"B": B, "C": C}, {**io, "result": np.array([5, 9], np.uint32)},
+                       ["result"], 1, path=path, gpu=default_gpu())
+    count = run_kernel(["eval.wgsl"], "eval_count", {"B": B, "C": C}, {**io, "result": np.array([100, 200], np.uint32)},
+                       ["result"], cdiv(B, 64), path=path, gpu=default_gpu())
+    return io, {"reset": reset, "count": count}
+
+
+def test_eval_counters(path):
+    io, out = run("eval/70x10", path)
+    assert out["reset"]["result"].tolist() == [0, 0]
+    correct, counted = ref.eval_count(io["logits"], io["labels"])
+    assert counted == 67 and correct > 0
+    assert out["count"]["result"].tolist() == [100 + correct, 200 + counted], "counts add to the running totals"
+
+
+# --- native and emulated f16 agree bit for bit ---------------------------------------------------
+
+def _flatten(out, prefix=""):
+    for k, v in out.items():
+        if isinstance(v, dict) and not any(isinstance(x, (float, int)) for x in v.values()):
+            yield from _flatten(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_native_matches_emulated(name, gpu):
+    """Both f16 paths do the same f32 arithmetic in the same order on the same f16 values; they
+    differ only in the conversion builtin that stores (vec2<f16>(v) vs pack2x16float), and both
+    round operands with the same integer f16_round. On this adapter the two store conversions
+    round alike, so every output is bit-identical, as prelude_emulated.wgsl promises. (WGSL lets
+    each conversion pick either neighbour, so an adapter could differ by 1 f16 ulp in stores.)"""
+    if not gpu.has_f16:
+        pytest.skip("this adapter lacks 'shader-f16': nothing to compare the emulated path with")
+    native, emulated = dict(_flatten(run(name, "native")[1])), dict(_flatten(run(name, "emulated")[1]))
+    assert native.keys() == emulated.keys()
+    for key in native:
+        a, b = native[key], emulated[key]
+        if isinstance(a, dict):
+            assert a == b, f"{name} {key}"
+            continue
+        if a.dtype == np.float32:  # compare bits (also tells -0 from +0)
+            diff = a.view(np.uint32) != b.view(np.uint32)
+            if diff.any():
+                worst = np.abs(a[diff].astype(np.float64) - b[diff]).max()
+                raise AssertionError(f"{name} {key}: {int(diff.sum())} values differ, by up to {worst:.3g}")
+        else:
+            assert np.array_equal(a, b), f"{name} {key}"

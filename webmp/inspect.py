@@ -1,0 +1,206 @@
+"""Run any kernel from shaders/ on numpy inputs and get numpy outputs back.
+
+The tests check shader outputs with it, and it is a tool for debugging numerics by hand:
+
+    from webmp.inspect import run_kernel, run_matmul
+    out = run_matmul("matmul_fwd", A, W, bias=b, path="emulated")   # {"C": ..., "flags": ...}
+    out = run_kernel(["colsum.wgsl"], "colsum", {"M": 5, "N": 7}, inputs={"G": g},
+                     outputs={"out": (7,)}, workgroups=1)
+
+Each call builds a one-program plan with `webmp.plan.PlanBuilder` and executes it with
+`webmp.runtime.Runtime`, so kernels run through exactly the code path training uses (the last 32
+runtimes are kept and reused for identical plans: compiling pipelines is the slow part). Every binding
+of the kernel is a buffer named like the binding; its element kind (from `webmp.wgsl.parse_bindings`)
+says how numpy data is converted:
+  'h'               2-D float arrays in the activation layout (`pack_h` / `unpack_h`), returned as float32
+  'f32'             float32 arrays
+  'u32', 'atomic'   uint32 arrays
+  'State'           a {field: value} dict over `webmp.plan.STATE_FIELDS` (missing fields are 0) or an
+                    array of state words; returned as a dict
+"""
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+import numpy as np
+
+from .plan import STATE_FIELDS, PlanBuilder, op_matmul, pack_h, unpack_h
+from .runtime import GPU, Runtime, decode_state
+from .wgsl import PRELUDES, parse_bindings
+
+PROGRAM = "inspect"
+_METRICS = "_metrics"  # Runtime stages a metrics buffer; these plans never read it
+_CACHE_SIZE = 32       # runtimes kept for reuse: compiling pipelines is the slow part
+_runtimes: OrderedDict = OrderedDict()
+
+
+def reset_buffers(rt: Runtime, plan: dict, blob: bytes) -> None:
+    """Every buffer of `plan` back to its initial contents in `blob` (zeros where it has none)."""
+    for b in plan["buffers"]:
+        init = b["init"]
+        data = blob[init["offset"]:init["offset"] + init["bytes"]] if init else b""
+        rt.write(b["name"], data + bytes(b["bytes"] - len(data)))
+
+
+def cached_runtime(plan: dict, blob: bytes, gpu: GPU | None = None) -> Runtime:
+    """A Runtime for `plan` with its buffers set from `blob`, reusing a recent one built for the
+    same kernels, programs and buffer sizes (so its pipelines are not compiled again)."""
+    key = json.dumps([plan["kernels"], plan["programs"], [(b["name"], b["bytes"]) for b in plan["buffers"]],
+                      id(gpu)])
+    rt = _runtimes.pop(key, None)
+    if rt is None:
+        rt = Runtime(plan, blob, gpu)
+    else:
+        reset_buffers(rt, plan, blob)
+    _runtimes[key] = rt
+    while len(_runtimes) > _CACHE_SIZE:
+        _runtimes.popitem(last=False)
+    return rt
+
+
+def state_words(state: dict | np.ndarray | None = None) -> np.ndarray:
+    """The state buffer's words from a {field: value} dict (missing fields 0) or an array of words."""
+    words = np.zeros(len(STATE_FIELDS), np.uint32)
+    if state is None:
+        return words
+    if not isinstance(state, dict):
+        words[:] = np.asarray(state, np.uint32)
+        return words
+    unknown = set(state) - {name for name, _ in STATE_FIELDS}
+    if unknown:
+        raise ValueError(f"unknown state fields: {sorted(unknown)}")
+    for i, (name, kind) in enumerate(STATE_FIELDS):
+        if name in state:
+            words[i] = np.float32(state[name]).view(np.uint32) if kind == "f32" else np.uint32(state[name])
+    return words
+
+
+def run_kernel(files: list[str], entry: str, constants: dict, inputs: dict, outputs, workgroups,
+               path: str = "native", gpu: GPU | None = None) -> dict:
+    """Dispatch `entry` of the kernel made of `files` once and return the requested buffers.
+
+    inputs: {binding: array} initial contents. outputs: {binding: spec} buffers to read back, where
+    spec is a shape, (shape, dtype) to view an f32/u32 buffer as another dtype, ((rows, cols),
+    "padded") to get an h matrix with its padding column when cols is odd, or None for "the shape
+    of the input of that name"; a plain list of names means None for each. Every binding
+    must appear in inputs or outputs (or both, for read_write buffers holding data).
+    workgroups: an int or an (x[, y[, z]]) tuple.
+    """
+    bindings = parse_bindings((PRELUDES[path], "common.wgsl", *files))
+    wg = [workgroups] if np.isscalar(workgroups) else list(workgroups)
+
+    def dispatch(pb):
+        pb.dispatch(PROGRAM, files, entry, constants, {b["name"]: b["name"] for b in bindings}, wg)
+
+    return _run(path, bindings, inputs, outputs, dispatch, gpu)
+
+
+def run_matmul(variant: str, A, B, *, bias=None, zprev=None, trans_a: int = 0, trans_b: int = 0,
+               a_act: int = 0, out_act: int = 0, flags=None, padded: bool = False,
+               tiles: dict | None = None, path: str = "native", gpu: GPU | None = None) -> dict:
+    """One matmul kernel ('matmul_fwd', 'matmul_logits', 'matmul_wgrad', 'matmul_dgrad') dispatched
+    by `webmp.plan.op_matmul`, as training does. A is [M, K] ([K, M] with trans_a), B is [K, N]
+    ([N, K] with trans_b). Returns {"C": [M, N]} plus "flags" for the variants that have them;
+    padded=True returns an h output C with its zero-padding column when N is odd. tiles: the tile
+    shape constants (WG_X, WG_Y, TM, TN, BK); default: what op_matmul picks for training."""
+    A, B = np.atleast_2d(A), np.atleast_2d(B)
+    M, K = (A.shape[1], A.shape[0]) if trans_a else A.shape
+    N = B.shape[0] if trans_b else B.shape[1]
+    if (B.shape[1] if trans_b else B.shape[0]) != K:
+        raise ValueError(f"inner dimensions differ: A {A.shape} (trans_a={trans_a}), B {B.shape} (trans_b={trans_b})")
+    bindings = parse_bindings((PRELUDES[path], "common.wgsl", "matmul.wgsl", f"{variant}.wgsl"))
+    names = {b["name"] for b in bindings}
+    inputs = {"A": A, "B": B}
+    if "bias" in names:
+        inputs["bias"] = np.zeros(N, np.float32) if bias is None else bias
+    if "Zprev" in names:
+        inputs["Zprev"] = zprev
+    outputs = {"C": ((M, N), "padded") if padded and variant in ("matmul_fwd", "matmul_dgrad") else (M, N)}
+    if "flags" in names:
+        inputs["flags"] = np.zeros(4, np.uint32) if flags is None else flags
+        outputs["flags"] = None
+
+    def dispatch(pb):
+        op_matmul(pb, PROGRAM, variant, A="A", B="B", out="C", M=M, N=N, K=K, a_act=a_act,
+                  trans_a=trans_a, trans_b=trans_b, bias="bias" if "bias" in names else None,
+                  zprev="Zprev" if "Zprev" in names else None, out_act=out_act,
+                  **({"tiles": tiles} if tiles else {}))
+
+    return _run(path, bindings, inputs, outputs, dispatch, gpu)
+
+
+def _run(path, bindings, inputs, outputs, dispatch, gpu) -> dict:
+    if not isinstance(outputs, dict):
+        outputs = {name: None for name in outputs}
+    names = [b["name"] for b in bindings]
+    unknown = (set(inputs) | set(outputs)) - set(names)
+    missing = set(names) - set(inputs) - set(outputs)
+    if unknown or missing:
+        raise ValueError(f"the kernel binds {names}; unknown: {sorted(unknown)}, missing: {sorted(missing)}")
+
+    pb = PlanBuilder(path)
+    reads = {}
+    for b in bindings:
+        name, kind = b["name"], b["element"]
+        data = inputs.get(name)
+        shape, view = _shape_and_view(name, kind, data, outputs.get(name))
+        if kind == "h":
+            pb.h(name, *shape, category="other", init=None if data is None else pack_h(data, path))
+        elif kind == "f32":
+            pb.f32(name, shape, "other", data)
+        elif kind in ("u32", "atomic"):
+            pb.u32(name, shape, "other", data)
+        elif kind == "State":
+            pb.buffer(name, 4 * len(STATE_FIELDS), "other", "state", shape, state_words(data).tobytes())
+        else:
+            raise ValueError(f"binding {name}: element kind {kind!r} is not supported")
+        if name in outputs:
+            reads[name] = (kind, shape, view)
+    pb.u32(_METRICS, (1,), "other")
+    dispatch(pb)
+
+    sizes = [b["bytes"] for b in pb.buffers.values()]
+    kernels = list(pb.kernels.values())
+    plan = {
+        "buffers": list(pb.buffers.values()), "kernels": kernels, "programs": pb.programs,
+        "required_features": ["shader-f16"] if path == "native" else [],
+        "required_limits": {"maxStorageBufferBindingSize": max(sizes), "maxBufferSize": max(sizes),
+                            "maxStorageBuffersPerShaderStage": max(len(k["bindings"]) for k in kernels)},
+        "metrics": {"buffer": _METRICS}, "state": {"buffer": _METRICS},
+    }
+    rt = cached_runtime(plan, bytes(pb.blob), gpu)
+    rt.run(PROGRAM)
+
+    out = {}
+    for name, (kind, shape, view) in reads.items():
+        raw = rt.read(name)
+        if kind == "h":
+            rows, cols = shape
+            out[name] = unpack_h(raw, rows, cols + (cols & 1 if view == "padded" else 0), path)
+        elif kind == "State":
+            out[name] = decode_state(raw, STATE_FIELDS)
+        else:
+            n = int(np.prod(shape))
+            out[name] = np.frombuffer(raw, view)[:n].reshape(shape).copy()
+    return out
+
+
+def _shape_and_view(name, kind, data, spec):
+    """(buffer shape, numpy dtype to read it as) from the input data and/or the output spec."""
+    view = np.float32 if kind == "f32" else np.uint32
+    if kind == "State":
+        return (len(STATE_FIELDS),), None
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], (tuple, list)):
+        spec, view = spec  # (shape, dtype)
+    if spec is None:
+        if data is None:
+            raise ValueError(f"binding {name}: give an input array or an output shape")
+        shape = np.atleast_2d(data).shape if kind == "h" else np.shape(data)
+    else:
+        shape = (spec,) if np.isscalar(spec) else tuple(spec)
+    if kind == "h":
+        shape = (1, *shape) if len(shape) == 1 else shape
+        if len(shape) != 2:
+            raise ValueError(f"binding {name}: activation-format buffers are 2-D, got shape {shape}")
+    return tuple(int(s) for s in shape), view

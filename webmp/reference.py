@@ -1,0 +1,375 @@
+"""numpy references for every kernel family and a float64 MLP, for tests and numerics debugging.
+
+Kernel references take the values a kernel actually reads (stored f16 operands are exact in float64)
+and return the exact float64 result of the operation *before* the kernel's final store; the f32
+arithmetic and the f16 store are accounted for by error bounds (see `store_error`, `dot_error`).
+The arguments mirror the kernels' override constants, so a test passes one dict to both.
+
+Rounding facts the bounds rest on (WGSL spec, "Floating Point Accuracy"):
+- f32 +, -, * are correctly rounded, and WGSL lets "correctly rounded" pick either neighbour, so
+  one operation errs by less than one ulp: relative 2 * U32.
+- f32 -> f16 conversion (vec2<f16>(v), pack2x16float) may also round to either neighbour:
+  a stored value is within one f16 ulp, relative 2 * U16, or 2^-24 absolute in the subnormal range.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .data import batch_rows
+
+U16 = 2.0 ** -11          # f16 unit roundoff
+U32 = 2.0 ** -24          # f32 unit roundoff
+F16_MAX = 65504.0
+F16_TINY = 2.0 ** -24     # smallest f16 subnormal = f16 ulp below 2^-14
+GELU_K = math.sqrt(2.0 / math.pi)
+GELU_C = 0.044715
+ACT = {"none": 0, "relu": 1, "gelu": 2}
+
+
+# --- rounding ----------------------------------------------------------------------------------
+
+def round_h(x, path: str) -> np.ndarray:
+    """x as stored in the activation format of `path` (f16, or f32 for 'fp32'), as float64."""
+    dt = np.float32 if path == "fp32" else np.float16
+    return np.asarray(x, np.float64).astype(dt).astype(np.float64)
+
+
+def store_error(path: str) -> float:
+    """Relative error bound of one store into the activation format (see the module docstring)."""
+    return 2 * U32 if path == "fp32" else 2 * U16
+
+
+def store_tiny(path: str) -> float:
+    """Absolute error bound of a store in the subnormal range (f32 subnormals may flush to 0)."""
+    return 2.0 ** -126 if path == "fp32" else F16_TINY
+
+
+def dot_error(k: int) -> float:
+    """Bound on |fl(sum of k products) - exact| / sum|products| for f32 accumulation in any order,
+    each product and addition erring by < 2 * U32 (gamma_{k+1} with doubled unit roundoff)."""
+    n = (k + 1) * 2 * U32
+    return n / (1 - n)
+
+
+def check_close(actual, expected, bound, what: str = "") -> None:
+    """Raise AssertionError naming the worst element unless |actual - expected| <= bound everywhere."""
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    bound = np.broadcast_to(np.asarray(bound, np.float64), expected.shape)
+    if actual.shape != expected.shape:
+        raise AssertionError(f"{what}: shape {actual.shape} != expected {expected.shape}")
+    err = np.abs(actual - expected)
+    bad = ~(err <= bound)  # NaN counts as bad
+    if bad.any():
+        ratio = np.where(bad, np.nan_to_num(err / np.maximum(bound, 1e-300), nan=np.inf), -1)
+        i = np.unravel_index(np.argmax(ratio), expected.shape)
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} elements outside the bound; worst at {i}: "
+                             f"got {actual[i]!r}, expected {expected[i]!r}, |error| {err[i]:.3g} > bound {bound[i]:.3g}")
+
+
+# --- activations -------------------------------------------------------------------------------
+
+def _act_code(kind) -> int:
+    return ACT[kind] if isinstance(kind, str) else int(kind)
+
+
+def act_fwd(x, kind) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    kind = _act_code(kind)
+    if kind == 1:
+        return np.maximum(x, 0.0)
+    if kind == 2:
+        return 0.5 * x * (1.0 + np.tanh(GELU_K * (x + GELU_C * x ** 3)))
+    return x
+
+
+def act_grad(x, kind) -> np.ndarray:
+    """d act / dx at the pre-activation x (ReLU: 0 at x = 0, as the kernel)."""
+    x = np.asarray(x, np.float64)
+    kind = _act_code(kind)
+    if kind == 1:
+        return (x > 0).astype(np.float64)
+    if kind == 2:
+        t = np.tanh(GELU_K * (x + GELU_C * x ** 3))
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * x * x)
+    return np.ones_like(x)
+
+
+# Bounds on the kernels' f32 evaluation of the activations. ReLU is exact. GELU goes through WGSL
+# tanh, whose accuracy is inherited from (exp(x) - exp(-x)) / (exp(x) + exp(-x)) with exp good to
+# (3 + 2|x|) ulps (|x| <= 10 after the clamp): an absolute error below 2^-18 leaves a wide margin;
+# the few f32 multiplications around it add at most 16 U32 relative.
+TANH_ERROR = 2.0 ** -18
+
+
+def act_fwd_error(x, kind) -> np.ndarray:
+    """Bound on |f32 act_fwd(x) - exact| (0.5 x (1 + tanh): |x| times the tanh error)."""
+    x = np.abs(np.asarray(x, np.float64))
+    return (TANH_ERROR + 16 * U32) * x if _act_code(kind) == 2 else np.zeros_like(x)
+
+
+def act_grad_error(x, kind) -> np.ndarray:
+    """Bound on |f32 act_grad(x) - exact|: the derivative of the GELU gradient expression with
+    respect to tanh is at most 0.5 + |x| + |x|^3 in magnitude."""
+    x = np.abs(np.asarray(x, np.float64))
+    return (TANH_ERROR + 16 * U32) * (1 + x + x ** 3) if _act_code(kind) == 2 else np.zeros_like(x)
+
+
+# --- matmuls -----------------------------------------------------------------------------------
+
+def matmul_operands(A, B, *, trans_a=0, trans_b=0, a_act=0, path="native"):
+    """op(A) [M, K] and op(B) [K, N] as the matmul kernels multiply them: stored values, with A's
+    activation applied on load and rounded to the storage precision (A_ACT)."""
+    a = np.asarray(A, np.float64)
+    b = np.asarray(B, np.float64)
+    a = a.T if trans_a else a
+    b = b.T if trans_b else b
+    if _act_code(a_act):
+        a = round_h(act_fwd(a, a_act), path)
+    return a, b
+
+
+def matmul(A, B, *, trans_a=0, trans_b=0, a_act=0, path="native", dtype=np.float64):
+    """op(act(A)) @ op(B), accumulated in `dtype` (float64: the exact value to bound errors against)."""
+    a, b = matmul_operands(A, B, trans_a=trans_a, trans_b=trans_b, a_act=a_act, path=path)
+    return (a.astype(dtype) @ b.astype(dtype)).astype(np.float64)
+
+
+def matmul_error(A, B, *, trans_a=0, trans_b=0, a_act=0, path="native", extra=None):
+    """Elementwise bound on |f32-accumulated matmul - exact product of the operands the kernel sees|,
+    plus `extra` (e.g. |bias|) as one more summand. When A_ACT is on, the kernel's operand may also
+    differ from the reference's by the activation's f32 error and by which f16 neighbour it rounds
+    to, so those are folded in per element of A."""
+    a, b = matmul_operands(A, B, trans_a=trans_a, trans_b=trans_b, a_act=a_act, path=path)
+    k = a.shape[1]
+    absprod = np.abs(a) @ np.abs(b)
+    if extra is not None:
+        absprod = absprod + np.abs(extra)
+    bound = dot_error(k + 1) * absprod
+    code = _act_code(a_act)
+    if code:
+        x = np.asarray(A, np.float64).T if trans_a else np.asarray(A, np.float64)
+        # |kernel operand - reference operand| <= both roundings + the activation's f32 error
+        da = 2 * (store_error(path) * np.abs(a) + store_tiny(path)) + 2 * act_fwd_error(x, code)
+        bound = bound + (da @ np.abs(b)) * (1 + dot_error(k))
+    return bound
+
+
+def matmul_dgrad(dZ, W, zprev, out_act, *, path="native"):
+    """The dgrad epilogue before its store: (dZ @ W^T) * act'(Zprev), W stored [in, out]."""
+    return matmul(dZ, W, trans_b=1, path=path) * act_grad(zprev, out_act)
+
+
+# --- other kernel families ---------------------------------------------------------------------
+
+def softmax_xent(logits, labels, scale: float = 1.0):
+    """(loss per row, dlogits before the store, loss is non-finite) for the fused kernel:
+    dlogits = (softmax - onehot) * scale / B."""
+    z = np.asarray(logits, np.float64)
+    labels = np.asarray(labels, np.int64)
+    B = len(z)
+    mx = z.max(1, keepdims=True)
+    e = np.exp(z - mx)
+    s = e.sum(1, keepdims=True)
+    loss = (mx + np.log(s))[:, 0] - z[np.arange(B), labels]
+    p = e / s
+    p[np.arange(B), labels] -= 1.0
+    return loss, p * scale / B, bool(~np.isfinite(loss).all())
+
+
+def colsum(G) -> np.ndarray:
+    return np.asarray(G, np.float64).sum(0)
+
+
+def layernorm_fwd(Z, gamma, beta, eps: float = 1e-5):
+    """(Y before the store, stats [M, 2] = mean, rstd) of LayerNorm over the last dimension."""
+    z = np.asarray(Z, np.float64)
+    mean = z.mean(1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((z - mean) ** 2).mean(1, keepdims=True) + eps)
+    y = (z - mean) * rstd * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
+    return y, np.concatenate([mean, rstd], 1)
+
+
+def layernorm_bwd(dY, Z, stats, gamma) -> np.ndarray:
+    """dZ before the store: rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dY * gamma."""
+    stats = np.asarray(stats, np.float64)
+    mean, rstd = stats[:, :1], stats[:, 1:]
+    xhat = (np.asarray(Z, np.float64) - mean) * rstd
+    g = np.asarray(dY, np.float64) * np.asarray(gamma, np.float64)
+    return rstd * (g - g.mean(1, keepdims=True) - xhat * (g * xhat).mean(1, keepdims=True))
+
+
+def layernorm_wgrad(dY, Z, stats):
+    """(dgamma, dbeta) = (sum_r dY * xhat, sum_r dY)."""
+    stats = np.asarray(stats, np.float64)
+    xhat = (np.asarray(Z, np.float64) - stats[:, :1]) * stats[:, 1:]
+    dY = np.asarray(dY, np.float64)
+    return (dY * xhat).sum(0), dY.sum(0)
+
+
+def grad_stats(G, scale: float, NWG: int, wg_size: int = 256):
+    """(per-workgroup partial sums of (g / scale)^2, any non-finite g): workgroup w of the
+    grid-stride loop owns the 256-element blocks b with b % NWG == w."""
+    g = np.asarray(G, np.float64).ravel()
+    bad = bool(~np.isfinite(g).all())
+    u = np.where(np.isfinite(g), g, 0.0) / scale
+    blocks = np.arange(len(g)) // wg_size
+    partials = np.bincount(blocks % NWG, weights=u * u, minlength=NWG)
+    return partials, bad
+
+
+def f32(x) -> float:
+    """x as the f32 the GPU holds (override constants and state words are f32)."""
+    return float(np.float32(x))
+
+
+SCALER_DEFAULTS = {"SCALING": 1, "GROWTH": 2.0, "BACKOFF": 0.5, "INTERVAL": 2000, "HYSTERESIS": 1,
+                   "MIN_SCALE": 1.0, "CLIP": 0.0, "LR_MIN": 0.0, "WARMUP": 0, "SCHEDULE": 1,
+                   "BETA1": 0.9, "BETA2": 0.999}
+
+
+def lr_at(it: int, c: dict) -> float:
+    c = {**SCALER_DEFAULTS, **c}
+    lr, warmup = c["LR"], c["WARMUP"]
+    if it < warmup:
+        return lr * (it + 1) / warmup
+    if c["SCHEDULE"] == 0:
+        return lr
+    p = min((it - warmup) / (max(c["TOTAL"], warmup + 1) - warmup), 1.0)
+    return c["LR_MIN"] + 0.5 * (lr - c["LR_MIN"]) * (1.0 + math.cos(math.pi * p))
+
+
+def scaler_step(state: dict, found: int, partials, loss_rows, c: dict):
+    """The scaler kernel's update rule (PyTorch GradScaler semantics, DeepSpeed-style hysteresis,
+    a floor at MIN_SCALE): returns (new state dict, metrics record dict). `c` holds the kernel's
+    override constants (B, LR, TOTAL, ... as in webmp.plan); `found` is the flags word."""
+    c = {k: f32(v) if isinstance(v, float) else v for k, v in {**SCALER_DEFAULTS, **c}.items()}
+    s = dict(state)
+    it, scale = s["iteration"], s["scale"]
+    norm = math.sqrt(float(np.sum(partials, dtype=np.float64)))
+    loss = float(np.sum(loss_rows, dtype=np.float64)) / c["B"]
+    overflow = found != 0
+    skip = c["SCALING"] == 1 and overflow
+    lr = lr_at(it, c)
+    clip = min(1.0, c["CLIP"] / (norm + 1e-6)) if c["CLIP"] > 0 else 1.0
+    s.update(apply=0 if skip else 1, lr=lr, grad_mul=clip / scale, loss=loss, grad_norm=norm, found_inf=found)
+    if not skip:
+        s["opt_step"] += 1
+        s["bc1"] = 1.0 - c["BETA1"] ** s["opt_step"]
+        s["bc2"] = 1.0 - c["BETA2"] ** s["opt_step"]
+    min_event = 0
+    if c["SCALING"] == 1:
+        if overflow:
+            s["skipped_total"] += 1
+            s["growth_tracker"] = 0
+            if s["hysteresis_left"] > 1:
+                s["hysteresis_left"] -= 1
+            elif scale <= c["MIN_SCALE"]:
+                min_event = 1
+                s["min_scale_events"] += 1
+                if s["first_min_scale_iter"] == 0:
+                    s["first_min_scale_iter"] = it + 1
+            else:
+                s["scale"] = max(scale * c["BACKOFF"], c["MIN_SCALE"])
+        else:
+            s["growth_tracker"] += 1
+            if s["growth_tracker"] >= c["INTERVAL"]:
+                with np.errstate(over="ignore"):
+                    grown_is_finite = math.isfinite(float(np.float32(scale * c["GROWTH"])))
+                if grown_is_finite:
+                    s["scale"] = scale * c["GROWTH"]
+                s["growth_tracker"] = 0
+                s["hysteresis_left"] = c["HYSTERESIS"]
+    record = {"step": it, "loss": loss, "scale": scale, "skipped": int(skip), "lr": lr, "grad_norm": norm,
+              "found_inf": found, "min_scale_event": min_event}
+    s["iteration"] = it + 1
+    s["data_pos"] += c["B"]
+    return s, record
+
+
+def adamw(P, G, Mo, V, state: dict, c: dict):
+    """(P, Mo, V) after one AdamW step with the state's lr, grad_mul, bc1, bc2 (unchanged when
+    state['apply'] == 0). `c` holds the kernel's constants WD, BETA1, BETA2, EPS. Constants and
+    state values are used as the f32 numbers the kernel reads (1 - 0.999 and 1 - f32(0.999)
+    differ by 3e-5 relative)."""
+    P, G, Mo, V = (np.asarray(a, np.float64) for a in (P, G, Mo, V))
+    if not state["apply"]:
+        return P, Mo, V
+    b1, b2 = f32(c.get("BETA1", 0.9)), f32(c.get("BETA2", 0.999))
+    eps, wd = f32(c.get("EPS", 1e-8)), f32(c.get("WD", 0.0))
+    lr, bc1, bc2 = f32(state["lr"]), f32(state["bc1"]), f32(state["bc2"])
+    g = G * f32(state["grad_mul"])
+    m = b1 * Mo + (1 - b1) * g
+    v = b2 * V + (1 - b2) * g * g
+    p = P * (1 - lr * wd) - lr * (m / bc1) / (np.sqrt(v / bc2) + eps)
+    return p, m, v
+
+
+def gather(train_x, train_y, data_pos: int, batch: int, seed: int):
+    """(X, y) the gather_train kernel produces at this data position (X before the store)."""
+    rows = batch_rows(data_pos, batch, len(train_x), seed)
+    return np.asarray(train_x, np.float64)[rows], np.asarray(train_y)[rows]
+
+
+def eval_count(logits, labels):
+    """(correct, counted) over rows whose label is not the padding label 0xffffffff; ties go to the
+    lowest index, as the kernel's strict '>' scan."""
+    labels = np.asarray(labels, np.int64)
+    valid = labels != 0xFFFFFFFF
+    pred = np.argmax(np.asarray(logits), 1)
+    return int((pred[valid] == labels[valid]).sum()), int(valid.sum())
+
+
+# --- the whole MLP, float64 ----------------------------------------------------------------------
+
+def mlp_loss_and_grads(params: dict, x, y, *, act="gelu", ln: bool = False, scale: float = 1.0,
+                       store: str | None = None, eps: float = 1e-5):
+    """Mean softmax cross-entropy of the engine's MLP and its gradients, in float64.
+
+    params: {name: array} as the plan names them (W{l} [in, out], b{l}, ln_g{l}, ln_b{l}).
+    Gradients are multiplied by `scale`, as the engine's g_* buffers hold them. With store=path,
+    values are rounded where the engine stores them in the activation format (inputs, weight
+    copies, pre-activations, activations on load, LayerNorm outputs, backward deltas): the
+    mixed-precision model of the computation with every other operation exact.
+    """
+    rnd = (lambda a: a) if store is None else (lambda a: round_h(a, store))
+    L = sum(1 for k in params if k.startswith("W"))
+    W = [rnd(np.asarray(params[f"W{l}"], np.float64)) for l in range(L)]
+    b = [np.asarray(params[f"b{l}"], np.float64) for l in range(L)]
+    y = np.asarray(y, np.int64)
+    B = len(y)
+
+    inputs, pre, cache = [], [], []
+    h = rnd(np.asarray(x, np.float64))
+    for l in range(L):
+        if l > 0:
+            h = rnd(act_fwd(pre[-1], act))
+        inputs.append(h)
+        z = h @ W[l] + b[l]
+        if l == L - 1:
+            logits = z
+            break
+        z = rnd(z)
+        if ln:
+            yl, stats = layernorm_fwd(z, params[f"ln_g{l}"], params[f"ln_b{l}"], eps)
+            cache.append((z, stats))
+            pre.append(rnd(yl))
+        else:
+            pre.append(z)
+
+    loss_rows, d, _ = softmax_xent(logits, y, scale)
+    d = rnd(d)
+    grads = {}
+    for l in reversed(range(L)):
+        grads[f"W{l}"] = inputs[l].T @ d
+        grads[f"b{l}"] = d.sum(0)
+        if l == 0:
+            break
+        d = rnd((d @ W[l].T) * act_grad(pre[l - 1], act))
+        if ln:
+            z, stats = cache[l - 1]
+            grads[f"ln_g{l - 1}"], grads[f"ln_b{l - 1}"] = layernorm_wgrad(d, z, stats)
+            d = rnd(layernorm_bwd(d, z, stats, params[f"ln_g{l - 1}"]))
+    return float(loss_rows.mean()), grads
