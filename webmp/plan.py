@@ -157,8 +157,12 @@ def _grid(n, per=64):
 # --- kernel families: one function each, used by the model builder and by webmp.inspect --------
 
 def op_matmul(pb, program, variant, *, A, B, out, M, N, K, a_act=0, trans_a=0, trans_b=0,
-              bias=None, zprev=None, out_act=0):
-    consts = {"M": M, "N": N, "K": K, "TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
+              bias=None, zprev=None, out_act=0, tiles=None):
+    """One tiled matmul dispatch. `tiles` (WG_X, WG_Y, TM, TN, BK) defaults to the auto-tune cache's
+    choice for the active adapter and this shape class (webmp/tune.py), else to 64x64 tiles."""
+    from .tune import tiles_for
+    tiles = dict(tiles or tiles_for(pb.path, M, N, K, trans_a, trans_b))
+    consts = {"M": M, "N": N, "K": K, "TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act, **tiles}
     binds = {"A": A, "B": B, "C": out}
     if variant in ("matmul_fwd", "matmul_logits"):
         binds["bias"] = bias
@@ -168,7 +172,7 @@ def op_matmul(pb, program, variant, *, A, B, out, M, N, K, a_act=0, trans_a=0, t
     if variant in ("matmul_fwd", "matmul_dgrad"):
         binds["flags"] = "flags"
     pb.dispatch(program, ["matmul.wgsl", f"{variant}.wgsl"], variant, consts, binds,
-                [_cdiv(N, 64), _cdiv(M, 64)])
+                [_cdiv(N, tiles["WG_X"] * tiles["TN"]), _cdiv(M, tiles["WG_Y"] * tiles["TM"])])
 
 
 def build_plan(cfg: TrainConfig, data: Dataset, path: str) -> tuple[dict, bytes]:

@@ -1,0 +1,323 @@
+"""Matmul tile shapes: a short auto-tune per adapter and shape class, cached on disk.
+
+The matmul kernels (shaders/matmul.wgsl) take their tile shape as pipeline-overridable constants
+(WG_X, WG_Y, TM, TN, BK). `tiles_for` is what the plan builder asks: the cached choice for the
+*activated* adapter and the shape's class, else DEFAULT_TILES. Nothing here runs implicitly: the
+cache is filled by `tune_shapes` (`webmp bench --tune`, or `python -m webmp.tune`) and read after
+`activate(adapter_name)`. The cache is JSON at $WEBMP_TUNE_CACHE, default
+~/.cache/webmp/tune.json: {adapter name: {shape class: tiles}}.
+
+`MatmulCase` (one matmul on random data, checked against numpy, timed with many dispatches in one
+encoder and one wait) is shared with webmp/bench.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_TILES = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
+TILE_KEYS = tuple(DEFAULT_TILES)
+
+# Tile shapes to try, most promising first (the tuner stops when its time is up): 64x64 and
+# 128x128 tiles with 8x8 register blocks, then smaller blocks and deeper K slices for small or
+# skinny problems and for CPU adapters. Filtered by the device's limits.
+CANDIDATES = [
+    {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8},
+    {"WG_X": 16, "WG_Y": 16, "TM": 8, "TN": 8, "BK": 8},
+    {"WG_X": 16, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8},
+    {"WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 32},
+    {"WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 16},
+    {"WG_X": 16, "WG_Y": 16, "TM": 4, "TN": 4, "BK": 16},
+    {"WG_X": 16, "WG_Y": 16, "TM": 4, "TN": 4, "BK": 8},
+    {"WG_X": 16, "WG_Y": 16, "TM": 8, "TN": 8, "BK": 16},
+    {"WG_X": 16, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 16},
+    {"WG_X": 16, "WG_Y": 16, "TM": 8, "TN": 4, "BK": 8},
+    {"WG_X": 32, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 16},
+    {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 32},
+]
+
+
+# --- the cache ---------------------------------------------------------------------------------
+
+def cache_path() -> Path:
+    env = os.environ.get("WEBMP_TUNE_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "webmp" / "tune.json"
+
+
+def load_cache() -> dict:
+    try:
+        return json.loads(cache_path().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def save_cache(cache: dict) -> Path:
+    p = cache_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+    tmp.replace(p)
+    return p
+
+
+def _bucket(n: int) -> str:
+    for edge in (16, 64, 256, 1024, 4096):
+        if n <= edge:
+            return str(edge)
+    return "big"
+
+
+def shape_class(path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> str:
+    """e.g. 'native/NT/64x256x256': precision path, transposes, and each size rounded up to a power of 4."""
+    t = ("T" if trans_a else "N") + ("T" if trans_b else "N")
+    return f"{path}/{t}/{_bucket(M)}x{_bucket(N)}x{_bucket(K)}"
+
+
+_active: dict[str, dict] = {}
+_active_adapter: str | None = None
+
+
+def activate(adapter: str | None) -> int:
+    """Use the cached choices of this adapter (a name, or None for the defaults); returns how many."""
+    global _active, _active_adapter
+    _active_adapter = adapter
+    _active = dict(load_cache().get(adapter, {})) if adapter else {}
+    return len(_active)
+
+
+@contextmanager
+def activated(adapter: str | None):
+    """activate(adapter) for the duration of a with-block, then restore the previous choice."""
+    previous = _active_adapter
+    activate(adapter)
+    try:
+        yield
+    finally:
+        activate(previous)
+
+
+def tiles_for(path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> dict:
+    return dict(_active.get(shape_class(path, M, N, K, trans_a, trans_b), DEFAULT_TILES))
+
+
+def fits(tiles: dict, limits) -> bool:
+    """Whether the device's limits allow this tile shape (limits: device.limits, wgpu-py names)."""
+    threads = tiles["WG_X"] * tiles["WG_Y"]
+    shared = 4 * tiles["BK"] * (tiles["WG_Y"] * tiles["TM"] + tiles["WG_X"] * tiles["TN"])  # f32 tiles
+    return (threads <= limits["max-compute-invocations-per-workgroup"]
+            and tiles["WG_X"] <= limits["max-compute-workgroup-size-x"]
+            and tiles["WG_Y"] <= limits["max-compute-workgroup-size-y"]
+            and shared <= limits["max-compute-workgroup-storage-size"])
+
+
+# --- one matmul, on its own ----------------------------------------------------------------------
+
+@lru_cache(maxsize=2)
+def _operands(M, N, K, trans_a, trans_b, seed):
+    """Uniform in [-1, 1] (random, never an all-zero buffer) and rounded to f16, so that every
+    path, fp32 included, reads exactly these values and one float64 reference serves them all."""
+    rng = np.random.default_rng(seed)
+    f16 = lambda shape: rng.uniform(-1, 1, shape).astype(np.float16).astype(np.float64)
+    return (f16((K, M) if trans_a else (M, K)), f16((N, K) if trans_b else (K, N)),
+            rng.uniform(-1, 1, N).astype(np.float32), f16((M, N)))
+
+
+@lru_cache(maxsize=2)
+def _products(M, N, K, trans_a, trans_b, seed):
+    """op(A) @ op(B) and |op(A)| @ |op(B)| in float64."""
+    a, b, _, _ = _operands(M, N, K, trans_a, trans_b, seed)
+    a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+    return a @ b, np.abs(a) @ np.abs(b)
+
+
+class MatmulCase:
+    """A single matmul dispatch of one variant on random data (see _operands), laid out as the
+    variant reads it (A [K, M] when trans_a, B [N, K] when trans_b), with its numpy reference.
+    matmul_dgrad runs with OUT_ACT = relu."""
+
+    def __init__(self, gpu, path: str, M: int, N: int, K: int, variant: str = "matmul_wgrad",
+                 trans_a: int = 0, trans_b: int = 0, tiles: dict | None = None, seed: int = 0):
+        from .plan import PlanBuilder, op_matmul, pack_h
+        from .runtime import Runtime
+
+        self.path, self.M, self.N, self.K, self.variant = path, M, N, K, variant
+        self.trans_a, self.trans_b, self.seed = trans_a, trans_b, seed
+        self.tiles = dict(tiles or tiles_for(path, M, N, K, trans_a, trans_b))
+        self.a, self.b, self.bias, self.z = _operands(M, N, K, trans_a, trans_b, seed)
+        pb = PlanBuilder(path)
+        pb.h("A", *self.a.shape, init=pack_h(self.a, path))
+        pb.h("B", *self.b.shape, init=pack_h(self.b, path))
+        pb.f32("bias", (N,), "other", self.bias)
+        pb.h("Zprev", M, N, init=pack_h(self.z, path))
+        pb.u32("flags", (4,), "other")
+        self.out_h = variant in ("matmul_fwd", "matmul_dgrad")
+        if self.out_h:
+            pb.h("C", M, N)
+        else:
+            pb.f32("C", (M, N), "activations")
+        op_matmul(pb, "mm", variant, A="A", B="B", out="C", M=M, N=N, K=K, trans_a=trans_a,
+                  trans_b=trans_b, bias="bias", zprev="Zprev", out_act=1, tiles=self.tiles)
+        buffers = list(pb.buffers.values())
+        plan = {"buffers": buffers, "kernels": list(pb.kernels.values()), "programs": pb.programs,
+                "metrics": {"buffer": "flags"},
+                "required_features": ["shader-f16"] if path == "native" else [],
+                "required_limits": {"maxStorageBufferBindingSize": max(b["bytes"] for b in buffers),
+                                    "maxBufferSize": max(b["bytes"] for b in buffers)}}
+        self.flops = 2.0 * M * N * K
+        self.rt = Runtime(plan, bytes(pb.blob), gpu)
+        self.device = self.rt.device
+
+    def reference(self) -> np.ndarray:
+        c = _products(self.M, self.N, self.K, self.trans_a, self.trans_b, self.seed)[0]
+        if self.variant in ("matmul_fwd", "matmul_logits"):
+            c = c + self.bias
+        if self.variant == "matmul_dgrad":
+            c = c * (self.z > 0)  # OUT_ACT = relu
+        return c
+
+    def result(self) -> np.ndarray:
+        from .plan import unpack_h
+        raw = self.rt.read("C")
+        if self.out_h:
+            return unpack_h(raw, self.M, self.N, self.path)
+        return np.frombuffer(raw, np.float32)[: self.M * self.N].reshape(self.M, self.N)
+
+    def check(self) -> float:
+        """Runs once and returns the worst error as a multiple of its tolerance (<= 1 passes).
+
+        Tolerance per element: f32 accumulation of K exact products, K * 2^-24 * sum|a*b|
+        (the standard gamma_K bound), plus one f16 ulp of the result when the output is stored
+        in f16 (2^-10 |c|, and 2^-24 absolute: the spacing of f16 subnormals), plus 2^-24 |c|
+        for an f32 store and the bias addition."""
+        self.run(1)
+        ref = self.reference()
+        abs_ab = _products(self.M, self.N, self.K, self.trans_a, self.trans_b, self.seed)[1]
+        f16_store = self.out_h and self.path != "fp32"
+        tol = (self.K * 2.0 ** -24 * abs_ab + (2.0 ** -10 if f16_store else 2.0 ** -24) * np.abs(ref)
+               + 2.0 ** -24 * (np.abs(self.bias) + f16_store))
+        err = np.abs(self.result() - ref)
+        return float((err / tol).max())
+
+    def run(self, reps: int) -> float:
+        """Seconds for `reps` dispatches recorded in one pass, submitted once, waited for once
+        (by mapping a 4-byte copy of the output made after them: wgpu-py 0.32's
+        on_submitted_work_done is broken)."""
+        import wgpu
+        enc = self.device.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        for _ in range(reps):
+            for pipeline, bg, (x, y, z) in self.rt.programs["mm"]:
+                cpass.set_pipeline(pipeline)
+                cpass.set_bind_group(0, bg)
+                cpass.dispatch_workgroups(x, y, z)
+        cpass.end()
+        enc.copy_buffer_to_buffer(self.rt.buffers["C"], 0, self.rt.staging, 0, 4)
+        cmd = enc.finish()
+        t0 = time.perf_counter()
+        self.device.queue.submit([cmd])
+        self.rt.staging.map_sync(wgpu.MapMode.READ)
+        dt = time.perf_counter() - t0
+        self.rt.staging.unmap()
+        return dt
+
+    def gflops(self, target_s: float = 0.2, max_reps: int = 200) -> float:
+        """GFLOP/s from one batch of dispatches lasting about target_s (after a warm-up)."""
+        once = max(self.run(1), 1e-6)
+        reps = int(min(max_reps, max(2, target_s / once)))
+        return self.flops * reps / self.run(reps) / 1e9
+
+
+# --- the tuner -----------------------------------------------------------------------------------
+
+def plan_shapes(plan: dict) -> list[tuple]:
+    """The distinct (path, M, N, K, trans_a, trans_b) of a plan's matmul kernels."""
+    path = plan["f16_path"] or "fp32"
+    seen = []
+    for k in plan["kernels"]:
+        if k["entry"].startswith("matmul_"):
+            c = k["constants"]
+            s = (path, c["M"], c["N"], c["K"], c["TRANS_A"], c["TRANS_B"])
+            if s not in seen:
+                seen.append(s)
+    return seen
+
+
+def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
+    """For each shape class (represented by the first of its shapes given), times the candidates
+    that fit the device, most promising first, until the class's share of the budget is spent;
+    keeps the fastest that passes its correctness check, stores it in the cache under gpu.name and
+    activates it. Classes with the most work go first, and time one class leaves unused goes to
+    the next. Returns {class: {"tiles", "gflops", "default_gflops", "tried"}}."""
+    by_class = {}
+    for s in shapes:
+        by_class.setdefault(shape_class(*s), s)
+    order = sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3])
+    cands = [c for c in [DEFAULT_TILES] + [c for c in CANDIDATES if c != DEFAULT_TILES]
+             if fits(c, gpu.device.limits)]
+    cache = load_cache()
+    mine = cache.setdefault(gpu.name, {})
+    report = {}
+    t_budget_end = time.perf_counter() + budget_s
+    for i, (cls, (path, M, N, K, ta, tb)) in enumerate(order):
+        t_end = time.perf_counter() + (t_budget_end - time.perf_counter()) / (len(order) - i)
+        results = []
+        for tiles in cands:
+            if results and time.perf_counter() > t_end:
+                break
+            # correctness on a small shape with ragged edges, speed on the real one
+            small = MatmulCase(gpu, path, min(M, 67), min(N, 35), min(K, 41), trans_a=ta, trans_b=tb, tiles=tiles)
+            if small.check() > 1.0:
+                log(f"tune {cls}: {tiles} gives wrong results; skipped")
+                continue
+            case = MatmulCase(gpu, path, M, N, K, trans_a=ta, trans_b=tb, tiles=tiles)
+            results.append((max(case.gflops(target_s=0.05) for _ in range(2)), tiles))
+        if not results:
+            continue
+        best_gf, best = max(results, key=lambda r: r[0])
+        default_gf = next((gf for gf, t in results if t == DEFAULT_TILES), None)
+        mine[cls] = best
+        report[cls] = {"tiles": best, "gflops": best_gf, "default_gflops": default_gf, "tried": len(results)}
+        log(f"tune {cls}: {best} {best_gf:.2f} GFLOP/s (default {default_gf or 0:.2f}, {len(results)} tried)")
+    save_cache(cache)
+    activate(gpu.name)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from .config import TrainConfig
+    from .data import load_digits
+    from .plan import build_plan, resolve_f16_path
+    from .runtime import default_gpu
+
+    p = argparse.ArgumentParser(prog="python -m webmp.tune",
+                                description="Tune matmul tiles for the shapes of a training plan")
+    p.add_argument("--hidden", default="256,256")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--precision", nargs="+", default=["mixed", "fp32"])
+    p.add_argument("--budget", type=float, default=20.0, help="seconds in all")
+    args = p.parse_args(argv)
+    gpu = default_gpu()
+    shapes = []
+    for prec in args.precision:
+        cfg = TrainConfig(hidden=[int(x) for x in args.hidden.split(",")], batch_size=args.batch_size,
+                          precision=prec)
+        plan, _ = build_plan(cfg, load_digits(), resolve_f16_path(prec, "auto", gpu.has_f16))
+        shapes += plan_shapes(plan)
+    tune_shapes(gpu, shapes, args.budget)
+    print(f"cache: {cache_path()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
