@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import tune
 from .checkpoint import load_checkpoint, resume_blob, save_checkpoint, checkpoint_buffers
 from .config import TrainConfig
 from .data import Dataset, load_dataset
@@ -58,7 +59,9 @@ class Trainer:
         self.data = dataset or load_dataset(cfg.dataset, cfg.input_scale)
         self.gpu = gpu or default_gpu()
         self.path = resolve_f16_path(cfg.precision, cfg.f16, self.gpu.has_f16)
-        plan, blob = build_plan(cfg, self.data, self.path)
+        with tune.activated(self.gpu.name):  # tiles from `webmp bench --tune`'s cache, else defaults
+            self.tuned_classes = tune.active_classes()
+            plan, blob = build_plan(cfg, self.data, self.path)
         self.step = 0
         if contents is not None:
             plan, blob = resume_blob(plan, blob, contents)
@@ -182,6 +185,7 @@ class Trainer:
             "wall_seconds": round(self.wall, 3),
             "steps_per_second": round(len(self.records) / self.wall, 2) if self.wall > 0 else None,
             "readbacks": self.runtime.readbacks,
+            "matmul_tiles": f"tuned ({self.tuned_classes} shape classes cached)" if self.tuned_classes else "default",
             "run_dir": str(self.run_dir.path),
         }
         self.run_dir.write_json("summary.json", summary)

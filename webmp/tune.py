@@ -105,6 +105,11 @@ def activated(adapter: str | None):
         activate(previous)
 
 
+def active_classes() -> int:
+    """How many shape classes have tuned tiles for the active adapter."""
+    return len(_active)
+
+
 def tiles_for(path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> dict:
     return dict(_active.get(shape_class(path, M, N, K, trans_a, trans_b), DEFAULT_TILES))
 
