@@ -34,9 +34,10 @@ fi
 
 if [ "$mode" = test ]; then
   apt_install chromium mesa-vulkan-drivers libvulkan1 fonts-dejavu-core
-  if [ -f web/package.json ] && [ ! -d web/node_modules ]; then
-    say "npm install (chart library for the page)"
-    npm install --prefix web --no-audit --no-fund --loglevel=error >/dev/null
+  if [ ! -f web/node_modules/uplot/package.json ]; then
+    command -v npm >/dev/null 2>&1 || apt_install npm
+    say "npm ci (uPlot, the page's chart library, from web/package-lock.json)"
+    npm ci --prefix web --no-audit --no-fund --loglevel=error >/dev/null
   fi
   tool="$root/../shared/tools/webgpu-cpu/setup.sh"
   if [ -f "$tool" ] && [ ! -f /opt/webgpu-cpu/env.sh ]; then

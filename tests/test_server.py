@@ -1,0 +1,467 @@
+"""The browser runtime's server without a browser: REST, static files, WebSocket validation,
+record ordering, disconnect + resume, concurrent runs, the token, and the Python API's live history.
+A test stands in for the page by speaking its WebSocket protocol (webmp/messages.py)."""
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from webmp.browser import LocalServer
+from webmp.config import TrainConfig
+from webmp.messages import MAX_MESSAGE_BYTES
+from webmp.plan import METRIC_FIELDS, STATE_FIELDS
+from webmp.rundir import RunDir
+from webmp.server import UPLOT_DIR, cli_serve, create_app, server_token
+
+SMALL = dict(hidden=[16], batch_size=16, steps=30, log_every=10, checkpoint_every=10)
+
+
+def record(step: int, loss: float | None = None) -> dict:
+    """A metrics record as the page sends it (every field of METRIC_FIELDS)."""
+    values = {"step": step, "loss": 2.0 / (1 + step) if loss is None else loss, "scale": 65536.0, "skipped": 0,
+              "lr": 1e-3, "grad_norm": 0.5, "found_inf": 0, "min_scale_event": 0}
+    return {name: values[name] for name, _ in METRIC_FIELDS}
+
+
+def state_words(iteration: int) -> dict:
+    words = {name: (0.0 if kind == "f32" else 0) for name, kind in STATE_FIELDS}
+    return {**words, "scale": 65536.0, "iteration": iteration, "opt_step": iteration, "loss": 0.25}
+
+
+def hello(run_id: str, start_step: int = 0, f16_path: str = "emulated") -> dict:
+    return {"type": "hello", "run_id": run_id, "f16_path": f16_path, "start_step": start_step,
+            "adapter": {"vendor": "test", "architecture": "fake"}, "features": [], "limits": {"maxBufferSize": 2**30}}
+
+
+def records_msg(run_id: str, steps, **kw) -> dict:
+    return {"type": "records", "run_id": run_id, "records": [record(s, **kw) for s in steps]}
+
+
+def summary_msg(run_id: str, iteration: int) -> dict:
+    return {"type": "summary", "run_id": run_id, "state": state_words(iteration), "test_correct": 300,
+            "test_count": 359, "wall_seconds": 2.5, "steps_run": iteration, "readbacks": 3}
+
+
+@pytest.fixture
+def client(tmp_path):
+    with TestClient(create_app(tmp_path / "runs")) as c:
+        yield c
+
+
+def create(client, **cfg) -> dict:
+    r = client.post("/api/runs", json={**SMALL, **cfg})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def send(ws, msg) -> dict:
+    ws.send_text(json.dumps(msg))
+    return ws.receive_json()
+
+
+def connect(client, run_id, **kw):
+    ws = client.websocket_connect(f"/api/runs/{run_id}/ws", **kw)
+    ws.__enter__()  # left with leave(ws)
+    assert ws.receive_json()["type"] == "welcome"
+    return ws
+
+
+def leave(ws) -> None:
+    """The page goes away (closes its socket)."""
+    ws.__exit__(None, None, None)
+
+
+def stored_steps(client, run_id) -> list[int]:
+    """Steps in metrics.jsonl on disk (checked against what the API reports)."""
+    steps = [r["step"] for r in RunDir(client.app.state.store.get(run_id).dir.path).read_metrics()]
+    assert steps == [r["step"] for r in client.get(f"/api/runs/{run_id}/metrics").json()["records"]]
+    return steps
+
+
+def checkpoint_bytes(client, run_id, iteration: int, offer="emulated") -> bytes:
+    """A checkpoint upload: the plan's initial contents of its checkpoint buffers, state at `iteration`."""
+    plan = client.get(f"/api/runs/{run_id}/plan", params={"f16": offer}).json()["plan"]
+    blob = client.get(f"/api/runs/{run_id}/blob", params={"f16": offer}).content
+    by_name = {b["name"]: b for b in plan["buffers"]}
+    out = b""
+    for name in plan["checkpoint_buffers"]:
+        b = by_name[name]
+        data = bytearray(b["bytes"])
+        if b["init"]:
+            data[: b["init"]["bytes"]] = blob[b["init"]["offset"]: b["init"]["offset"] + b["init"]["bytes"]]
+        if name == plan["state"]["buffer"]:
+            words = np.frombuffer(bytes(data), np.uint32).copy()
+            words[[i for i, (n, _) in enumerate(STATE_FIELDS) if n == "iteration"][0]] = iteration
+            data = bytearray(words.tobytes())
+        out += bytes(data)
+    return out
+
+
+# --- static files -----------------------------------------------------------------------------
+
+def test_serves_page_shaders_and_local_chart_library(client):
+    page = client.get("/")
+    assert page.status_code == 200 and '<script type="module" src="/app.js">' in page.text
+    assert "export class Runner" in client.get("/runner.js").text
+    assert "@group(0)" in client.get("/shaders/scaler.wgsl").text
+    assert UPLOT_DIR.is_dir(), "the chart library is missing: run `npm ci --prefix web`"
+    lib = client.get("/vendor/uplot/uPlot.esm.js")
+    assert lib.status_code == 200 and "uPlot" in lib.text
+    assert "cdn" not in page.text.lower() and "https://" not in page.text
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory):
+    with LocalServer(tmp_path_factory.mktemp("runs")) as srv:
+        yield srv
+
+
+ESCAPES = [
+    "/../pyproject.toml", "/shaders/../pyproject.toml", "/shaders/../webmp/server.py", "/shaders/../../etc/passwd",
+    "/shaders/%2e%2e/pyproject.toml", "/%2e%2e/pyproject.toml", "/shaders/%2e%2e%2fpyproject.toml",
+    "/shaders/..%2f..%2fetc%2fpasswd", "/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/shaders//etc/passwd",
+    "/shaders/%2fetc%2fpasswd", "//etc/passwd", "/vendor/uplot/../../../../pyproject.toml",
+    "/vendor/uplot/%2e%2e/%2e%2e/%2e%2e/%2e%2e/pyproject.toml", "/shaders/.%2e/.%2e/etc/passwd",
+    "/shaders/%252e%252e/pyproject.toml", "/..\\pyproject.toml", "/shaders/..%5cpyproject.toml",
+]
+
+
+@pytest.mark.parametrize("path", ESCAPES)
+def test_static_files_cannot_escape(live_server, path):
+    """Raw request paths (http.client sends them untouched, unlike browsers and httpx)."""
+    host, port = live_server.url.removeprefix("http://").split(":")
+
+    def get(p):
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", p)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(errors="replace")
+
+    assert get("/shaders/common.wgsl")[0] == 200  # the same client does fetch what is allowed
+    status, body = get(path)
+    assert status in (400, 404), (path, status, body[:200])
+    for secret in ("[build-system]", "root:x:0", "def create_app"):
+        assert secret not in body
+
+
+# --- REST ---------------------------------------------------------------------------------------
+
+def test_runs_rest_api(client):
+    run = create(client, lr=2e-3)
+    assert run["status"] == "created" and run["last_step"] == -1 and run["config"]["lr"] == 2e-3
+    assert run["page_url"] == f"/?run={run['id']}"
+    assert [r["id"] for r in client.get("/api/runs").json()] == [run["id"]]
+    assert client.get(f"/api/runs/{run['id']}").json()["status"] == "created"
+    assert client.get(f"/api/runs/{run['id']}/metrics").json() == {"status": "created", "records": []}
+    assert client.get(f"/api/runs/{run['id']}/summary").status_code == 404
+    config = json.loads((client.app.state.store.get(run["id"]).dir.path / "config.json").read_text())
+    assert config["lr"] == 2e-3 and config["runtime"] == "browser"
+
+    bad = client.post("/api/runs", json={"steps": -5})
+    assert bad.status_code == 422 and "invalid steps" in bad.json()["detail"]
+    assert client.post("/api/runs", json={"no_such_field": 1}).status_code == 422
+    assert client.post("/api/runs", json=[1, 2]).status_code == 422
+    assert client.post("/api/runs", content=b"{not json", headers={"content-type": "application/json"}).status_code == 422
+    for unknown in ("nope", "..", "a%2F..%2Fb", "x" * 100):
+        assert client.get(f"/api/runs/{unknown}").status_code == 404
+    assert len(client.get("/api/runs").json()) == 1
+
+
+def test_plan_for_each_f16_path(client):
+    auto = create(client)["id"]
+    for offer, path in (("native", "native"), ("emulated", "emulated")):
+        got = client.get(f"/api/runs/{auto}/plan", params={"f16": offer}).json()
+        assert got["f16_path"] == path and got["plan"]["f16_path"] == path and got["start_step"] == 0
+        assert got["plan"]["prelude"] == f"prelude_{path}.wgsl"
+        blob = client.get(f"/api/runs/{auto}/blob", params={"f16": offer}).content
+        assert len(blob) == got["plan"]["blob_bytes"]
+    fp32 = create(client, precision="fp32")["id"]
+    assert client.get(f"/api/runs/{fp32}/plan", params={"f16": "native"}).json()["f16_path"] == "fp32"
+    forced = create(client, f16="emulated")["id"]
+    assert client.get(f"/api/runs/{forced}/plan", params={"f16": "native"}).json()["f16_path"] == "emulated"
+    needs_native = create(client, f16="native")["id"]
+    r = client.get(f"/api/runs/{needs_native}/plan", params={"f16": "emulated"})
+    assert r.status_code == 409 and "shader-f16" in r.json()["detail"]
+    assert client.get(f"/api/runs/{auto}/plan", params={"f16": "fast"}).status_code == 422
+
+
+# --- the WebSocket --------------------------------------------------------------------------------
+
+def test_records_are_stored_in_the_native_format(client):
+    run_id = create(client)["id"]
+    ws = connect(client, run_id)
+    assert send(ws, hello(run_id, f16_path="fp32"))["type"] == "error"  # not this config's precision
+    assert send(ws, hello(run_id))["type"] == "ack"
+    assert client.get(f"/api/runs/{run_id}").json()["status"] == "running"
+    reply = send(ws, records_msg(run_id, range(10)))
+    assert reply == {"type": "ack", "last_step": 9, "stored": 10, "duplicates": 0}
+    run_dir = client.app.state.store.get(run_id).dir.path
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x) for x in lines] == [record(s) for s in range(10)]
+    assert list(json.loads(lines[0])) == [name for name, _ in METRIC_FIELDS]  # same keys, same order as native
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["f16_path"] == "emulated" and "test" in config["adapter"]
+    # a skipped step: the page sends non-finite floats as strings, the file holds them as json.dumps does
+    skipped = {**record(10), "loss": "Infinity", "grad_norm": "NaN", "skipped": 1}
+    send(ws, {"type": "records", "run_id": run_id, "records": [skipped]})
+    last = (run_dir / "metrics.jsonl").read_text().splitlines()[-1]
+    assert last == json.dumps({**skipped, "loss": float("inf"), "grad_norm": float("nan")})
+    assert client.get(f"/api/runs/{run_id}/metrics", params={"after": 9}).json()["records"][0]["grad_norm"] == "NaN"
+    leave(ws)
+
+
+def test_malformed_or_oversized_messages_are_answered_and_dropped(client):
+    run_id = create(client)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    send(ws, records_msg(run_id, range(3)))
+    run_dir = client.app.state.store.get(run_id).dir.path
+    before = (run_dir / "metrics.jsonl").read_bytes()
+    good = record(3)
+    bad_messages = [
+        "not json at all",
+        "[1, 2, 3]",
+        json.dumps({"type": "records", "run_id": run_id}),                               # no records
+        json.dumps({"type": "records", "run_id": run_id, "records": []}),                # empty
+        json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "loss": "abc"}]}),
+        json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "step": -1}]}),
+        json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "step": 2**32}]}),
+        json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "step": 3.5}]}),
+        json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "extra": 1}]}),
+        json.dumps({"type": "records", "run_id": run_id, "records": [{k: v for k, v in good.items() if k != "loss"}]}),
+        json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "step": 30}]}),  # past steps
+        json.dumps({"type": "records", "run_id": "other-run", "records": [good]}),        # wrong run id
+        json.dumps({"type": "records", "run_id": "../../etc", "records": [good]}),
+        json.dumps({"type": "launch_missiles", "run_id": run_id}),
+        json.dumps({"type": "records", "run_id": run_id, "records": [good], "pad": "x" * MAX_MESSAGE_BYTES}),
+        json.dumps(records_msg(run_id, [3] * 501)),                                      # too many records
+        json.dumps({"type": "summary", "run_id": run_id, "state": {"scale": 1.0}, "test_correct": 1,
+                    "test_count": 0, "wall_seconds": 1, "steps_run": 1, "readbacks": 1}),
+    ]
+    for text in bad_messages:
+        ws.send_text(text)
+        reply = ws.receive_json()
+        assert reply["type"] == "error" and reply["message"], text[:80]
+    ws.send_bytes(b"\x00\x01binary")
+    assert ws.receive_json()["type"] == "error"
+    assert (run_dir / "metrics.jsonl").read_bytes() == before  # nothing written, nothing corrupted
+    assert send(ws, records_msg(run_id, [3]))["stored"] == 1  # the socket still works
+    assert stored_steps(client, run_id) == [0, 1, 2, 3]
+    assert client.get(f"/api/runs/{run_id}").json()["status"] == "running"
+    leave(ws)
+
+
+def test_out_of_order_and_duplicate_records_are_stored_once_in_order(client):
+    run_id = create(client)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    assert send(ws, records_msg(run_id, [7, 5, 6]))["stored"] == 0        # waiting for steps 0..4
+    assert stored_steps(client, run_id) == []
+    assert send(ws, records_msg(run_id, [2, 0, 1, 0]))["stored"] == 3     # 0 twice in one message
+    reply = send(ws, records_msg(run_id, [4, 3, 6, 1, 8]))                # 6 and 1 again
+    assert reply["stored"] == 6 and reply["duplicates"] == 2 and reply["last_step"] == 8
+    assert send(ws, records_msg(run_id, range(9)))["duplicates"] == 9
+    assert stored_steps(client, run_id) == list(range(9))
+    # records held back for a gap are kept when the page leaves
+    send(ws, records_msg(run_id, [12, 11]))
+    leave(ws)
+    assert stored_steps(client, run_id) == list(range(9)) + [11, 12]
+
+
+def test_disconnect_keeps_records_and_a_new_page_resumes_from_the_checkpoint(client):
+    run_id = create(client)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    send(ws, records_msg(run_id, range(15)))
+    first_pass = client.get(f"/api/runs/{run_id}/metrics").json()["records"]
+    upload = checkpoint_bytes(client, run_id, 10)
+    url = f"/api/runs/{run_id}/checkpoint"
+    assert client.put(url, params={"f16": "emulated", "step": 10}, content=upload[:-4]).status_code == 400
+    assert client.put(url, params={"f16": "emulated", "step": 10}, content=upload + b"\0" * 4).status_code == 413
+    assert client.put(url, params={"f16": "emulated", "step": 20}, content=upload).status_code == 400
+    assert client.put(url, params={"f16": "emulated", "step": 10}, content=upload).json() == {"checkpoint_step": 10}
+    leave(ws)  # the page goes away mid-run
+
+    info = client.get(f"/api/runs/{run_id}").json()
+    assert info["status"] == "disconnected" and info["checkpoint_step"] == 10
+    assert "resume" in info["message"] and f"/?run={run_id}" in info["message"]
+    assert stored_steps(client, run_id) == list(range(15))  # every record received is kept
+    assert client.put(url, params={"f16": "emulated", "step": 10}, content=upload).status_code == 409
+
+    # a new page gets the plan resumed from the checkpoint: its blob holds the checkpoint's state
+    got = client.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated"}).json()
+    assert got["start_step"] == 10
+    state = next(b for b in got["plan"]["buffers"] if b["name"] == got["plan"]["state"]["buffer"])
+    blob = client.get(f"/api/runs/{run_id}/blob", params={"f16": "emulated"}).content
+    words = np.frombuffer(blob[state["init"]["offset"]: state["init"]["offset"] + state["init"]["bytes"]], np.uint32)
+    assert words[3] == 10  # STATE_FIELDS[3] is the iteration
+
+    ws = connect(client, run_id)
+    assert send(ws, hello(run_id, start_step=0))["type"] == "error"  # a stale plan is refused
+    assert send(ws, hello(run_id, start_step=10))["type"] == "ack"
+    assert stored_steps(client, run_id) == list(range(10))  # steps 10.. are sent again by the new page
+    assert send(ws, records_msg(run_id, range(10, 30)))["stored"] == 20
+    assert send(ws, summary_msg(run_id, 30))["type"] == "ack"
+    leave(ws)
+
+    records = client.get(f"/api/runs/{run_id}/metrics").json()["records"]
+    assert [r["step"] for r in records] == list(range(30))
+    assert records[:15] == first_pass  # the same curve, continued
+    info = client.get(f"/api/runs/{run_id}").json()
+    assert info["status"] == "finished"
+    summary = client.get(f"/api/runs/{run_id}/summary").json()
+    assert summary["test_accuracy"] == pytest.approx(300 / 359) and summary["steps"] == 30
+    assert summary["f16_path"] == "emulated" and summary["runtime"] == "browser"
+    run_dir = client.app.state.store.get(run_id).dir.path
+    assert (run_dir / "curves.png").stat().st_size > 0 and (run_dir / "checkpoint.safetensors").is_file()
+    ws = connect(client, run_id)
+    assert send(ws, hello(run_id, start_step=10))["type"] == "error"  # finished runs stay finished
+    leave(ws)
+
+
+def test_server_restart_keeps_runs(tmp_path):
+    with TestClient(create_app(tmp_path)) as c:
+        run_id = create(c)["id"]
+        ws = connect(c, run_id)
+        send(ws, hello(run_id))
+        send(ws, records_msg(run_id, range(5)))
+        # a second server on the same directory sees what a restarted one would: a run left running
+        with TestClient(create_app(tmp_path)) as restarted:
+            info = restarted.get(f"/api/runs/{run_id}").json()
+            assert info["status"] == "disconnected" and info["last_step"] == 4
+            assert "restarted" in info["message"]
+        leave(ws)
+
+
+def test_two_runs_at_once_never_mix(client):
+    a, b = create(client)["id"], create(client)["id"]
+    wa, wb = connect(client, a), connect(client, b)
+    send(wa, hello(a))
+    send(wb, hello(b))
+    for lo in range(0, 30, 5):  # interleaved, as two tabs would
+        send(wa, records_msg(a, range(lo, lo + 5), loss=1.0))
+        send(wb, records_msg(b, range(lo, lo + 5), loss=2.0))
+    assert send(wa, records_msg(b, [0]))["type"] == "error"  # a's socket cannot write b's records
+    for run_id, loss in ((a, 1.0), (b, 2.0)):
+        recs = client.get(f"/api/runs/{run_id}/metrics").json()["records"]
+        assert [r["step"] for r in recs] == list(range(30)) and {r["loss"] for r in recs} == {loss}
+    # a second page for a run that already has one is refused
+    with client.websocket_connect(f"/api/runs/{a}/ws") as ws2:
+        assert ws2.receive_json()["type"] == "error"
+        with pytest.raises(WebSocketDisconnect) as e:
+            ws2.receive_json()
+        assert e.value.code == 4409
+    assert client.get(f"/api/runs/{a}").json()["status"] == "running"
+    leave(wa)
+    leave(wb)
+
+
+# --- binding and the token ------------------------------------------------------------------------
+
+def test_binding_elsewhere_needs_the_flag_and_a_token(capsys):
+    assert server_token("127.0.0.1", False, None) is None
+    assert server_token("::1", False, None) is None
+    with pytest.raises(ValueError, match="--allow-remote"):
+        server_token("0.0.0.0", False, None)
+    assert cli_serve(["--host", "0.0.0.0", "--port", "0"]) == 2
+    assert "--allow-remote" in capsys.readouterr().err
+    generated = server_token("0.0.0.0", True, None)
+    assert generated and len(generated) >= 24 and generated != server_token("0.0.0.0", True, None)
+    assert server_token("192.168.1.5", True, "given") == "given"
+
+
+def test_token_is_required_by_api_and_websocket(tmp_path):
+    with TestClient(create_app(tmp_path, token="s3cret-token")) as c:
+        assert c.get("/").status_code == 200  # the page itself is public; it takes the token from its URL
+        assert c.get("/api/runs").status_code == 401
+        assert c.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.post("/api/runs", json=SMALL).status_code == 401
+        ok = {"Authorization": "Bearer s3cret-token"}
+        run_id = c.post("/api/runs", json=SMALL, headers=ok).json()["id"]
+        assert c.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated"}).status_code == 401
+        assert c.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated", "token": "s3cret-token"}).status_code == 200
+        for query in ("", "?token=wrong"):
+            with pytest.raises(WebSocketDisconnect) as e:
+                with c.websocket_connect(f"/api/runs/{run_id}/ws{query}") as ws:
+                    ws.receive_json()
+            assert e.value.code == 4401
+        with c.websocket_connect(f"/api/runs/{run_id}/ws?token=s3cret-token") as ws:
+            assert ws.receive_json()["type"] == "welcome"
+
+
+def test_websocket_from_another_site_is_refused(client):
+    run_id = create(client)["id"]
+    with pytest.raises(WebSocketDisconnect) as e:
+        with client.websocket_connect(f"/api/runs/{run_id}/ws", headers={"origin": "http://evil.example"}) as ws:
+            ws.receive_json()
+    assert e.value.code == 4401
+    with client.websocket_connect(f"/api/runs/{run_id}/ws", headers={"origin": "http://testserver"}) as ws:
+        assert ws.receive_json()["type"] == "welcome"
+
+
+def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "webmp.cli", "serve", "--port", "0", "--runs", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line, line + proc.stderr.read() if proc.poll() is not None else line
+        url = line.split("http://", 1)[1].split()[0]
+        host, port = url.rstrip("/").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", "/api/info")
+        assert json.loads(conn.getresponse().read())["token_required"] is False
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+# --- the Python API, with a scripted page ----------------------------------------------------------
+
+def test_python_api_streams_history_live(tmp_path):
+    """history() yields each batch while the run is still going: the fake page only sends the next
+    batch after the test has received the previous one."""
+    from websockets.sync.client import connect as ws_connect
+
+    with LocalServer(tmp_path) as srv:
+        run = srv.create_run(TrainConfig(**SMALL))
+        got_batch = [threading.Event() for _ in range(3)]
+        page_error = []
+
+        def page():
+            try:
+                with ws_connect(srv.url.replace("http", "ws") + f"/api/runs/{run.id}/ws") as ws:
+                    ws.recv()
+                    batches = [records_msg(run.id, range(lo, lo + 10)) for lo in (0, 10, 20)]
+                    batches[1]["records"][5].update(grad_norm="NaN", skipped=1)  # as the page sends NaN
+                    for msg in [hello(run.id)] + batches:
+                        ws.send(json.dumps(msg))
+                        assert json.loads(ws.recv())["type"] == "ack"
+                        if msg["type"] == "records":
+                            assert got_batch[msg["records"][0]["step"] // 10].wait(30)
+                    ws.send(json.dumps(summary_msg(run.id, 30)))
+                    ws.recv()
+            except Exception as e:  # reported by the main thread
+                page_error.append(e)
+
+        threading.Thread(target=page, daemon=True).start()
+        seen = []
+        for rec in run.history(timeout=60):
+            seen.append(rec)
+            if rec["step"] % 10 == 9:
+                assert run.status == "running"  # live: the run is not over yet
+                got_batch[rec["step"] // 10].set()
+        assert not page_error
+        assert [r["step"] for r in seen] == list(range(30))
+        assert math.isnan(seen[15]["grad_norm"]) and seen[15]["skipped"] == 1
+        assert json.dumps(seen) == json.dumps(run.records())
+        summary = run.wait(timeout=30)
+        assert summary["test_correct"] == 300 and summary["steps"] == 30

@@ -1,0 +1,351 @@
+// The page: controls, adapter info, live charts, and the link between runner.js and the server.
+// Opening /?run=ID trains (or resumes) that run; the Start button creates a new run first.
+import {openGPU, Runner, checkPlan, train} from './runner.js';
+
+const params = new URLSearchParams(location.search);
+const token = params.get('token');
+const $ = (id) => document.getElementById(id);
+// What tests and scripts can read: the page's status, its run, the f16 path and any error.
+const page = window.webmp = {status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null};
+
+let stopRequested = false;
+let uPlot = null;
+try {
+  uPlot = (await import('/vendor/uplot/uPlot.esm.js')).default;
+} catch {
+  $('chart-note').hidden = false;
+  $('chart-note').textContent = 'The chart library is missing (run `npm ci --prefix web` on the server); training still works.';
+}
+
+function log(line) {
+  $('log').textContent += `${new Date().toLocaleTimeString()} ${line}\n`;
+}
+
+function setStatus(status, text = status) {
+  page.status = status;
+  $('status').textContent = text;
+  $('status-line').className = status;
+  const busy = status === 'preparing' || status === 'running';
+  $('start').disabled = busy;
+  $('stop').disabled = !busy;
+}
+
+function fill(dl, entries) {
+  dl.replaceChildren(...entries.flatMap(([k, v]) => {
+    const dt = document.createElement('dt'), dd = document.createElement('dd');
+    dt.textContent = k;
+    dd.append(v);  // text or an element
+    return [dt, dd];
+  }));
+}
+
+function details(summary, text) {
+  const d = document.createElement('details'), s = document.createElement('summary');
+  s.textContent = summary;
+  d.append(s, text);
+  return d;
+}
+
+// --- talking to the server ---------------------------------------------------------------------
+
+async function api(path, {method = 'GET', body, raw = false} = {}) {
+  const headers = token ? {Authorization: `Bearer ${token}`} : {};
+  if (body !== undefined && !(body instanceof ArrayBuffer)) headers['Content-Type'] = 'application/json';
+  const res = await fetch(path, {method, headers,
+    body: body === undefined || body instanceof ArrayBuffer ? body : JSON.stringify(body)});
+  if (!res.ok) {
+    const detail = await res.json().then((j) => j.detail, () => res.statusText);
+    throw new Error(`${method} ${path.split('?')[0]}: ${res.status} ${typeof detail === 'string' ? detail : JSON.stringify(detail)}`);
+  }
+  return raw ? res.arrayBuffer() : res.json();
+}
+
+// JSON has no NaN or Infinity: send them as strings, which the server's pydantic models accept.
+const finite = (key, v) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v);
+
+// The run's WebSocket: every message gets one reply (ack or error), in order.
+class RunSocket {
+  static open(runId) {
+    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/runs/${runId}/ws` +
+                (token ? `?token=${encodeURIComponent(token)}` : '');
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(url);
+      ws.onmessage = (e) => {
+        const m = JSON.parse(e.data);
+        if (m.type === 'welcome') resolve(new RunSocket(ws));
+        else reject(new Error(m.message || 'the server refused the connection'));
+      };
+      ws.onclose = (e) => reject(new Error(`the server closed the connection (${e.code})`));
+    });
+  }
+
+  constructor(ws) {
+    this.ws = ws;
+    this.waiting = [];
+    ws.onmessage = (e) => {
+      const m = JSON.parse(e.data), w = this.waiting.shift();
+      if (!w) return;
+      if (m.type === 'error') w.reject(new Error(`server: ${m.message}`));
+      else w.resolve(m);
+    };
+    ws.onclose = () => {
+      for (const w of this.waiting.splice(0)) w.reject(new Error('the connection to the server closed'));
+    };
+  }
+
+  request(msg) {
+    if (this.ws.readyState !== WebSocket.OPEN) return Promise.reject(new Error('the connection to the server closed'));
+    return new Promise((resolve, reject) => {
+      this.waiting.push({resolve, reject});
+      this.ws.send(JSON.stringify(msg, finite));
+    });
+  }
+
+  close() { this.ws.close(); }
+}
+
+async function openSocket(runId) {
+  // A reloaded page can arrive before the server has seen the old page leave: retry briefly.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await RunSocket.open(runId);
+    } catch (e) {
+      if (attempt >= 5 || !/already has a page/.test(e.message)) throw e;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+}
+
+// --- charts: loss (log10) and loss scale (log2) with skipped steps marked ------------------------
+
+class Charts {
+  constructor() { this.reset(); }
+
+  reset() {
+    this.data = {step: [], loss: [], scale: [], skipped: []};
+    for (const c of [this.lossChart, this.scaleChart]) c?.destroy();
+    this.lossChart = this.scaleChart = null;
+  }
+
+  add(records) {
+    for (const r of records) {
+      const ok = (v) => (Number.isFinite(v) && v > 0 ? v : null);
+      this.data.step.push(r.step);
+      this.data.loss.push(ok(Math.max(r.loss, 1e-12)));
+      this.data.scale.push(ok(r.scale));
+      this.data.skipped.push(r.skipped ? ok(r.scale) : null);
+    }
+    this.draw();
+  }
+
+  draw() {
+    if (!uPlot || this.data.step.length === 0) return;
+    const d = this.data;
+    if (!this.lossChart) {
+      const width = Math.max(400, $('charts').clientWidth);
+      const x = {time: false};
+      this.lossChart = new uPlot({
+        title: 'training loss', width, height: 230, scales: {x, y: {distr: 3}},
+        series: [{label: 'step'}, {label: 'loss', stroke: '#1f77b4', width: 1.5}],
+        axes: [{label: 'step'}, {label: 'loss (log scale)', size: 80}],
+      }, [d.step, d.loss], $('loss-chart'));
+      this.scaleChart = new uPlot({
+        title: 'loss scale', width, height: 230, scales: {x, y: {distr: 3, log: 2}},
+        series: [
+          {label: 'step'},
+          {label: 'loss scale', stroke: '#ff7f0e', width: 1.5},
+          {label: 'skipped step', stroke: '#d62728', fill: '#d62728', paths: () => null,
+           points: {show: true, size: 9, stroke: '#d62728', fill: '#d62728'}},
+        ],
+        axes: [{label: 'step'}, {label: 'loss scale (log2)', size: 80,  // unlabelled minor ticks come as null
+                values: (u, vals) => vals.map((v) => (v > 0 ? `2^${Math.round(Math.log2(v))}` : ''))}],
+      }, [d.step, d.scale, d.skipped], $('scale-chart'));
+    } else {
+      this.lossChart.setData([d.step, d.loss]);
+      this.scaleChart.setData([d.step, d.scale, d.skipped]);
+    }
+  }
+}
+
+const charts = new Charts();
+
+// --- the adapter -------------------------------------------------------------------------------
+
+// The adapter, shown when the page opens (each run then opens its own device: a finished run
+// destroys its device to free its memory).
+const gpuReady = openGPU().then((gpu) => {
+  gpu.device.destroy();
+  const a = gpu.adapter;
+  fill($('gpu-info'), [
+    ['adapter', [a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(' / ') || '(not reported)'],
+    ['shader-f16', gpu.hasF16 ? 'yes: f16 runs natively' : 'no: f16 is emulated (stored as f16, computed in f32)'],
+    ['f16 path', '(chosen when a run starts)'],
+    ...Object.entries(gpu.limits).map(([k, v]) => [k, String(v)]),
+    ['features', details(`${gpu.features.length} features`, gpu.features.join(', '))],
+  ]);
+  page.adapter = a;
+  page.hasF16 = gpu.hasF16;
+  return gpu;
+});
+gpuReady.catch((e) => { page.error = e.message; setStatus('failed', `WebGPU unavailable: ${e.message}`); });
+
+function showPath(path, plan) {
+  const what = {native: 'native f16 (shader-f16)', emulated: 'emulated f16 (pack2x16float, f32 arithmetic)',
+                fp32: 'fp32 (no f16)'}[path];
+  const dl = $('gpu-info');
+  for (const dt of dl.querySelectorAll('dt')) {
+    if (dt.textContent === 'f16 path') dt.nextElementSibling.textContent = what;
+  }
+  const need = Object.entries(plan.required_limits).map(([k, v]) => `${k} ${v}`).join(', ');
+  log(`plan: ${plan.layers.join('-')} MLP, ${plan.precision}, ${what}; needs ${need}`);
+}
+
+// --- a run -------------------------------------------------------------------------------------
+
+async function uploadCheckpoint(runner, runId, offer, step) {
+  const bytes = await runner.read(runner.plan.checkpoint_buffers);
+  await api(`/api/runs/${runId}/checkpoint?f16=${offer}&step=${step}`, {method: 'PUT', body: bytes});
+  log(`checkpoint at step ${step} uploaded`);
+}
+
+function showSummary(s) {
+  $('summary-panel').hidden = false;
+  $('accuracy').textContent = `test accuracy ${(100 * s.test_accuracy).toFixed(2)} % (${s.test_correct}/${s.test_count})`;
+  fill($('summary'), [
+    ['final train loss', Number(s.final_train_loss).toPrecision(5)], ['steps', s.steps], ['skipped steps', s.skipped_steps],
+    ['final loss scale', s.final_scale], ['precision', s.precision], ['f16', s.f16_description],
+    ['steps / s', s.steps_per_second], ['wall time', `${s.wall_seconds} s`], ['metric readbacks', s.readbacks],
+    ['run directory', s.run_dir],
+  ].map(([k, v]) => [k, String(v)]));
+}
+
+async function trainRun(runId) {
+  page.runId = runId;
+  page.error = null;
+  stopRequested = false;
+  setStatus('preparing', `run ${runId}: preparing`);
+  $('summary-panel').hidden = true;
+  let sock = null, gpu = null, runner = null;
+  try {
+    sock = await openSocket(runId);  // first, so that any failure below reaches the server
+    gpu = await openGPU();
+    const offer = gpu.hasF16 ? 'native' : 'emulated';
+    const {plan, start_step: startStep, f16_path: f16Path} = await api(`/api/runs/${runId}/plan?f16=${offer}`);
+    page.f16Path = f16Path;
+    showPath(f16Path, plan);
+    checkPlan(plan, gpu);  // before downloading the blob
+    const blob = await api(`/api/runs/${runId}/blob?f16=${offer}`, {raw: true});
+    const fetchShader = (name) => fetch(`/shaders/${name}`).then((r) => {
+      if (!r.ok) throw new Error(`shader ${name}: ${r.status}`);
+      return r.text();
+    });
+    runner = page.runner = await Runner.create(gpu, plan, blob, fetchShader);
+    charts.reset();
+    if (startStep > 0) {
+      const {records} = await api(`/api/runs/${runId}/metrics`);
+      charts.add(records.filter((r) => r.step < startStep));
+      log(`resuming from the checkpoint at step ${startStep}`);
+    }
+    await sock.request({type: 'hello', run_id: runId, f16_path: f16Path, start_step: startStep,
+                        adapter: gpu.adapter, features: gpu.features, limits: gpu.limits});
+    const steps = plan.schedule.steps;
+    setStatus('running', `run ${runId}: training`);
+    const t0 = performance.now();
+    const done = await train(runner, {
+      startStep,
+      shouldStop: () => stopRequested,
+      onCheckpoint: (s) => uploadCheckpoint(runner, runId, offer, s),
+      onRecords: async (records) => {
+        charts.add(records);
+        for (let i = 0; i < records.length; i += 500) {
+          await sock.request({type: 'records', run_id: runId, records: records.slice(i, i + 500)});
+        }
+        page.records += records.length;
+        const last = records.at(-1);
+        if (last) $('progress').textContent = `step ${last.step + 1}/${steps}, loss ${last.loss.toPrecision(4)}, scale ${last.scale}`;
+      },
+    });
+    const wall = (performance.now() - t0) / 1000;
+    if (done > startStep) await uploadCheckpoint(runner, runId, offer, done);
+    if (done < steps) {
+      await sock.request({type: 'stopped', run_id: runId, step: done});
+      setStatus('stopped', `run ${runId}: stopped after ${done} steps (press Resume to continue)`);
+      return;
+    }
+    setStatus('running', `run ${runId}: evaluating on the test split`);
+    const {correct, counted} = await runner.evaluate();
+    const state = await runner.readState();
+    await sock.request({type: 'summary', run_id: runId, state, test_correct: correct, test_count: counted,
+                        wall_seconds: wall, steps_run: done - startStep, readbacks: runner.readbacks});
+    showSummary(await api(`/api/runs/${runId}/summary`));
+    setStatus('finished', `run ${runId}: finished`);
+  } catch (failure) {
+    const e = runner ? await runner.cause(failure) : failure;
+    page.error = e.message;
+    setStatus('failed', `run ${runId} failed: ${e.message}`);
+    log(`error: ${e.message}`);
+    await sock?.request({type: 'failed', run_id: runId, message: e.message.slice(0, 2000)}).catch(() => {});
+  } finally {
+    sock?.close();
+    if (runner) runner.destroy();
+    else gpu?.device.destroy();
+  }
+}
+
+// --- controls ----------------------------------------------------------------------------------
+
+let current = null;  // the run this page shows: {id, status}
+const RESUMABLE = ['created', 'disconnected', 'stopped', 'failed'];
+
+// Start trains a new run; on a stopped or failed run it is Resume (from the last checkpoint).
+function showRun(id, status) {
+  current = {id, status};
+  $('start').textContent = RESUMABLE.includes(status) && status !== 'created' ? 'Resume' : 'Start';
+}
+
+$('controls').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  try {
+    let id = current && RESUMABLE.includes(current.status) ? current.id : null;
+    if (!id) {
+      const cfg = {
+        hidden: $('hidden').value.split(',').map((x) => parseInt(x, 10)),
+        precision: $('precision').value, steps: parseInt($('steps').value, 10), lr: parseFloat($('lr').value),
+      };
+      id = (await api('/api/runs', {method: 'POST', body: cfg})).id;
+      const q = new URLSearchParams({run: id});
+      if (token) q.set('token', token);
+      history.replaceState(null, '', `?${q}`);
+    }
+    await trainRun(id);
+    showRun(id, page.status);
+  } catch (err) {
+    page.error = err.message;
+    setStatus('failed', err.message);
+  }
+});
+
+$('stop').addEventListener('click', () => { stopRequested = true; log('stopping at the next metrics read'); });
+
+async function openRun(id) {
+  const run = await api(`/api/runs/${id}`);
+  $('hidden').value = run.config.hidden.join(',');
+  $('precision').value = run.config.precision;
+  $('steps').value = run.config.steps;
+  $('lr').value = run.config.lr;
+  if (run.status === 'created' || run.status === 'disconnected') {
+    await trainRun(id);
+    showRun(id, page.status);
+    return;
+  }
+  charts.add((await api(`/api/runs/${id}/metrics`)).records);
+  if (run.status === 'finished') showSummary(await api(`/api/runs/${id}/summary`));
+  setStatus(run.status, `run ${id}: ${run.status}${run.message ? ` — ${run.message}` : ''}`);
+  showRun(id, run.status);
+}
+
+if (params.get('run')) {
+  openRun(params.get('run')).catch((e) => { page.error = e.message; setStatus('failed', e.message); });
+} else {
+  gpuReady.then(() => setStatus('idle', 'ready: choose a model and press Start'), () => {});
+}

@@ -1,0 +1,245 @@
+// The browser runtime: creates what a webmp plan lists on navigator.gpu and replays its programs.
+// It is the twin of webmp/runtime.py and decides nothing: kernels, dispatch order, sizes and
+// hyper-parameters all come from the plan built by webmp.plan.build_plan on the server.
+//
+// A training step is one command encoder with one compute pass holding the plan's dispatch list,
+// submitted once. Metrics stay in a GPU ring buffer that is copied to one reused staging buffer
+// and mapped only every plan.schedule.log_every steps (and at checkpoints and the end).
+
+export const LIMIT_KEYS = ['maxStorageBufferBindingSize', 'maxBufferSize', 'maxStorageBuffersPerShaderStage'];
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// The adapter and a device with shader-f16 when the adapter has it, and the adapter's real limits
+// (not WebGPU's defaults).
+export async function openGPU() {
+  if (!navigator.gpu) {
+    throw new Error('WebGPU is not available here (navigator.gpu is undefined): use a browser with WebGPU ' +
+                    'enabled, over http://127.0.0.1 or https');
+  }
+  // Right after a headless browser starts, requestAdapter() can resolve to null once or twice.
+  let adapter = null;
+  for (let i = 0; i < 10 && !adapter; i++) {
+    adapter = await navigator.gpu.requestAdapter({powerPreference: 'high-performance'}).catch(() => null);
+    if (!adapter) await sleep(300);
+  }
+  if (!adapter) throw new Error('navigator.gpu.requestAdapter() found no WebGPU adapter (10 tries)');
+  const hasF16 = adapter.features.has('shader-f16');
+  const limits = Object.fromEntries(LIMIT_KEYS.map((k) => [k, adapter.limits[k]]));
+  const device = await adapter.requestDevice({
+    requiredFeatures: hasF16 ? ['shader-f16'] : [],
+    requiredLimits: limits,
+  });
+  const info = adapter.info || {};
+  return {
+    device, hasF16, limits,
+    features: [...adapter.features].sort(),
+    adapter: {vendor: info.vendor || '', architecture: info.architecture || '', device: info.device || '',
+              description: info.description || ''},
+  };
+}
+
+// Throws a readable error when the plan needs a feature or a limit the device lacks.
+export function checkPlan(plan, gpu) {
+  if (plan.required_features.includes('shader-f16') && !gpu.hasF16) {
+    throw new Error("the plan uses native f16 but this adapter lacks 'shader-f16'");
+  }
+  for (const [key, need] of Object.entries(plan.required_limits)) {
+    const have = gpu.limits[key];
+    if (!(need <= have)) {
+      const worst = plan.buffers.reduce((a, b) => (b.bytes > a.bytes ? b : a));
+      const what = key === 'maxStorageBuffersPerShaderStage' ? '' : ` (largest buffer: ${worst.name}, ${worst.bytes} bytes)`;
+      throw new Error(`this model does not fit the adapter: the plan needs ${key} = ${need} but the adapter ` +
+                      `allows ${have}${what}; use a smaller model or batch size`);
+    }
+  }
+}
+
+// Rows of u32/f32 words -> objects, per [[name, 'u32'|'f32'], ...].
+export function decodeRecords(arrayBuffer, fields) {
+  const u32 = new Uint32Array(arrayBuffer), f32 = new Float32Array(arrayBuffer);
+  const out = [];
+  for (let row = 0; row + fields.length <= u32.length; row += fields.length) {
+    const rec = {};
+    fields.forEach(([name, kind], i) => { rec[name] = kind === 'f32' ? f32[row + i] : u32[row + i]; });
+    out.push(rec);
+  }
+  return out;
+}
+
+async function scoped(device, what, create) {
+  device.pushErrorScope('out-of-memory');
+  device.pushErrorScope('validation');
+  const value = await create();
+  const [validation, oom] = [await device.popErrorScope(), await device.popErrorScope()];
+  const err = validation || oom;
+  if (err) throw new Error(`WebGPU ${oom && !validation ? 'out of memory' : 'validation error'} while ${what}: ${err.message}`);
+  return value;
+}
+
+export class Runner {
+  // gpu: from openGPU(); fetchText(name) returns a file of shaders/ as text.
+  static async create(gpu, plan, blob, fetchText) {
+    checkPlan(plan, gpu);
+    const r = new Runner(gpu, plan);
+    await r.init(new Uint8Array(blob), fetchText);
+    return r;
+  }
+
+  constructor(gpu, plan) {
+    this.gpu = gpu;
+    this.device = gpu.device;
+    this.plan = plan;
+    this.readbacks = 0;
+    this.submits = 0;
+    this.error = null;     // set by device.lost or an uncaptured WebGPU error; ends the run
+    this.destroyed = false;
+    this.device.lost.then((info) => {
+      if (!this.destroyed) this.error = this.error || new Error(`the GPU device was lost (${info.reason}): ${info.message}`);
+    });
+    this.device.addEventListener('uncapturederror', (e) => {
+      this.error = this.error || new Error(`WebGPU error: ${e.error.message}`);
+    });
+  }
+
+  async init(blob, fetchText) {
+    const dev = this.device, plan = this.plan;
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+    this.buffers = await scoped(dev, 'creating buffers', () => {
+      const out = {};
+      for (const b of plan.buffers) {
+        out[b.name] = dev.createBuffer({size: b.bytes, usage, label: b.name});
+        // writeBuffer wants a multiple of 4 bytes; the blob pads every init to 4 bytes
+        if (b.init) dev.queue.writeBuffer(out[b.name], 0, blob, b.init.offset, Math.ceil(b.init.bytes / 4) * 4);
+      }
+      return out;
+    });
+    const files = [...new Set(plan.kernels.flatMap((k) => k.sources))];
+    const text = Object.fromEntries(await Promise.all(files.map(async (f) => [f, await fetchText(f)])));
+    const modules = new Map(), layouts = new Map();
+    this.pipelines = {};
+    this.layouts = {};
+    for (const k of plan.kernels) {
+      const key = k.sources.join('|');
+      if (!modules.has(key)) {
+        const module = dev.createShaderModule({code: k.sources.map((f) => text[f]).join('\n'), label: k.sources.at(-1)});
+        const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === 'error');
+        if (errors.length) {
+          throw new Error(`WGSL of ${k.sources.join(' + ')} does not compile: ` +
+                          errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join('; '));
+        }
+        modules.set(key, module);
+      }
+      const sig = k.bindings.map((b) => `${b.binding}:${b.type}`).join(',');
+      if (!layouts.has(sig)) {
+        const bgl = dev.createBindGroupLayout({entries: k.bindings.map((b) => (
+          {binding: b.binding, visibility: GPUShaderStage.COMPUTE, buffer: {type: b.type}}))});
+        layouts.set(sig, [bgl, dev.createPipelineLayout({bindGroupLayouts: [bgl]})]);
+      }
+      const [bgl, layout] = layouts.get(sig);
+      this.layouts[k.name] = bgl;
+      this.pipelines[k.name] = dev.createComputePipelineAsync({
+        label: k.name, layout, compute: {module: modules.get(key), entryPoint: k.entry, constants: k.constants},
+      }).catch((e) => { throw new Error(`pipeline ${k.name} failed: ${e.message}`); });
+    }
+    for (const name of Object.keys(this.pipelines)) this.pipelines[name] = await this.pipelines[name];
+    this.programs = await scoped(dev, 'creating bind groups', () => Object.fromEntries(
+      Object.entries(plan.programs).map(([name, ds]) => [name, ds.map((d) => this.prepare(d))])));
+    this.metricsBytes = this.buffers[plan.metrics.buffer].size;
+    this.staging = dev.createBuffer({size: this.metricsBytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+  }
+
+  prepare(d) {
+    const bindGroup = this.device.createBindGroup({layout: this.layouts[d.kernel], entries: d.bind.map(
+      (name, i) => ({binding: i, resource: {buffer: this.buffers[name]}}))});
+    return [this.pipelines[d.kernel], bindGroup, d.workgroups];
+  }
+
+  // One submit of a program; with readMetrics also copies the metrics ring and returns its records.
+  async run(program, readMetrics = false) {
+    if (this.error) throw this.error;
+    const enc = this.device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    for (const [pipeline, bindGroup, [x, y, z]] of this.programs[program]) {
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, bindGroup);
+      pass.dispatchWorkgroups(x, y, z);
+    }
+    pass.end();
+    if (readMetrics) enc.copyBufferToBuffer(this.buffers[this.plan.metrics.buffer], 0, this.staging, 0, this.metricsBytes);
+    this.device.queue.submit([enc.finish()]);
+    this.submits++;
+    return readMetrics ? this.mapRing() : null;
+  }
+
+  async mapRing() {
+    this.readbacks++;
+    await this.staging.mapAsync(GPUMapMode.READ);
+    const raw = this.staging.getMappedRange().slice(0);
+    this.staging.unmap();
+    if (this.error) throw this.error;
+    return decodeRecords(raw, this.plan.metrics.fields);
+  }
+
+  // The named buffers' bytes, concatenated in order (checkpoints, the state, the eval result).
+  async read(names) {
+    const sizes = names.map((n) => this.buffers[n].size);
+    const total = sizes.reduce((a, b) => a + b, 0);
+    const staging = this.device.createBuffer({size: total, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+    const enc = this.device.createCommandEncoder();
+    let offset = 0;
+    names.forEach((n, i) => { enc.copyBufferToBuffer(this.buffers[n], 0, staging, offset, sizes[i]); offset += sizes[i]; });
+    this.device.queue.submit([enc.finish()]);
+    await staging.mapAsync(GPUMapMode.READ);
+    const out = staging.getMappedRange().slice(0);
+    staging.destroy();
+    if (this.error) throw this.error;
+    return out;
+  }
+
+  async readState() {
+    return decodeRecords(await this.read([this.plan.state.buffer]), this.plan.state.fields)[0];
+  }
+
+  async evaluate() {
+    await this.run('eval');
+    const [correct, counted] = new Uint32Array(await this.read([this.plan.eval.result_buffer]));
+    return {correct, counted};
+  }
+
+  // What to report for an error `e`: a lost device is the cause of whatever failed after it.
+  async cause(e) {
+    await Promise.race([this.device.lost, sleep(500)]);
+    return this.error || e;
+  }
+
+  destroy() {
+    this.destroyed = true;
+    this.device.destroy();
+  }
+}
+
+// Trains from `startStep` to plan.schedule.steps on the native Trainer's schedule: records are read
+// after step s when s % log_every == 0, s == steps or s % checkpoint_every == 0; checkpoints are
+// taken after step s when s % checkpoint_every == 0 and s < steps (the final one is the caller's).
+// shouldStop() is asked after each read, so a stopped run has every step it ran recorded.
+// Returns the number of steps completed.
+export async function train(runner, {startStep, onRecords, onCheckpoint, shouldStop}) {
+  const {steps, log_every: logEvery, checkpoint_every: ckptEvery} = runner.plan.schedule;
+  let step = startStep, logged = startStep - 1;
+  while (step < steps) {
+    const s = step + 1;
+    const ckpt = ckptEvery > 0 && s % ckptEvery === 0;
+    const read = s % logEvery === 0 || s === steps || ckpt;
+    const ring = await runner.run('train_step', read);
+    step = s;
+    if (!ring) continue;
+    const recs = ring.filter((r) => r.step > logged && r.step < s).sort((a, b) => a.step - b.step);
+    if (recs.length !== s - 1 - logged) throw new Error(`the metrics ring lost records between steps ${logged + 1} and ${s - 1}`);
+    logged = s - 1;
+    await onRecords(recs);
+    if (ckpt && s < steps) await onCheckpoint(s);
+    if (shouldStop()) break;
+  }
+  return step;
+}

@@ -1,0 +1,109 @@
+"""Messages between the page (web/app.js) and the server (webmp/server.py), validated with pydantic.
+
+Over a run's WebSocket the page sends JSON objects with a `type` and the `run_id`:
+
+  hello    the page's adapter, features, limits and f16 path, before the first step
+  records  metrics records, one per step, decoded from the GPU ring per plan["metrics"]["fields"]
+  summary  the final GPU state words and the browser-evaluated test counts
+  failed   what went wrong (device lost, a plan that does not fit, a WebGPU error)
+  stopped  the user stopped the run
+
+and the server answers each with `ack` or `error` (a rejected message is dropped, nothing is
+written). Floats that are not finite travel as the strings "NaN", "Infinity", "-Infinity"
+(JSON has no literal for them); pydantic turns those back into floats.
+"""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
+
+from .plan import METRIC_FIELDS, STATE_FIELDS
+
+MAX_MESSAGE_BYTES = 256 * 1024      # one WebSocket text frame; the page sends records in chunks
+MAX_RECORDS_PER_MESSAGE = 500       # at ~200 bytes a record this stays well under the size limit
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+
+U32 = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
+F32 = Annotated[float, Field(allow_inf_nan=True)]  # "NaN" / "Infinity" strings are accepted
+RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
+Text = Annotated[str, StringConstraints(max_length=2000)]
+
+_WORD_TYPES = {"u32": U32, "f32": F32}
+
+
+def _words_model(name: str, fields) -> type[BaseModel]:
+    """A model with one required field per (name, 'u32'|'f32') word of a GPU struct."""
+    return create_model(name, __config__=ConfigDict(extra="forbid"),
+                        **{n: (_WORD_TYPES[kind], ...) for n, kind in fields})
+
+
+Record = _words_model("Record", METRIC_FIELDS)
+GpuState = _words_model("GpuState", STATE_FIELDS)
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    run_id: RunId
+
+
+class Hello(_Message):
+    type: Literal["hello"]
+    f16_path: Literal["native", "emulated", "fp32"]
+    start_step: U32
+    adapter: dict[str, Text | int | None] = Field(max_length=16)
+    features: list[Annotated[str, StringConstraints(max_length=64)]] = Field(max_length=64)
+    limits: dict[str, float] = Field(max_length=64)
+
+
+class Records(_Message):
+    type: Literal["records"]
+    records: list[Record] = Field(min_length=1, max_length=MAX_RECORDS_PER_MESSAGE)
+
+
+class Summary(_Message):
+    type: Literal["summary"]
+    state: GpuState
+    test_correct: U32
+    test_count: Annotated[int, Field(gt=0, lt=2**32, strict=True)]
+    wall_seconds: Annotated[float, Field(ge=0)]
+    steps_run: U32
+    readbacks: U32
+
+
+class Failed(_Message):
+    type: Literal["failed"]
+    message: Text
+
+
+class Stopped(_Message):
+    type: Literal["stopped"]
+    step: U32
+
+
+class PageMessage(BaseModel):
+    message: Annotated[Union[Hello, Records, Summary, Failed, Stopped], Field(discriminator="type")]
+
+
+def parse_page_message(data: Any):
+    """The validated message (raises pydantic.ValidationError)."""
+    return PageMessage(message=data).message
+
+
+# --- REST bodies ---------------------------------------------------------------------------------
+
+class RunInfo(BaseModel):
+    """What GET /api/runs and /api/runs/{id} return."""
+    id: str
+    status: Literal["created", "running", "disconnected", "finished", "failed", "stopped"]
+    message: str = ""
+    steps: int
+    last_step: int                   # highest step stored in metrics.jsonl, -1 if none
+    records: int
+    checkpoint_step: int | None     # steps completed by the last uploaded checkpoint
+    f16_path: str | None
+    adapter: str | None
+    page_url: str
+    config: dict
