@@ -17,6 +17,7 @@ from safetensors.numpy import load_file, save
 
 from .plan import STATE_FIELDS
 from .rundir import atomic_write
+from .runtime import decode_state
 
 CHECKPOINT_FORMAT = "webmp-checkpoint/1"
 TENSORS = "checkpoint.safetensors"
@@ -38,11 +39,6 @@ def _as_array(plan: dict, name: str, raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, np.uint32).copy()
 
 
-def decode_state_words(raw: bytes) -> dict:
-    words = np.frombuffer(raw, np.uint32)[: len(STATE_FIELDS)]
-    return {n: (float(w.view(np.float32)) if t == "f32" else int(w)) for (n, t), w in zip(STATE_FIELDS, words)}
-
-
 def save_checkpoint(directory: str | Path, plan: dict, contents: dict[str, bytes], extra: dict | None = None) -> Path:
     """Write checkpoint.safetensors and checkpoint.json atomically (temp file + rename)."""
     directory = Path(directory)
@@ -51,7 +47,7 @@ def save_checkpoint(directory: str | Path, plan: dict, contents: dict[str, bytes
     if missing:
         raise ValueError(f"checkpoint is missing buffers: {missing}")
     tensors = {n: _as_array(plan, n, contents[n]) for n in names}
-    state = decode_state_words(contents[plan["state"]["buffer"]])
+    state = decode_state(contents[plan["state"]["buffer"]], STATE_FIELDS)
     meta = {
         "format": CHECKPOINT_FORMAT,
         "step": state["iteration"],

@@ -120,8 +120,8 @@ class Runtime:
             {"binding": i, "resource": {"buffer": self.buffers[name]}} for i, name in enumerate(d["bind"])])
         return self.pipelines[d["kernel"]], bg, d["workgroups"]
 
-    def encode(self, encoder, program: str, timestamp_writes=None):
-        cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes) if timestamp_writes else encoder.begin_compute_pass()
+    def encode(self, encoder, program: str):
+        cpass = encoder.begin_compute_pass()
         for pipeline, bg, (x, y, z) in self.programs[program]:
             cpass.set_pipeline(pipeline)
             cpass.set_bind_group(0, bg)
