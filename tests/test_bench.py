@@ -12,7 +12,9 @@ import pytest
 from webmp import bench, tune
 from webmp.config import TrainConfig
 from webmp.plan import build_plan, pack_h
-from webmp.runtime import Runtime, decode_state
+from webmp.runtime import Runtime
+from webmp.state import decode_state
+from webmp.tilecache import DEFAULT_TILES, TILE_KEYS, TileTable
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,7 @@ def test_matmul_rows(result, gpu):
         for p in paths:
             assert positive(m["gflops"][p]), (m, p)
             assert 0 < m["error_ratio"][p] <= 1, (m, p)  # 0 would mean the check compared nothing
-            assert set(m["tiles"][p]) == set(tune.TILE_KEYS)
+            assert set(m["tiles"][p]) == set(TILE_KEYS)
         assert positive(m["gflops"]["numpy_f32"])
 
 
@@ -116,9 +118,9 @@ def test_bare_replay_runs_the_real_step(gpu, digits):
     rt = Runtime(plan, blob, gpu)
     fields = plan["state"]["fields"]
     bench.bare_replay(rt.device, bench.bare_dispatches(rt), 3)
-    assert decode_state(rt.read("state"), fields)["iteration"] == 3
+    assert decode_state(rt.read("state"))["iteration"] == 3
     bench.StepLoop(rt, log_every=2)()
-    assert decode_state(rt.read("state"), fields)["iteration"] == 4
+    assert decode_state(rt.read("state"))["iteration"] == 4
 
 
 def test_matmul_check_detects_wrong_operands(gpu):
@@ -134,12 +136,12 @@ def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
     cls = tune.shape_class(*shape)
     assert list(report) == [cls] and report[cls]["tried"] >= 1
     cached = json.loads(tune_cache.read_text())[gpu.name][cls]
-    with tune.activated(None):
-        assert tune.tiles_for(*shape) == tune.DEFAULT_TILES
-    with tune.activated(gpu.name):
-        assert tune.tiles_for(*shape) == cached
-        # same class (sizes round up to the same power of 4), same choice
-        assert tune.tiles_for("fp32", 30, 17, 10, 1, 0) == cached
+    assert TileTable.for_adapter(None).for_shape(*shape) == DEFAULT_TILES
+    assert TileTable.for_adapter("another adapter").for_shape(*shape) == DEFAULT_TILES
+    table = TileTable.for_adapter(gpu.name)
+    assert table.for_shape(*shape) == cached
+    # same class (sizes round up to the same power of 4), same choice
+    assert table.for_shape("fp32", 30, 17, 10, 1, 0) == cached
 
 
 def test_plan_shapes_lists_each_matmul(digits):

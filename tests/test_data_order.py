@@ -68,12 +68,12 @@ def test_gpu_epoch_is_a_permutation(gpu):
 def test_training_step_gathers_batch_rows(trainer, digits):
     """In a real step, across the epoch boundary: the batch buffers hold batch_rows' rows."""
     from webmp.inspect import state_words
-    from webmp.plan import STATE_FIELDS, unpack_h
-    from webmp.runtime import decode_state
+    from webmp.plan import unpack_h
+    from webmp.state import decode_state
 
     plan, rt = trainer("emulated")
     n, B, seed = len(digits.train_x), plan["config"]["batch_size"], plan["config"]["seed"]
-    state = decode_state(rt.read("state"), STATE_FIELDS)
+    state = decode_state(rt.read("state"))
     rt.write("state", state_words({**state, "data_pos": n - 3}).tobytes())
     for pos in (n - 3, n - 3 + B):
         rt.run("train_step")
@@ -82,4 +82,4 @@ def test_training_step_gathers_batch_rows(trainer, digits):
         X = unpack_h(rt.read("X"), B, digits.features, "emulated")
         x = digits.train_x[rows].astype(np.float64)  # stored to f16: within one ulp
         ref.check_close(X, x, ref.store_error("emulated") * np.abs(x) + ref.store_tiny("emulated"), "X")
-    assert decode_state(rt.read("state"), STATE_FIELDS)["data_pos"] == n - 3 + 2 * B
+    assert decode_state(rt.read("state"))["data_pos"] == n - 3 + 2 * B

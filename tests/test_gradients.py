@@ -24,8 +24,7 @@ import pytest
 
 from webmp import reference as ref
 from webmp.data import batch_rows
-from webmp.plan import STATE_FIELDS
-from webmp.runtime import decode_state
+from webmp.state import decode_state
 
 TOL_F32 = 2.0 ** -14
 TOL_MIXED = 16 * ref.U16
@@ -38,10 +37,10 @@ def step_gradients(plan, rt, digits):
         return np.frombuffer(rt.read(name), np.float32)[:int(np.prod(shape))].reshape(shape)
 
     params = {p["name"]: read(p["master"], p["shape"]).astype(np.float64) for p in plan["params"]}
-    scale = decode_state(rt.read("state"), STATE_FIELDS)["scale"]
+    scale = decode_state(rt.read("state"))["scale"]
     rt.run("train_step")
     grads = {p["name"]: read(p["grad"], p["shape"]).astype(np.float64) / scale for p in plan["params"]}
-    loss = decode_state(rt.read("state"), STATE_FIELDS)["loss"]
+    loss = decode_state(rt.read("state"))["loss"]
     cfg = plan["config"]
     rows = batch_rows(0, cfg["batch_size"], len(digits.train_x), cfg["seed"])
     return params, digits.train_x[rows], digits.train_y[rows], scale, grads, loss

@@ -19,9 +19,10 @@ import pytest
 
 from webmp import reference as ref
 from webmp.inspect import run_kernel, run_matmul
-from webmp.plan import METRIC_FIELDS
+from webmp.state import METRIC_FIELDS
 from webmp.reference import U32, check_close, dot_error, store_error, store_tiny
-from webmp.runtime import decode_records, default_gpu
+from webmp.runtime import default_gpu
+from webmp.state import decode_records
 
 FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS = 1, 2, 4
 NO_LABEL = 0xFFFFFFFF
@@ -465,7 +466,7 @@ def test_scaler_step(scenario, path):
     words = out["metrics"].reshape(c["RING"], 8)
     slot = inp["state"]["iteration"] % c["RING"]
     assert (np.delete(words, slot, 0) == 0xDEADBEEF).all(), "only this step's ring slot is written"
-    rec = decode_records(words[slot].tobytes(), METRIC_FIELDS)[0]
+    rec = decode_records(words[slot].tobytes())[0]
     for name, value in record.items():
         if name in float_err:
             check_close(rec[name], value, float_err[name], f"{scenario}: metrics.{name}")

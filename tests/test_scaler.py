@@ -12,8 +12,7 @@ import pytest
 
 from webmp import reference as ref
 from webmp.data import batch_rows
-from webmp.plan import METRIC_FIELDS, STATE_FIELDS
-from webmp.runtime import decode_records, decode_state
+from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_records, decode_state
 
 FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS = 1, 2, 4
 COUNTERS = ["scale", "growth_tracker", "hysteresis_left", "iteration", "opt_step", "data_pos", "skipped_total",
@@ -28,12 +27,12 @@ class Trainer:
         self.consts = next(k["constants"] for k in plan["kernels"] if k["entry"] == "scaler_step")
 
     def state(self) -> dict:
-        return decode_state(self.rt.read("state"), STATE_FIELDS)
+        return decode_state(self.rt.read("state"))
 
     def step(self) -> dict:
         """One train_step; returns its metrics record (log_every = 1: the ring holds just it)."""
         before = self.state()
-        rec = decode_records(self.rt.run("train_step", read_metrics=True), METRIC_FIELDS)[0]
+        rec = decode_records(self.rt.run("train_step", read_metrics=True))[0]
         want, want_rec = ref.scaler_step(before, rec["found_inf"], [rec["grad_norm"] ** 2], [rec["loss"]] * 8,
                                          self.consts)
         got = self.state()

@@ -18,7 +18,7 @@ from starlette.websockets import WebSocketDisconnect
 from webmp.browser import LocalServer
 from webmp.config import TrainConfig
 from webmp.messages import MAX_MESSAGE_BYTES
-from webmp.plan import METRIC_FIELDS, STATE_FIELDS
+from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_state, encode_state
 from webmp.rundir import RunDir
 from webmp.server import UPLOT_DIR, cli_serve, create_app, server_token
 
@@ -99,9 +99,7 @@ def checkpoint_bytes(client, run_id, iteration: int, offer="emulated") -> bytes:
         if b["init"]:
             data[: b["init"]["bytes"]] = blob[b["init"]["offset"]: b["init"]["offset"] + b["init"]["bytes"]]
         if name == plan["state"]["buffer"]:
-            words = np.frombuffer(bytes(data), np.uint32).copy()
-            words[[i for i, (n, _) in enumerate(STATE_FIELDS) if n == "iteration"][0]] = iteration
-            data = bytearray(words.tobytes())
+            data = bytearray(encode_state({**decode_state(bytes(data)), "iteration": iteration}))
         out += bytes(data)
     return out
 
@@ -302,8 +300,7 @@ def test_disconnect_keeps_records_and_a_new_page_resumes_from_the_checkpoint(cli
     assert got["start_step"] == 10
     state = next(b for b in got["plan"]["buffers"] if b["name"] == got["plan"]["state"]["buffer"])
     blob = client.get(f"/api/runs/{run_id}/blob", params={"f16": "emulated"}).content
-    words = np.frombuffer(blob[state["init"]["offset"]: state["init"]["offset"] + state["init"]["bytes"]], np.uint32)
-    assert words[3] == 10  # STATE_FIELDS[3] is the iteration
+    assert decode_state(blob[state["init"]["offset"]: state["init"]["offset"] + state["init"]["bytes"]])["iteration"] == 10
 
     ws = connect(client, run_id)
     assert send(ws, hello(run_id, start_step=0))["type"] == "error"  # a stale plan is refused

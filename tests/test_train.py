@@ -10,7 +10,8 @@ from webmp.cli import main as cli
 from webmp.config import TrainConfig
 from webmp.data import load_digits, make_dataset
 from webmp.plan import build_plan
-from webmp.runtime import GPU, Runtime, decode_state, default_gpu
+from webmp.runtime import GPU, Runtime, default_gpu
+from webmp.state import decode_state
 from webmp.train import ScaleCollapseError, Trainer
 
 SMALL = dict(hidden=[16], batch_size=8, log_every=5, checkpoint_every=0, warmup=2)
@@ -157,7 +158,7 @@ def test_checkpoint_round_trips_the_scaler_state(tmp_path):
     for k in ("scale", "growth_tracker", "hysteresis_left", "skipped_total"):
         assert meta["scaler"][k] == state[k]
     plan, blob = resume_blob(t.plan, build_plan(t.cfg, t.data, t.path)[1], contents)
-    again = decode_state(Runtime(plan, blob, t.gpu).read("state"), plan["state"]["fields"])
+    again = decode_state(Runtime(plan, blob, t.gpu).read("state"))
     assert again == state
 
 

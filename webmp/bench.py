@@ -31,6 +31,7 @@ from . import tune
 from .config import TrainConfig
 from .data import load_digits, make_dataset
 from .plan import build_plan, resolve_f16_path
+from .tilecache import TileTable, cache_path, load_cache
 
 TARGETS = {"host_over_floor": 1.2, "activation_ratio": 0.55, "readbacks_between_logs": 0,
            # measured only where a GPU is present (see docs/benchmarks.md)
@@ -137,6 +138,7 @@ def matmul_shapes(preset) -> list[tuple]:
 
 
 def bench_matmul(gpu, paths, preset, log) -> list[dict]:
+    table = TileTable.for_adapter(gpu.name)
     rows = []
     for kind, product, (M, N, K) in matmul_shapes(preset):
         variant, ta, tb = PRODUCTS[product]
@@ -144,7 +146,8 @@ def bench_matmul(gpu, paths, preset, log) -> list[dict]:
                "tiles": {}}
         case = None
         for path in paths:
-            case = tune.MatmulCase(gpu, path, M, N, K, variant, ta, tb)
+            case = tune.MatmulCase(gpu, path, M, N, K, variant, ta, tb,
+                                   tiles=table.for_shape(path, M, N, K, ta, tb))
             err = case.check()
             row["error_ratio"][path] = round(err, 4)
             row["tiles"][path] = case.tiles
@@ -238,7 +241,8 @@ def _wall(fn, rt) -> float:
 
 def step_plan(gpu, name, hidden, batch, precision, log_every) -> tuple[dict, bytes]:
     cfg = TrainConfig(hidden=hidden, batch_size=batch, precision=precision, steps=10**6, log_every=log_every)
-    return build_plan(cfg, step_model(name, hidden, batch), resolve_f16_path(precision, "auto", gpu.has_f16))
+    return build_plan(cfg, step_model(name, hidden, batch), resolve_f16_path(precision, "auto", gpu.has_f16),
+                      TileTable.for_adapter(gpu.name))
 
 
 def bench_step(gpu, name, plan, blob, preset, log) -> tuple[dict, object]:
@@ -382,8 +386,7 @@ def run_bench(size: str = "default", profile: bool = False, tune_first: bool = F
     Matmul tiles come from the auto-tune cache for this adapter (tuned first with tune_first)."""
     from .runtime import default_gpu
     gpu = gpu or default_gpu()
-    with tune.activated(gpu.name):
-        return _run_bench(gpu, size, profile, tune_first, paths, log, tune_budget)
+    return _run_bench(gpu, size, profile, tune_first, paths, log, tune_budget)
 
 
 def _run_bench(gpu, size, profile, tune_first, paths, log, tune_budget) -> dict:
@@ -396,7 +399,7 @@ def _run_bench(gpu, size, profile, tune_first, paths, log, tune_budget) -> dict:
               "size": size, "adapter": adapter_info(gpu),
               "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
                        "numpy": np.__version__, "wgpu": wgpu.__version__, "torch": _torch_version()},
-              "tune": {"cache": str(tune.cache_path()), "tuned_classes": len(tune.load_cache().get(gpu.name, {}))}}
+              "tune": {"cache": str(cache_path()), "tuned_classes": len(load_cache().get(gpu.name, {}))}}
 
     models = {(name, precision): step_plan(gpu, name, hidden, batch, precision, preset["log_every"])
               for name, hidden, batch in preset["step_models"] for precision in ("mixed", "fp32")}

@@ -24,18 +24,12 @@ from typing import Iterator
 import httpx
 
 from .config import TrainConfig
+from .messages import from_json_safe
 
 DEFAULT_CHROME = "/usr/bin/chromium"
 CHROME_ARGS = ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--use-angle=vulkan"]
 FOLLOWED = ("created", "running")   # statuses in which more records may still come
 
-
-NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
-
-
-def _numbers(record: dict) -> dict:
-    """Undo the server's JSON encoding of non-finite floats (see webmp.server.json_safe)."""
-    return {k: NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in record.items()}
 
 
 class BrowserRunError(RuntimeError):
@@ -135,7 +129,7 @@ class BrowserRun:
         return Path(path)
 
     def records(self, after: int = -1) -> list[dict]:
-        return [_numbers(r) for r in self.client.get(f"/api/runs/{self.id}/metrics", params={"after": after})["records"]]
+        return [from_json_safe(r) for r in self.client.get(f"/api/runs/{self.id}/metrics", params={"after": after})["records"]]
 
     def history(self, after: int = -1, timeout: float | None = None, poll: float = 10.0) -> Iterator[dict]:
         """Yield each record with step > after as it arrives, until the run stops producing them
@@ -146,7 +140,7 @@ class BrowserRun:
             got = self.client.get(f"/api/runs/{self.id}/metrics", params={"after": after, "wait": wait})
             for rec in got["records"]:
                 after = rec["step"]
-                yield _numbers(rec)
+                yield from_json_safe(rec)
             if not got["records"] and got["status"] not in FOLLOWED:
                 return
             if deadline is not None and time.monotonic() >= deadline:
@@ -162,7 +156,7 @@ class BrowserRun:
         return self.summary()
 
     def summary(self) -> dict:
-        return _numbers(self.client.get(f"/api/runs/{self.id}/summary"))
+        return from_json_safe(self.client.get(f"/api/runs/{self.id}/summary"))
 
 
 class Client:

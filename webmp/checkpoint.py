@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save
 
-from .plan import STATE_FIELDS
 from .rundir import atomic_write
-from .runtime import decode_state
+from .state import decode_state
 
 CHECKPOINT_FORMAT = "webmp-checkpoint/1"
 TENSORS = "checkpoint.safetensors"
@@ -47,7 +46,7 @@ def save_checkpoint(directory: str | Path, plan: dict, contents: dict[str, bytes
     if missing:
         raise ValueError(f"checkpoint is missing buffers: {missing}")
     tensors = {n: _as_array(plan, n, contents[n]) for n in names}
-    state = decode_state(contents[plan["state"]["buffer"]], STATE_FIELDS)
+    state = decode_state(contents[plan["state"]["buffer"]])
     meta = {
         "format": CHECKPOINT_FORMAT,
         "step": state["iteration"],

@@ -21,18 +21,17 @@ says how numpy data is converted:
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 
 import numpy as np
 
-from .plan import STATE_FIELDS, PlanBuilder, op_matmul, pack_h, unpack_h
-from .runtime import GPU, Runtime, decode_state
+from .plan import PlanBuilder, op_matmul, pack_h, unpack_h
+from .runtime import GPU, Runtime, default_gpu
+from .state import STATE_FIELDS, decode_state, encode_state
 from .wgsl import PRELUDES, parse_bindings
 
 PROGRAM = "inspect"
 _METRICS = "_metrics"  # Runtime stages a metrics buffer; these plans never read it
-_CACHE_SIZE = 32       # runtimes kept for reuse: compiling pipelines is the slow part
-_runtimes: OrderedDict = OrderedDict()
+_CACHE_SIZE = 32       # runtimes kept per device for reuse: compiling pipelines is the slow part
 
 
 def reset_buffers(rt: Runtime, plan: dict, blob: bytes) -> None:
@@ -45,34 +44,28 @@ def reset_buffers(rt: Runtime, plan: dict, blob: bytes) -> None:
 
 def cached_runtime(plan: dict, blob: bytes, gpu: GPU | None = None) -> Runtime:
     """A Runtime for `plan` with its buffers set from `blob`, reusing a recent one built for the
-    same kernels, programs and buffer sizes (so its pipelines are not compiled again)."""
-    key = json.dumps([plan["kernels"], plan["programs"], [(b["name"], b["bytes"]) for b in plan["buffers"]],
-                      id(gpu)])
-    rt = _runtimes.pop(key, None)
+    same kernels, programs and buffer sizes on the same device (so its pipelines are not compiled
+    again). The cache lives on the GPU object."""
+    gpu = gpu or default_gpu()
+    cache = gpu.runtime_cache
+    key = json.dumps([plan["kernels"], plan["programs"], [(b["name"], b["bytes"]) for b in plan["buffers"]]])
+    rt = cache.pop(key, None)
     if rt is None:
         rt = Runtime(plan, blob, gpu)
     else:
         reset_buffers(rt, plan, blob)
-    _runtimes[key] = rt
-    while len(_runtimes) > _CACHE_SIZE:
-        _runtimes.popitem(last=False)
+    cache[key] = rt
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
     return rt
 
 
 def state_words(state: dict | np.ndarray | None = None) -> np.ndarray:
     """The state buffer's words from a {field: value} dict (missing fields 0) or an array of words."""
+    if state is None or isinstance(state, dict):
+        return np.frombuffer(encode_state(state or {}), np.uint32).copy()
     words = np.zeros(len(STATE_FIELDS), np.uint32)
-    if state is None:
-        return words
-    if not isinstance(state, dict):
-        words[:] = np.asarray(state, np.uint32)
-        return words
-    unknown = set(state) - {name for name, _ in STATE_FIELDS}
-    if unknown:
-        raise ValueError(f"unknown state fields: {sorted(unknown)}")
-    for i, (name, kind) in enumerate(STATE_FIELDS):
-        if name in state:
-            words[i] = np.float32(state[name]).view(np.uint32) if kind == "f32" else np.uint32(state[name])
+    words[:] = np.asarray(state, np.uint32)
     return words
 
 
@@ -179,7 +172,7 @@ def _run(path, bindings, inputs, outputs, dispatch, gpu) -> dict:
             rows, cols = shape
             out[name] = unpack_h(raw, rows, cols + (cols & 1 if view == "padded" else 0), path)
         elif kind == "State":
-            out[name] = decode_state(raw, STATE_FIELDS)
+            out[name] = decode_state(raw)
         else:
             n = int(np.prod(shape))
             out[name] = np.frombuffer(raw, view)[:n].reshape(shape).copy()

@@ -14,12 +14,13 @@ written). Floats that are not finite travel as the strings "NaN", "Infinity", "-
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 
-from .plan import METRIC_FIELDS, STATE_FIELDS
+from .state import METRIC_FIELDS, STATE_FIELDS
 
 MAX_MESSAGE_BYTES = 256 * 1024      # one WebSocket text frame; the page sends records in chunks
 MAX_RECORDS_PER_MESSAGE = 500       # at ~200 bytes a record this stays well under the size limit
@@ -83,13 +84,38 @@ class Stopped(_Message):
     step: U32
 
 
-class PageMessage(BaseModel):
-    message: Annotated[Union[Hello, Records, Summary, Failed, Stopped], Field(discriminator="type")]
+PageMessage = Union[Hello, Records, Summary, Failed, Stopped]
 
 
-def parse_page_message(data: Any):
+class _Envelope(BaseModel):
+    message: Annotated[PageMessage, Field(discriminator="type")]
+
+
+def parse_page_message(data: Any) -> PageMessage:
     """The validated message (raises pydantic.ValidationError)."""
-    return PageMessage(message=data).message
+    return _Envelope(message=data).message
+
+
+# --- non-finite floats in JSON ---------------------------------------------------------------------
+
+NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities as the strings "NaN", "Infinity", "-Infinity" (JSON has no literal for them;
+    a skipped step's grad_norm is NaN). `from_json_safe` and the page turn them back into numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def from_json_safe(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's "NaN" / "Infinity" / "-Infinity" strings back into floats (one level deep)."""
+    return {k: NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in record.items()}
 
 
 # --- REST bodies ---------------------------------------------------------------------------------

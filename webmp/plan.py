@@ -17,21 +17,12 @@ import numpy as np
 
 from .config import TrainConfig
 from .data import Dataset, perm_bits
+from .state import METRIC_FIELDS, NO_STEP, STATE_BYTES, STATE_FIELDS, initial_state
+from .tilecache import DEFAULT_TILES, TileTable, Tiles
 from .wgsl import PRELUDES, parse_bindings
 
 PLAN_FORMAT = "webmp-plan/1"
 
-STATE_FIELDS = [
-    ("scale", "f32"), ("growth_tracker", "u32"), ("hysteresis_left", "u32"), ("iteration", "u32"),
-    ("opt_step", "u32"), ("data_pos", "u32"), ("skipped_total", "u32"), ("min_scale_events", "u32"),
-    ("first_min_scale_iter", "u32"), ("apply", "u32"), ("lr", "f32"), ("grad_mul", "f32"),
-    ("bc1", "f32"), ("bc2", "f32"), ("loss", "f32"), ("grad_norm", "f32"), ("found_inf", "u32"),
-    ("pad0", "u32"), ("pad1", "u32"), ("pad2", "u32"),
-]
-METRIC_FIELDS = [
-    ("step", "u32"), ("loss", "f32"), ("scale", "f32"), ("skipped", "u32"), ("lr", "f32"),
-    ("grad_norm", "f32"), ("found_inf", "u32"), ("min_scale_event", "u32"),
-]
 ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}
 MAX_WORKGROUPS = 4096          # for grid-stride kernels
 GRAD_STATS_MAX_WG = 16
@@ -50,6 +41,17 @@ def resolve_f16_path(precision: str, choice: str, adapter_has_f16: bool) -> str:
     if choice == "auto":
         return "native" if adapter_has_f16 else "emulated"
     return choice
+
+
+def describe_f16(path: str, choice: str = "auto") -> str:
+    """How a run's f16 values are handled, for logs and summaries; says so when f16 is emulated."""
+    if path == "native":
+        return "f16 native (shader-f16)"
+    if path == "emulated":
+        why = "requested" if choice == "emulated" else "the adapter lacks shader-f16"
+        return (f"f16 EMULATED ({why}): values stored as f16 pairs via pack2x16float, arithmetic in f32; "
+                "slower than native")
+    return "fp32 (no f16)"
 
 
 def h_bytes(rows: int, cols: int, path: str) -> int:
@@ -157,11 +159,8 @@ def _grid(n, per=64):
 # --- kernel families: one function each, used by the model builder and by webmp.inspect --------
 
 def op_matmul(pb, program, variant, *, A, B, out, M, N, K, a_act=0, trans_a=0, trans_b=0,
-              bias=None, zprev=None, out_act=0, tiles=None):
-    """One tiled matmul dispatch. `tiles` (WG_X, WG_Y, TM, TN, BK) defaults to the auto-tune cache's
-    choice for the active adapter and this shape class (webmp/tune.py), else to 64x64 tiles."""
-    from .tune import tiles_for
-    tiles = dict(tiles or tiles_for(pb.path, M, N, K, trans_a, trans_b))
+              bias=None, zprev=None, out_act=0, tiles: Tiles = DEFAULT_TILES):
+    """One tiled matmul dispatch with tile shape `tiles` (WG_X, WG_Y, TM, TN, BK)."""
     consts = {"M": M, "N": N, "K": K, "TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act, **tiles}
     binds = {"A": A, "B": B, "C": out}
     if variant in ("matmul_fwd", "matmul_logits"):
@@ -175,9 +174,16 @@ def op_matmul(pb, program, variant, *, A, B, out, M, N, K, a_act=0, trans_a=0, t
                 [_cdiv(N, tiles["WG_X"] * tiles["TN"]), _cdiv(M, tiles["WG_Y"] * tiles["TM"])])
 
 
-def build_plan(cfg: TrainConfig, data: Dataset, path: str) -> tuple[dict, bytes]:
-    """The plan and its initial-contents blob for training `cfg` on `data` with prelude `path`."""
+def build_plan(cfg: TrainConfig, data: Dataset, path: str, tiles: TileTable | None = None) -> tuple[dict, bytes]:
+    """The plan and its initial-contents blob for training `cfg` on `data` with prelude `path`;
+    matmul tile shapes from `tiles` (default: DEFAULT_TILES for every shape)."""
     pb = PlanBuilder(path)
+    table = tiles or TileTable()
+
+    def matmul(program, variant, **kw):
+        shape = (path, kw["M"], kw["N"], kw["K"], kw.get("trans_a", 0), kw.get("trans_b", 0))
+        op_matmul(pb, program, variant, tiles=table.for_shape(*shape), **kw)
+
     Bt = cfg.batch_size
     dims = [data.features, *cfg.hidden, data.classes]
     L = len(dims) - 1
@@ -191,15 +197,12 @@ def build_plan(cfg: TrainConfig, data: Dataset, path: str) -> tuple[dict, bytes]
     pb.u32("train_y", data.train_y.shape, "data", data.train_y)
     pb.f32("test_x", data.test_x.shape, "data", data.test_x)
     pb.u32("test_y", data.test_y.shape, "data", data.test_y)
-    state0 = np.zeros(len(STATE_FIELDS), np.uint32)
-    state0[0] = np.float32(cfg.init_scale if cfg.loss_scaling else 1.0).view(np.uint32)
-    state0[2] = cfg.hysteresis
-    state0[12] = state0[13] = np.float32(1.0).view(np.uint32)
-    pb.buffer("state", 4 * len(STATE_FIELDS), "other", "state", (len(STATE_FIELDS),), state0.tobytes())
+    state0 = initial_state(cfg.init_scale if cfg.loss_scaling else 1.0, cfg.hysteresis)
+    pb.buffer("state", STATE_BYTES, "other", "state", (len(STATE_FIELDS),), state0)
     pb.u32("flags", (4,), "other")
     pb.f32("loss_rows", (Bt,), "activations")
     # unwritten ring slots hold step 0xFFFFFFFF, so readers can tell them from step 0
-    pb.u32("metrics", (ring, len(METRIC_FIELDS)), "other", np.full((ring, len(METRIC_FIELDS)), 0xFFFFFFFF))
+    pb.u32("metrics", (ring, len(METRIC_FIELDS)), "other", np.full((ring, len(METRIC_FIELDS)), NO_STEP))
     pb.u32("eval_result", (2,), "other")
     pb.h("X", Bt, dims[0])
     pb.u32("y", (Bt,), "activations")
@@ -252,9 +255,9 @@ def build_plan(cfg: TrainConfig, data: Dataset, path: str) -> tuple[dict, bytes]
             common = dict(A=src, B=lay["W"]["copy"], bias=lay["b"]["master"], M=Bt, N=lay["out"],
                           K=lay["in"], a_act=a_act)
             if l == L - 1:
-                op_matmul(pb, program, "matmul_logits", out=lay["logits"], **common)
+                matmul(program, "matmul_logits", out=lay["logits"], **common)
                 continue
-            op_matmul(pb, program, "matmul_fwd", out=lay["Z"], **common)
+            matmul(program, "matmul_fwd", out=lay["Z"], **common)
             if lay["ln"]:
                 n = lay["out"]
                 pb.dispatch(program, ["layernorm_fwd.wgsl"], "layernorm_fwd", {"M": Bt, "N": n},
@@ -276,7 +279,7 @@ def build_plan(cfg: TrainConfig, data: Dataset, path: str) -> tuple[dict, bytes]
     for l in reversed(range(L)):
         lay = layers[l]
         src, a_act = layer_input(l)
-        op_matmul(pb, T, "matmul_wgrad", A=src, B=lay["dZ"], out=lay["W"]["grad"], M=lay["in"],
+        matmul(T, "matmul_wgrad", A=src, B=lay["dZ"], out=lay["W"]["grad"], M=lay["in"],
                   N=lay["out"], K=Bt, a_act=a_act, trans_a=1)
         pb.dispatch(T, ["colsum.wgsl"], "colsum", {"M": Bt, "N": lay["out"]},
                     {"G": lay["dZ"], "out": lay["b"]["grad"]}, [_cdiv(lay["out"], 64)])
@@ -285,7 +288,7 @@ def build_plan(cfg: TrainConfig, data: Dataset, path: str) -> tuple[dict, bytes]
         prev = layers[l - 1]
         target = prev["ln"]["dY"] if prev["ln"] else prev["dZ"]
         pre_act = prev["ln"]["Y"] if prev["ln"] else prev["Z"]
-        op_matmul(pb, T, "matmul_dgrad", A=lay["dZ"], B=lay["W"]["copy"], out=target, zprev=pre_act,
+        matmul(T, "matmul_dgrad", A=lay["dZ"], B=lay["W"]["copy"], out=target, zprev=pre_act,
                   M=Bt, N=lay["in"], K=lay["out"], trans_b=1, out_act=act)
         if prev["ln"]:
             n = prev["out"]

@@ -1,17 +1,84 @@
-"""A run directory: the files every run writes, native or browser, in one format.
+"""A run directory: the files every run writes, native or browser, in one format, written here only.
 
-  config.json     the TrainConfig plus runtime facts (precision, f16 path, adapter)
-  metrics.jsonl   one JSON object per logged step: step, loss, scale, skipped, lr, grad_norm, ...
-  summary.json    final figures (train loss, test accuracy, steps, skipped, memory by category, ...)
+  config.json     the TrainConfig plus runtime facts (f16 path, adapter, runtime)
+  metrics.jsonl   one JSON object per logged step, the fields of webmp.state.METRIC_FIELDS in order
+  summary.json    final figures (`RunSummary`: train loss, test accuracy, steps, skipped, memory, ...)
   curves.png      loss and loss-scale curves on log axes, skipped steps marked
   checkpoint.safetensors + checkpoint.json   (see webmp/checkpoint.py)
+
+Native runs (webmp/train.py) and browser runs (webmp/page_runs.py) both build their summary with
+`run_summary` and write it with `RunDir.write_summary`, so the two cannot drift apart.
 """
+
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from .config import TrainConfig
+
+Runtime = Literal["native", "browser"]
+Record = dict[str, Any]  # one metrics record: {field of METRIC_FIELDS: value}
+
+
+class RunSummary(TypedDict):
+    final_train_loss: float | None  # mean loss over the last log_every records
+    last_loss: float | None
+    test_accuracy: float
+    test_correct: int
+    test_count: int
+    steps: int                      # steps attempted, skipped ones included
+    optimizer_steps: int
+    skipped_steps: int
+    final_scale: float
+    min_scale_events: int
+    precision: str
+    f16_path: str                   # native, emulated or none
+    f16_description: str
+    adapter: str
+    runtime: Runtime
+    matmul_tiles: str               # "default", or how many shape classes were tuned
+    gpu_memory_bytes: dict[str, int]
+    wall_seconds: float
+    steps_per_second: float | None
+    readbacks: int                  # metrics-ring maps
+    run_dir: str
+
+
+def run_summary(cfg: TrainConfig, records: Sequence[Record], state: Mapping[str, float | int], *,
+                test_correct: int, test_count: int, f16_path: str | None, f16_description: str,
+                adapter: str, runtime: Runtime, matmul_tiles: str, memory: Mapping[str, int],
+                wall_seconds: float, steps_run: int, readbacks: int, run_dir: Path) -> RunSummary:
+    """The summary of a finished run from its records and final GPU state (webmp.state names)."""
+    tail = records[-min(len(records), cfg.log_every):] if records else []
+    return {
+        "final_train_loss": math.fsum(r["loss"] for r in tail) / len(tail) if tail else None,
+        "last_loss": records[-1]["loss"] if records else None,
+        "test_accuracy": test_correct / max(1, test_count),
+        "test_correct": int(test_correct),
+        "test_count": int(test_count),
+        "steps": int(state["iteration"]),
+        "optimizer_steps": int(state["opt_step"]),
+        "skipped_steps": int(state["skipped_total"]),
+        "final_scale": float(state["scale"]),
+        "min_scale_events": int(state["min_scale_events"]),
+        "precision": cfg.precision,
+        "f16_path": f16_path if f16_path not in (None, "fp32") else "none",
+        "f16_description": f16_description,
+        "adapter": adapter,
+        "runtime": runtime,
+        "matmul_tiles": matmul_tiles,
+        "gpu_memory_bytes": dict(memory),
+        "wall_seconds": round(wall_seconds, 3),
+        "steps_per_second": round(steps_run / wall_seconds, 2) if wall_seconds > 0 else None,
+        "readbacks": int(readbacks),
+        "run_dir": str(run_dir),
+    }
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -37,6 +104,9 @@ def new_run_dir(root: str | Path = "runs", prefix: str = "run") -> Path:
     raise RuntimeError(f"could not create a run directory under {root}")
 
 
+CONFIG, METRICS, SUMMARY, CURVES = "config.json", "metrics.jsonl", "summary.json", "curves.png"
+
+
 class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -44,13 +114,33 @@ class RunDir:
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / "metrics.jsonl"
+        return self.path / METRICS
 
-    def write_json(self, name: str, obj) -> None:
+    def write_json(self, name: str, obj: Any) -> None:
         atomic_write(self.path / name, (json.dumps(obj, indent=2) + "\n").encode())
 
-    def read_json(self, name: str):
+    def read_json(self, name: str) -> Any:
         return json.loads((self.path / name).read_text())
+
+    def write_config(self, cfg: TrainConfig, *, f16_path: str | None, adapter: str | None,
+                     runtime: Runtime) -> None:
+        self.write_json(CONFIG, {**cfg.model_dump(), "f16_path": f16_path, "adapter": adapter,
+                                 "runtime": runtime})
+
+    def read_config(self) -> TrainConfig:
+        """The TrainConfig of config.json (the runtime facts beside it are left out)."""
+        saved = self.read_json(CONFIG)
+        return TrainConfig(**{k: v for k, v in saved.items() if k in TrainConfig.model_fields})
+
+    def write_summary(self, summary: RunSummary) -> None:
+        self.write_json(SUMMARY, summary)
+
+    def read_summary(self) -> RunSummary:
+        summary: RunSummary = self.read_json(SUMMARY)
+        return summary
+
+    def has_summary(self) -> bool:
+        return (self.path / SUMMARY).is_file()
 
     def append_metrics(self, records: list[dict]) -> None:
         if not records:
@@ -76,13 +166,13 @@ class RunDir:
         atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in keep).encode())
 
     def plot_curves(self, title: str = "") -> Path:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # matplotlib's object API, not pyplot: no global figure state, safe in the server's threads
+        from matplotlib.figure import Figure
 
         recs = self.read_metrics()
-        out = self.path / "curves.png"
-        fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        out = self.path / CURVES
+        fig = Figure(figsize=(8, 6))
+        a1, a2 = fig.subplots(2, 1, sharex=True)
         steps = [r["step"] for r in recs]
         a1.plot(steps, [max(r["loss"], 1e-12) for r in recs], lw=1)
         a1.set_yscale("log")
@@ -100,5 +190,4 @@ class RunDir:
             a1.set_title(title)
         fig.tight_layout()
         fig.savefig(out, dpi=100)
-        plt.close(fig)
         return out

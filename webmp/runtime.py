@@ -6,7 +6,9 @@ maps it only when asked to (every log_every steps).
 """
 from __future__ import annotations
 
+import functools
 import os
+from collections import OrderedDict
 
 import numpy as np
 
@@ -50,6 +52,7 @@ class GPU:
             required_features=sorted(wanted),
             required_limits={v: adapter.limits[v] for v in LIMIT_KEYS.values()})
         self.features = set(wanted)
+        self.runtime_cache: OrderedDict[str, Runtime] = OrderedDict()  # webmp.inspect's compiled runtimes
         info = adapter.info
         self.name = f"{info.get('device', '?')} ({info.get('description', '') or info.get('backend_type', '')})".strip()
 
@@ -66,14 +69,10 @@ class GPU:
                                    "use a smaller model or batch size")
 
 
-_default_gpu: GPU | None = None
-
-
+@functools.cache
 def default_gpu() -> GPU:
-    global _default_gpu
-    if _default_gpu is None:
-        _default_gpu = GPU()
-    return _default_gpu
+    """The process's shared adapter and device, created on first use."""
+    return GPU()
 
 
 class Runtime:
@@ -157,17 +156,3 @@ class Runtime:
     def sync(self) -> None:
         self.device.queue.read_buffer(self.buffers[self.plan["state"]["buffer"]])
 
-
-def decode_records(raw: bytes, fields) -> list[dict]:
-    words = np.frombuffer(raw, np.uint32).reshape(-1, len(fields))
-    out = []
-    for row in words:
-        rec = {}
-        for (name, kind), w in zip(fields, row):
-            rec[name] = float(np.uint32(w).view(np.float32)) if kind == "f32" else int(w)
-        out.append(rec)
-    return out
-
-
-def decode_state(raw: bytes, fields) -> dict:
-    return decode_records(raw[: 4 * len(fields)], fields)[0]

@@ -5,8 +5,6 @@ steps, maps the metrics ring. Weights are read back only for checkpoints.
 """
 from __future__ import annotations
 
-import json
-import math
 import sys
 import time
 import warnings
@@ -14,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import tune
-from .checkpoint import load_checkpoint, resume_blob, save_checkpoint, checkpoint_buffers
+from .checkpoint import checkpoint_buffers, load_checkpoint, resume_blob, save_checkpoint
 from .config import TrainConfig
 from .data import Dataset, load_dataset
-from .plan import build_plan, resolve_f16_path
-from .rundir import RunDir, new_run_dir
-from .runtime import GPU, Runtime, decode_records, decode_state, default_gpu
+from .plan import build_plan, describe_f16, resolve_f16_path
+from .rundir import RunDir, RunSummary, new_run_dir, run_summary
+from .runtime import GPU, Runtime, default_gpu
+from .state import decode_records, decode_state
+from .tilecache import TileTable
 
 # Fields that must match between a checkpoint and the run resuming it.
 RESUME_LOCKED = ("model", "hidden", "act", "dataset", "input_scale", "precision", "batch_size", "seed",
@@ -29,16 +28,6 @@ RESUME_LOCKED = ("model", "hidden", "act", "dataset", "input_scale", "precision"
 
 class ScaleCollapseError(RuntimeError):
     """An overflow happened with the loss scale already at min_scale (policy 'raise')."""
-
-
-def describe_f16(path: str, choice: str) -> str:
-    if path == "native":
-        return "f16 native (shader-f16)"
-    if path == "emulated":
-        why = "requested" if choice == "emulated" else "the adapter lacks shader-f16"
-        return (f"f16 EMULATED ({why}): values stored as f16 pairs via pack2x16float, arithmetic in f32; "
-                "slower than native")
-    return "fp32 (no f16)"
 
 
 class Trainer:
@@ -59,9 +48,8 @@ class Trainer:
         self.data = dataset or load_dataset(cfg.dataset, cfg.input_scale)
         self.gpu = gpu or default_gpu()
         self.path = resolve_f16_path(cfg.precision, cfg.f16, self.gpu.has_f16)
-        with tune.activated(self.gpu.name):  # tiles from `webmp bench --tune`'s cache, else defaults
-            self.tuned_classes = tune.active_classes()
-            plan, blob = build_plan(cfg, self.data, self.path)
+        self.tiles = TileTable.for_adapter(self.gpu.name)  # `webmp bench --tune`'s choices, else defaults
+        plan, blob = build_plan(cfg, self.data, self.path, self.tiles)
         self.step = 0
         if contents is not None:
             plan, blob = resume_blob(plan, blob, contents)
@@ -78,8 +66,7 @@ class Trainer:
             self.run_dir.truncate_metrics_after(self.step - 1)
         self.last_checkpoint: tuple[Path, int] | None = (self.run_dir.path, self.step) if resume else None
         self.f16_description = describe_f16(self.path, cfg.f16)
-        self.run_dir.write_json("config.json", {**cfg.model_dump(), "f16_path": plan["f16_path"],
-                                                "adapter": self.gpu.name})
+        self.run_dir.write_config(cfg, f16_path=plan["f16_path"], adapter=self.gpu.name, runtime="native")
         self.records: list[dict] = []
         self.skipped_total = 0
         self.warned_min_scale = False
@@ -87,7 +74,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------
     def read_state(self) -> dict:
-        return decode_state(self.runtime.read("state"), self.plan["state"]["fields"])
+        return decode_state(self.runtime.read(self.plan["state"]["buffer"]))
 
     def checkpoint(self) -> Path:
         contents = {n: self.runtime.read(n) for n in checkpoint_buffers(self.plan)}
@@ -102,7 +89,7 @@ class Trainer:
                 "test_count": int(counted)}
 
     def _new_records(self, raw: bytes, first: int, last: int) -> list[dict]:
-        recs = [r for r in decode_records(raw, self.plan["metrics"]["fields"]) if first <= r["step"] <= last]
+        recs = [r for r in decode_records(raw) if first <= r["step"] <= last]
         recs.sort(key=lambda r: r["step"])
         if len(recs) != last - first + 1:
             raise RuntimeError(f"metrics ring lost records between steps {first} and {last}")
@@ -162,33 +149,17 @@ class Trainer:
         self.wall = time.perf_counter() - t0
         return self.finish()
 
-    def finish(self) -> dict:
+    def finish(self) -> RunSummary:
         state = self.read_state()
         ev = self.evaluate()
         self.checkpoint()
-        recs = self.run_dir.read_metrics()
-        tail = recs[-min(len(recs), self.cfg.log_every):] if recs else []
-        summary = {
-            "final_train_loss": float(np.mean([r["loss"] for r in tail])) if tail else None,
-            "last_loss": recs[-1]["loss"] if recs else None,
-            **ev,
-            "steps": state["iteration"],
-            "optimizer_steps": state["opt_step"],
-            "skipped_steps": state["skipped_total"],
-            "final_scale": state["scale"],
-            "min_scale_events": state["min_scale_events"],
-            "precision": self.cfg.precision,
-            "f16_path": self.plan["f16_path"] or "none",
-            "f16_description": self.f16_description,
-            "adapter": self.gpu.name,
-            "gpu_memory_bytes": dict(self.plan["memory"]),
-            "wall_seconds": round(self.wall, 3),
-            "steps_per_second": round(len(self.records) / self.wall, 2) if self.wall > 0 else None,
-            "readbacks": self.runtime.readbacks,
-            "matmul_tiles": f"tuned ({self.tuned_classes} shape classes cached)" if self.tuned_classes else "default",
-            "run_dir": str(self.run_dir.path),
-        }
-        self.run_dir.write_json("summary.json", summary)
+        summary = run_summary(
+            self.cfg, self.run_dir.read_metrics(), state, test_correct=ev["test_correct"],
+            test_count=ev["test_count"], f16_path=self.plan["f16_path"], f16_description=self.f16_description,
+            adapter=self.gpu.name, runtime="native", matmul_tiles=self.tiles.describe(),
+            memory=self.plan["memory"], wall_seconds=self.wall, steps_run=len(self.records),
+            readbacks=self.runtime.readbacks, run_dir=self.run_dir.path)
+        self.run_dir.write_summary(summary)
         self.run_dir.plot_curves(f"{self.cfg.precision} / {summary['f16_path']} — test acc "
                                  f"{summary['test_accuracy']:.3f}")
         self.log(f"webmp: done — train loss {summary['final_train_loss']:.4f}, test accuracy "

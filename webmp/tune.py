@@ -1,28 +1,22 @@
-"""Matmul tile shapes: a short auto-tune per adapter and shape class, cached on disk.
+"""Matmul auto-tuning: time candidate tile shapes per adapter and shape class, cache the fastest.
 
-The matmul kernels (shaders/matmul.wgsl) take their tile shape as pipeline-overridable constants
-(WG_X, WG_Y, TM, TN, BK). `tiles_for` is what the plan builder asks: the cached choice for the
-*activated* adapter and the shape's class, else DEFAULT_TILES. Nothing here runs implicitly: the
-cache is filled by `tune_shapes` (`webmp bench --tune`, or `python -m webmp.tune`) and read after
-`activate(adapter_name)`. The cache is JSON at $WEBMP_TUNE_CACHE, default
-~/.cache/webmp/tune.json: {adapter name: {shape class: tiles}}.
-
-`MatmulCase` (one matmul on random data, checked against numpy, timed with many dispatches in one
-encoder and one wait) is shared with webmp/bench.py.
+`tune_shapes` (run by `webmp bench --tune`, or `python -m webmp.tune`) fills the cache that
+webmp/tilecache.py reads; training uses it through `TileTable.for_adapter`. Nothing here runs
+implicitly. `MatmulCase` (one matmul on random data, checked against numpy, timed with many
+dispatches in one encoder and one wait) is shared with webmp/bench.py.
 """
 from __future__ import annotations
 
-import json
-import os
 import time
-from contextlib import contextmanager
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
-DEFAULT_TILES = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
-TILE_KEYS = tuple(DEFAULT_TILES)
+from .config import TrainConfig
+from .data import load_digits
+from .plan import PlanBuilder, build_plan, op_matmul, pack_h, resolve_f16_path, unpack_h
+from .runtime import GPU, Runtime, default_gpu
+from .tilecache import DEFAULT_TILES, TileTable, Tiles, cache_path, load_cache, save_cache, shape_class
 
 # Tile shapes to try, most promising first (the tuner stops when its time is up): 64x64 and
 # 128x128 tiles with 8x8 register blocks, then smaller blocks and deeper K slices for small or
@@ -41,77 +35,6 @@ CANDIDATES = [
     {"WG_X": 32, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 16},
     {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 32},
 ]
-
-
-# --- the cache ---------------------------------------------------------------------------------
-
-def cache_path() -> Path:
-    env = os.environ.get("WEBMP_TUNE_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "webmp" / "tune.json"
-
-
-def load_cache() -> dict:
-    try:
-        return json.loads(cache_path().read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def save_cache(cache: dict) -> Path:
-    p = cache_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-    tmp.replace(p)
-    return p
-
-
-def _bucket(n: int) -> str:
-    for edge in (16, 64, 256, 1024, 4096):
-        if n <= edge:
-            return str(edge)
-    return "big"
-
-
-def shape_class(path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> str:
-    """e.g. 'native/NT/64x256x256': precision path, transposes, and each size rounded up to a power of 4."""
-    t = ("T" if trans_a else "N") + ("T" if trans_b else "N")
-    return f"{path}/{t}/{_bucket(M)}x{_bucket(N)}x{_bucket(K)}"
-
-
-_active: dict[str, dict] = {}
-_active_adapter: str | None = None
-
-
-def activate(adapter: str | None) -> int:
-    """Use the cached choices of this adapter (a name, or None for the defaults); returns how many."""
-    global _active, _active_adapter
-    _active_adapter = adapter
-    _active = dict(load_cache().get(adapter, {})) if adapter else {}
-    return len(_active)
-
-
-@contextmanager
-def activated(adapter: str | None):
-    """activate(adapter) for the duration of a with-block, then restore the previous choice."""
-    previous = _active_adapter
-    activate(adapter)
-    try:
-        yield
-    finally:
-        activate(previous)
-
-
-def active_classes() -> int:
-    """How many shape classes have tuned tiles for the active adapter."""
-    return len(_active)
-
-
-def tiles_for(path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> dict:
-    return dict(_active.get(shape_class(path, M, N, K, trans_a, trans_b), DEFAULT_TILES))
 
 
 def fits(tiles: dict, limits) -> bool:
@@ -151,12 +74,9 @@ class MatmulCase:
 
     def __init__(self, gpu, path: str, M: int, N: int, K: int, variant: str = "matmul_wgrad",
                  trans_a: int = 0, trans_b: int = 0, tiles: dict | None = None, seed: int = 0):
-        from .plan import PlanBuilder, op_matmul, pack_h
-        from .runtime import Runtime
-
         self.path, self.M, self.N, self.K, self.variant = path, M, N, K, variant
         self.trans_a, self.trans_b, self.seed = trans_a, trans_b, seed
-        self.tiles = dict(tiles or tiles_for(path, M, N, K, trans_a, trans_b))
+        self.tiles = dict(tiles or DEFAULT_TILES)
         self.a, self.b, self.bias, self.z = _operands(M, N, K, trans_a, trans_b, seed)
         pb = PlanBuilder(path)
         pb.h("A", *self.a.shape, init=pack_h(self.a, path))
@@ -190,7 +110,6 @@ class MatmulCase:
         return c
 
     def result(self) -> np.ndarray:
-        from .plan import unpack_h
         raw = self.rt.read("C")
         if self.out_h:
             return unpack_h(raw, self.M, self.N, self.path)
@@ -259,8 +178,7 @@ def plan_shapes(plan: dict) -> list[tuple]:
 def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     """For each shape class (represented by the first of its shapes given), times the candidates
     that fit the device, most promising first, until the class's share of the budget is spent;
-    keeps the fastest that passes its correctness check, stores it in the cache under gpu.name and
-    activates it. Classes with the most work go first, and time one class leaves unused goes to
+    keeps the fastest that passes its correctness check and stores it in the cache under gpu.name. Classes with the most work go first, and time one class leaves unused goes to
     the next. Returns {class: {"tiles", "gflops", "default_gflops", "tried"}}."""
     by_class = {}
     for s in shapes:
@@ -293,17 +211,11 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
         report[cls] = {"tiles": best, "gflops": best_gf, "default_gflops": default_gf, "tried": len(results)}
         log(f"tune {cls}: {best} {best_gf:.2f} GFLOP/s (default {default_gf or 0:.2f}, {len(results)} tried)")
     save_cache(cache)
-    activate(gpu.name)
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-
-    from .config import TrainConfig
-    from .data import load_digits
-    from .plan import build_plan, resolve_f16_path
-    from .runtime import default_gpu
 
     p = argparse.ArgumentParser(prog="python -m webmp.tune",
                                 description="Tune matmul tiles for the shapes of a training plan")

@@ -1,0 +1,297 @@
+"""Runs trained by a browser page, on the server's side: their state, plans, records and checkpoints.
+
+No web framework here: webmp/server.py maps the `PageRunError`s raised below to HTTP statuses and
+WebSocket replies. A run lives in a run directory of the same format as a native run
+(webmp/rundir.py), plus `browser.json` holding its status. Every change happens on the server's
+event loop (plans and checkpoints are built in worker threads, but stored from the loop), so two
+pages never interleave writes to the same files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
+from .config import TrainConfig
+from .data import Dataset, load_dataset
+from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, Stopped, Summary
+from .plan import build_plan, describe_f16, resolve_f16_path
+from .rundir import Record, RunDir, new_run_dir, run_summary
+from .state import decode_state
+
+STATE_FILE = "browser.json"        # the browser run's status, next to the native-format files
+RESUMABLE = {"created", "disconnected", "failed", "stopped"}
+MAX_PENDING = 100_000              # records held back waiting for an earlier step
+Offer = Literal["native", "emulated"]  # whether the page's adapter has shader-f16
+
+
+class PageRunError(Exception):
+    """A request about a page run that cannot be honoured; the message says why."""
+
+
+class UnknownRun(PageRunError):
+    pass
+
+
+class RunStateConflict(PageRunError):
+    """The request does not fit the run's current status or configuration."""
+
+
+class InvalidUpload(PageRunError):
+    pass
+
+
+@lru_cache(maxsize=4)
+def _dataset(name: str, input_scale: float) -> Dataset:
+    return load_dataset(name, input_scale)
+
+
+class PageRun:
+    """One run trained by a page: its directory, its status and the records stored so far."""
+
+    def __init__(self, path: Path, cfg: TrainConfig, state: dict[str, Any] | None = None):
+        self.id = path.name
+        self.dir = RunDir(path)
+        self.cfg = cfg
+        state = state or {}
+        self.status: str = state.get("status", "created")
+        self.message: str = state.get("message", "")
+        self.f16_path: str | None = state.get("f16_path")
+        self.adapter: str | None = state.get("adapter")
+        self.checkpoint_step: int | None = state.get("checkpoint_step")
+        self.records: list[Record] = self.dir.read_metrics()
+        self.pending: dict[int, Record] = {}
+        self.connected = False
+        self.plans: dict[str, tuple[dict, bytes]] = {}
+        self._changed = asyncio.Event()
+
+    @property
+    def last_step(self) -> int:
+        return int(self.records[-1]["step"]) if self.records else -1
+
+    @property
+    def page_url(self) -> str:
+        return f"/?run={self.id}"
+
+    def info(self) -> RunInfo:
+        return RunInfo(id=self.id, status=self.status, message=self.message, steps=self.cfg.steps,  # type: ignore[arg-type]
+                       last_step=self.last_step, records=len(self.records), checkpoint_step=self.checkpoint_step,
+                       f16_path=self.f16_path, adapter=self.adapter, page_url=self.page_url,
+                       config=self.cfg.model_dump())
+
+    def save(self) -> None:
+        self.dir.write_json(STATE_FILE, {"status": self.status, "message": self.message, "f16_path": self.f16_path,
+                                         "adapter": self.adapter, "checkpoint_step": self.checkpoint_step})
+        self.dir.write_config(self.cfg, f16_path=self.f16_path, adapter=self.adapter, runtime="browser")
+        self.notify()
+
+    def notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_changed(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
+    # --- plans and checkpoints ---------------------------------------------------------------------
+    def path_for(self, offer: Offer) -> str:
+        """The f16 path for a page whose adapter has ('native') or lacks ('emulated') shader-f16."""
+        try:
+            return resolve_f16_path(self.cfg.precision, self.cfg.f16, offer == "native")
+        except RuntimeError as e:
+            raise RunStateConflict(str(e)) from None
+
+    def base_plan(self, path: str) -> tuple[dict, bytes]:
+        """The run's plan and initial blob on an f16 path, with default matmul tiles (the page's
+        adapter is not known when the plan is built). Cached; runs in a worker thread."""
+        if path not in self.plans:
+            self.plans[path] = build_plan(self.cfg, _dataset(self.cfg.dataset, self.cfg.input_scale), path)
+        return self.plans[path]
+
+    def plan(self, offer: Offer) -> tuple[dict, bytes, int]:
+        """(plan, blob, start step) for the page: resumed from the last checkpoint if there is one."""
+        plan, blob = self.base_plan(self.path_for(offer))
+        if self.checkpoint_step is None:
+            return plan, blob, 0
+        contents, meta = load_checkpoint(self.dir.path)
+        plan, blob = resume_blob(plan, blob, contents)
+        return plan, blob, int(meta["step"])
+
+    def checkpoint_layout(self, offer: Offer) -> tuple[dict, list[tuple[str, int]]]:
+        """The plan and the (buffer, bytes) a checkpoint upload holds, in order."""
+        plan, _ = self.base_plan(self.path_for(offer))
+        sizes = {b["name"]: b["bytes"] for b in plan["buffers"]}
+        return plan, [(n, sizes[n]) for n in plan["checkpoint_buffers"]]
+
+    def save_checkpoint(self, offer: Offer, step: int, body: bytes) -> None:
+        """Checks an uploaded checkpoint against the plan and writes it (call from a worker thread;
+        then `checkpoint_saved` from the event loop)."""
+        if self.status != "running":
+            raise RunStateConflict(f"run {self.id} is {self.status}; only a running page uploads checkpoints")
+        plan, layout = self.checkpoint_layout(offer)
+        expected = sum(n for _, n in layout)
+        if len(body) != expected:
+            raise InvalidUpload(f"a checkpoint of this plan is {expected} bytes, got {len(body)}")
+        contents, offset = {}, 0
+        for name, n in layout:
+            contents[name] = body[offset:offset + n]
+            offset += n
+        iteration = decode_state(contents[plan["state"]["buffer"]])["iteration"]
+        if iteration != step or step > self.cfg.steps:
+            raise InvalidUpload(f"the checkpoint's state says step {iteration}, the upload says {step}")
+        save_checkpoint(self.dir.path, plan, contents, {"adapter": self.adapter, "runtime": "browser"})
+
+    def checkpoint_saved(self, step: int) -> None:
+        self.checkpoint_step = step
+        self.save()
+
+    # --- what the page reports (event loop only) ---------------------------------------------------
+    def start(self, hello: Hello) -> None:
+        if self.status not in RESUMABLE:
+            raise RunStateConflict(f"run {self.id} is {self.status}; it cannot be started again")
+        expected = self.checkpoint_step or 0
+        if hello.start_step != expected:
+            raise RunStateConflict(f"the page starts at step {hello.start_step} but the run resumes at step "
+                                   f"{expected}; reload the plan")
+        paths = set()
+        for has_f16 in (True, False):
+            try:
+                paths.add(resolve_f16_path(self.cfg.precision, self.cfg.f16, has_f16))
+            except RuntimeError:
+                pass
+        if hello.f16_path not in paths:
+            raise RunStateConflict(f"f16 path {hello.f16_path} does not match the run's config "
+                                   f"({' or '.join(sorted(paths))})")
+        if self.records and self.last_step >= expected:
+            self.dir.truncate_metrics_after(expected - 1)   # the resumed page sends these steps again
+            self.records = [r for r in self.records if r["step"] < expected]
+        self.pending.clear()
+        info = hello.adapter
+        self.adapter = " ".join(str(info[k]) for k in ("vendor", "architecture", "device", "description")
+                                if info.get(k)) or "unknown adapter"
+        self.adapter += " (browser)"
+        self.f16_path = hello.f16_path
+        self.status, self.message = "running", ""
+        self.save()
+
+    def add_records(self, records: list[Record]) -> tuple[int, int]:
+        """Store records once each, in step order; returns (stored, duplicates)."""
+        if self.status != "running":
+            raise RunStateConflict(f"run {self.id} is {self.status}; send hello first")
+        bad = [r["step"] for r in records if r["step"] >= self.cfg.steps]
+        if bad:
+            raise InvalidUpload(f"step {bad[0]} is past the run's {self.cfg.steps} steps")
+        dups = 0
+        for r in records:
+            if r["step"] <= self.last_step or r["step"] in self.pending:
+                dups += 1
+            else:
+                self.pending[r["step"]] = r
+        if len(self.pending) > MAX_PENDING:
+            self.pending.clear()
+            raise InvalidUpload("too many records waiting for an earlier step; dropped them")
+        ready = []
+        while self.last_step + len(ready) + 1 in self.pending:
+            ready.append(self.pending.pop(self.last_step + len(ready) + 1))
+        self.store(ready)
+        return len(ready), dups
+
+    def store(self, records: list[Record]) -> None:
+        if records:
+            self.dir.append_metrics(records)
+            self.records += records
+            self.notify()
+
+    def flush_pending(self) -> None:
+        """Keep records still waiting for a gap to fill (a page that left): all received are kept."""
+        self.store([self.pending[s] for s in sorted(self.pending)])
+        self.pending.clear()
+
+    def end(self, status: str, message: str = "") -> None:
+        self.flush_pending()
+        self.status, self.message = status, message
+        self.save()
+
+    def disconnected(self) -> None:
+        """The page's socket closed: a running run becomes resumable from its last checkpoint."""
+        self.connected = False
+        if self.status != "running":
+            return
+        at = f" at step {self.last_step}" if self.records else ""
+        where = (f"resume from the checkpoint at step {self.checkpoint_step}" if self.checkpoint_step
+                 else "restart it")
+        self.end("disconnected", f"the page disconnected{at}; open {self.page_url} to {where}")
+
+    async def finish(self, msg: Summary) -> None:
+        if self.status != "running" or self.f16_path is None:
+            raise RunStateConflict(f"run {self.id} is {self.status}; send hello first")
+        plan, _ = await asyncio.to_thread(self.base_plan, self.f16_path)
+        self.flush_pending()
+        summary = run_summary(
+            self.cfg, self.records, msg.state.model_dump(), test_correct=msg.test_correct,
+            test_count=msg.test_count, f16_path=self.f16_path, f16_description=describe_f16(self.f16_path),
+            adapter=self.adapter or "unknown adapter", runtime="browser", matmul_tiles="default",
+            memory=plan["memory"], wall_seconds=msg.wall_seconds, steps_run=msg.steps_run,
+            readbacks=msg.readbacks, run_dir=self.dir.path)
+        self.dir.write_summary(summary)
+        title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — test acc {summary['test_accuracy']:.3f}"
+        await asyncio.to_thread(self.dir.plot_curves, title)
+        self.end("finished")
+
+    async def handle(self, msg: PageMessage) -> dict[str, Any]:
+        """Apply one validated page message; the reply to send (an ack)."""
+        if msg.run_id != self.id:
+            raise InvalidUpload(f"message for run {msg.run_id} sent on run {self.id}'s socket; dropped")
+        if isinstance(msg, Hello):
+            self.start(msg)
+        elif isinstance(msg, Records):
+            stored, dups = self.add_records([r.model_dump() for r in msg.records])
+            return {"type": "ack", "last_step": self.last_step, "stored": stored, "duplicates": dups}
+        elif isinstance(msg, Summary):
+            await self.finish(msg)
+        elif isinstance(msg, Failed):
+            self.end("failed", msg.message)
+        elif isinstance(msg, Stopped):
+            self.end("stopped", f"stopped by the user after {msg.step} steps")
+        return {"type": "ack", "last_step": self.last_step}
+
+
+class RunStore:
+    """The page runs under one root directory, reloaded from disk when the server starts."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.runs: dict[str, PageRun] = {}
+        if self.root.is_dir():
+            for state_file in sorted(self.root.glob(f"*/{STATE_FILE}")):
+                self._load(state_file.parent)
+
+    def _load(self, path: Path) -> None:
+        try:
+            state = json.loads((path / STATE_FILE).read_text())
+            cfg = RunDir(path).read_config()
+        except (OSError, ValueError) as e:
+            print(f"webmp serve: skipping {path}: {e}", file=sys.stderr)
+            return
+        if state.get("status") == "running":  # the server stopped while a page was training
+            state["status"], state["message"] = "disconnected", "the server restarted during the run"
+        self.runs[path.name] = PageRun(path, cfg, state)
+
+    def create(self, cfg: TrainConfig) -> PageRun:
+        run = PageRun(new_run_dir(self.root, prefix="browser"), cfg)
+        run.save()
+        self.runs[run.id] = run
+        return run
+
+    def get(self, run_id: str) -> PageRun:
+        run = self.runs.get(run_id) if RUN_ID_RE.match(run_id) else None
+        if run is None:
+            raise UnknownRun(f"no run {run_id!r}")
+        return run

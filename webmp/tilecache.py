@@ -1,0 +1,81 @@
+"""Matmul tile shapes: the defaults, the shape classes and the per-adapter cache on disk.
+
+The matmul kernels (shaders/matmul.wgsl) take their tile shape as pipeline-overridable constants
+(WG_X, WG_Y, TM, TN, BK). Which shape a plan uses is decided by the caller of `build_plan`, which
+passes a `TileTable`: `TileTable.for_adapter(name)` reads what `webmp bench --tune` (webmp/tune.py)
+measured for that adapter, `TileTable()` is the defaults. Nothing here is process-global.
+
+The cache is JSON at $WEBMP_TUNE_CACHE, default ~/.cache/webmp/tune.json:
+{adapter name: {shape class: tiles}}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+Tiles = dict[str, int]
+
+DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
+TILE_KEYS = tuple(DEFAULT_TILES)
+
+
+def cache_path() -> Path:
+    env = os.environ.get("WEBMP_TUNE_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "webmp" / "tune.json"
+
+
+def load_cache() -> dict[str, dict[str, Tiles]]:
+    try:
+        cache = json.loads(cache_path().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def save_cache(cache: Mapping[str, Mapping[str, Tiles]]) -> Path:
+    p = cache_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+    tmp.replace(p)
+    return p
+
+
+def _bucket(n: int) -> str:
+    for edge in (16, 64, 256, 1024, 4096):
+        if n <= edge:
+            return str(edge)
+    return "big"
+
+
+def shape_class(path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> str:
+    """e.g. 'native/NT/64x256x256': precision path, transposes, each size rounded up to a power of 4."""
+    t = ("T" if trans_a else "N") + ("T" if trans_b else "N")
+    return f"{path}/{t}/{_bucket(M)}x{_bucket(N)}x{_bucket(K)}"
+
+
+class TileTable:
+    """Tile shapes by shape class; classes it lacks get DEFAULT_TILES."""
+
+    def __init__(self, by_class: Mapping[str, Tiles] | None = None, adapter: str | None = None):
+        self.by_class = {cls: dict(t) for cls, t in (by_class or {}).items()}
+        self.adapter = adapter
+
+    @classmethod
+    def for_adapter(cls, adapter: str | None) -> TileTable:
+        """The cached choices for this adapter (none cached, or adapter None: the defaults)."""
+        return cls(load_cache().get(adapter, {}) if adapter else {}, adapter)
+
+    def for_shape(self, path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> Tiles:
+        return dict(self.by_class.get(shape_class(path, M, N, K, trans_a, trans_b), DEFAULT_TILES))
+
+    def describe(self) -> str:
+        """For summaries: 'default', or how many shape classes are tuned."""
+        n = len(self.by_class)
+        return f"tuned ({n} shape classes cached)" if n else "default"
