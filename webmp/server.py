@@ -46,11 +46,9 @@ from .data import load_dataset
 from .messages import (MAX_MESSAGE_BYTES, RUN_ID_RE, Failed, Hello, Records, RunInfo, Stopped, Summary,
                        parse_page_message)
 from .plan import build_plan, resolve_f16_path
+from .resources import SHADER_DIR, UPLOT_DIR, WEB_DIR
 from .rundir import RunDir, new_run_dir
-from .wgsl import SHADER_DIR
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
-UPLOT_DIR = WEB_DIR / "node_modules" / "uplot" / "dist"
 STATE_FILE = "browser.json"        # the browser run's status, next to the native-format files
 RESUMABLE = {"created", "disconnected", "failed", "stopped"}
 MAX_PENDING = 100_000              # records held back waiting for an earlier step
