@@ -1,65 +1,102 @@
-"""`webmp train | serve | bench` — the command line."""
+"""`webmp train | serve | bench` — the command line.
+
+`webmp train`'s configuration flags are generated from TrainConfig (webmp/config.py): one flag per
+field, named after it (underscores as dashes), typed by its annotation (int, float, str, bool,
+list[...] as comma-separated values, Literal[...] as choices), defaulting to its default and helped
+by its docstring. A new field is a new flag with nothing to add here. `serve` and `bench` parse
+their own arguments (webmp/server.py, webmp/bench.py).
+"""
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any, Callable, Literal, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
+from . import __version__
 from .config import TrainConfig, config_error_message
 
-
-def _widths(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.replace("x", ",").split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--hidden takes comma-separated widths such as 256,256, got {text!r}")
+COMMANDS = {"train": "train a model natively through wgpu-py",
+            "serve": "serve the browser runtime (FastAPI) on 127.0.0.1",
+            "bench": "benchmark kernels, step overhead and memory"}
+SCALARS: dict[type, str] = {int: "INT", float: "FLOAT", str: "TEXT"}  # flag types and their metavars
 
 
-def add_train_flags(p: argparse.ArgumentParser) -> None:
-    d = TrainConfig()
-    p.add_argument("--model", choices=["mlp", "mlp-ln"], default=d.model,
-                   help="MLP of Linear layers; mlp-ln adds LayerNorm after each hidden Linear")
-    p.add_argument("--hidden", type=_widths, default=d.hidden, help="hidden widths, e.g. 256,256")
-    p.add_argument("--act", choices=["gelu", "relu"], default=d.act)
-    p.add_argument("--precision", choices=["mixed", "fp32", "fp16-noscale"], default=d.precision)
-    p.add_argument("--f16", choices=["native", "emulated", "auto"], default=d.f16,
-                   help="f16 path: native needs the adapter's shader-f16 feature; auto picks it when present")
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--schedule", choices=["cosine", "constant"], default=d.schedule)
-    p.add_argument("--warmup", type=int, default=d.warmup, help="linear warmup steps")
-    p.add_argument("--min-lr", type=float, default=d.min_lr)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--init-scale", type=float, default=d.init_scale)
-    p.add_argument("--growth-factor", type=float, default=d.growth_factor)
-    p.add_argument("--backoff-factor", type=float, default=d.backoff_factor)
-    p.add_argument("--growth-interval", type=int, default=d.growth_interval)
-    p.add_argument("--hysteresis", type=int, default=d.hysteresis,
-                   help="overflows tolerated before the scale backs off (1 = PyTorch)")
-    p.add_argument("--min-scale", type=float, default=d.min_scale)
-    p.add_argument("--min-scale-policy", choices=["raise", "warn"], default=d.min_scale_policy)
-    p.add_argument("--clip-norm", type=float, default=d.clip_norm, help="max global grad norm (0 = off)")
-    p.add_argument("--init-gain", type=float, default=d.init_gain)
-    p.add_argument("--input-scale", type=float, default=d.input_scale)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--log-every", type=int, default=d.log_every)
-    p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
 
 
-def config_from_args(args) -> TrainConfig:
-    names = set(TrainConfig.model_fields)
-    return TrainConfig(**{k: v for k, v in vars(args).items() if k in names})
+def format_default(value: object) -> str:
+    """A default as it is typed on the command line: lists comma-separated."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _list_type(elem: type, example: str) -> Callable[[str], list[Any]]:
+    def parse(text: str) -> list[Any]:
+        parts = (text.replace("x", ",") if elem is int else text).split(",")  # 256x256 as before
+        try:
+            return [elem(p.strip()) for p in parts if p.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"takes comma-separated {elem.__name__} values such as {example}, got {text!r}") from None
+    parse.__name__ = f"list[{elem.__name__}]"
+    return parse
+
+
+def _flag_spec(name: str, field: FieldInfo, default: object) -> dict[str, Any]:
+    """add_argument keywords for one config field, from its annotation."""
+    ann = field.annotation
+    if get_origin(ann) is Literal:
+        choices = get_args(ann)
+        kinds = {type(c) for c in choices}
+        if len(kinds) == 1 and kinds <= set(SCALARS):
+            return {"type": kinds.pop(), "choices": choices}
+    elif ann is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    elif isinstance(ann, type) and ann in SCALARS:
+        return {"type": ann, "metavar": SCALARS[ann]}
+    elif get_origin(ann) is list and len(get_args(ann)) == 1 and get_args(ann)[0] in SCALARS:
+        elem = get_args(ann)[0]
+        metavar = SCALARS[elem]
+        return {"type": _list_type(elem, format_default(default) or "1,2"), "metavar": f"{metavar},{metavar}"}
+    raise TypeError(f"{name}: webmp/cli.py has no flag type for {ann!r}")
+
+
+def add_train_flags(p: argparse.ArgumentParser, model: type[BaseModel] = TrainConfig) -> None:
+    """One flag per field of `model` (TrainConfig), with the field's default and docstring as help."""
+    group = p.add_argument_group("configuration", f"the fields of {model.__module__}.{model.__qualname__}")
+    for name, field in model.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        action = group.add_argument(flag_name(name), dest=name, default=default,
+                                    **_flag_spec(f"{model.__qualname__}.{name}", field, default))
+        # set after add_argument, so that no action (BooleanOptionalAction) adds a default of its own
+        text = " ".join((field.description or "").split())
+        action.help = f"{text} (default: {format_default(default)})".strip().replace("%", "%%")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig of parsed `add_train_flags` flags; raises pydantic's ValidationError."""
+    return TrainConfig(**{k: getattr(args, k) for k in TrainConfig.model_fields if hasattr(args, k)})
+
+
+def train_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="webmp train", description="Train an MLP in mixed precision on WebGPU",
+        usage="webmp train [-h] [--out DIR] [--resume RUN] [--quiet] [--FIELD VALUE ...]")
+    run = p.add_argument_group("run")
+    run.add_argument("--out", metavar="DIR", help="run directory (default: runs/run-<time>)")
+    run.add_argument("--resume", metavar="RUN", help="run directory or checkpoint to continue from")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_train_flags(p)
+    return p
 
 
 def cmd_train(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="webmp train", description="Train an MLP in mixed precision on WebGPU")
-    add_train_flags(p)
-    p.add_argument("--out", help="run directory (default: runs/run-<time>)")
-    p.add_argument("--resume", help="run directory or checkpoint to continue from")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = p.parse_args(argv)
+    args = train_parser().parse_args(argv)
     try:
         cfg = config_from_args(args)
     except ValidationError as e:
@@ -77,25 +114,41 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
+def main_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="webmp", description="webmp: a WebGPU mixed-precision training engine",
+                                epilog="`webmp <command> --help` lists a command's options.")
+    p.add_argument("-V", "--version", action="version", version=f"webmp {__version__}")
+    sub = p.add_subparsers(title="commands", dest="command", metavar="{" + ",".join(COMMANDS) + "}")
+    for name, text in COMMANDS.items():
+        sub.add_parser(name, help=text, add_help=False)  # each command parses its own arguments
+    return p
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in COMMANDS:
+        cmd, rest = argv[0], argv[1:]
+        if cmd == "train":
+            return cmd_train(rest)
+        if cmd == "serve":
+            from .server import cli_serve
+            return cli_serve(rest)
+        from .bench import cli_bench
+        return cli_bench(rest)
+    p = main_parser()
+    p.parse_args(argv)  # --help, --version and an unknown command exit here
+    p.print_help(sys.stderr)  # no command
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    commands = {"train": "train a model natively through wgpu-py",
-                "serve": "serve the browser runtime (FastAPI) on 127.0.0.1",
-                "bench": "benchmark kernels, step overhead and memory"}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"webmp: unknown command {argv[0]!r}", file=sys.stderr)
-        print("usage: webmp {train,serve,bench} [options]\n" +
-              "\n".join(f"  {k:6} {v}" for k, v in commands.items()))
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    cmd, rest = argv[0], argv[1:]
-    if cmd == "train":
-        return cmd_train(rest)
-    if cmd == "serve":
-        from .server import cli_serve
-        return cli_serve(rest)
-    from .bench import cli_bench
-    return cli_bench(rest)
+    """Runs `webmp ARGV`; returns its exit status, argparse's included (0 after --help, 2 on bad flags)."""
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -10,42 +10,75 @@ F16Choice = Literal["native", "emulated", "auto"]
 
 
 class TrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    """Every field is a `webmp train` flag (underscores as dashes); its docstring is the flag's help."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
     # model and data
-    model: Literal["mlp", "mlp-ln"] = "mlp"          # mlp-ln: LayerNorm after each hidden Linear
+    model: Literal["mlp", "mlp-ln"] = "mlp"
+    """mlp: Linear layers with an activation between them; mlp-ln adds LayerNorm after each hidden Linear"""
     hidden: list[int] = Field(default_factory=lambda: [256, 256])
+    """hidden layer widths, comma-separated"""
     act: Literal["gelu", "relu"] = "gelu"
-    init_gain: float = 1.0                            # multiplies PyTorch's default Linear init
+    """activation after each hidden layer"""
+    init_gain: float = 1.0
+    """multiplies PyTorch's default Linear init"""
     dataset: Literal["digits"] = "digits"
-    input_scale: float = 1.0                          # multiplies the normalised features
+    """training data: scikit-learn's 8x8 digits (10 classes), a fixed train/test split"""
+    input_scale: float = 1.0
+    """multiplies the normalised features"""
     # precision
     precision: Precision = "mixed"
+    """mixed: f16 matmuls, fp32 master weights, dynamic loss scaling; fp32: the same kernels in f32, no
+    scaling; fp16-noscale: f16 without loss scaling"""
     f16: F16Choice = "auto"
+    """f16 path: native needs the adapter's shader-f16 feature, emulated packs f16 into u32 words; auto
+    picks native when the adapter has it"""
     # optimisation
     steps: int = 1000
+    """training steps, overflow-skipped ones included"""
     batch_size: int = 64
+    """examples per step"""
     lr: float = 1e-3
+    """peak learning rate (AdamW)"""
     schedule: Literal["cosine", "constant"] = "cosine"
+    """learning rate after warmup: cosine decay to min_lr, or constant"""
     warmup: int = 50
+    """linear warmup steps"""
     min_lr: float = 0.0
+    """final learning rate of the cosine schedule"""
     weight_decay: float = 0.01
+    """AdamW's decoupled weight decay"""
     beta1: float = 0.9
+    """AdamW's first-moment decay"""
     beta2: float = 0.999
+    """AdamW's second-moment decay"""
     eps: float = 1e-8
-    clip_norm: float = 0.0                            # 0 = no clipping
+    """AdamW's denominator epsilon"""
+    clip_norm: float = 0.0
+    """max global gradient norm, applied after unscaling (0 = no clipping)"""
     # dynamic loss scaling (PyTorch GradScaler defaults; hysteresis 1 = PyTorch behaviour)
     init_scale: float = 65536.0
+    """initial loss scale"""
     growth_factor: float = 2.0
+    """multiplies the scale after growth_interval clean steps"""
     backoff_factor: float = 0.5
+    """multiplies the scale when an overflow backs it off (see hysteresis); the step is skipped"""
     growth_interval: int = 2000
+    """clean (overflow-free) steps before the scale grows"""
     hysteresis: int = 1
+    """overflows tolerated before the scale backs off (1 = PyTorch)"""
     min_scale: float = 1.0
+    """floor of the loss scale; an overflow at this scale is a min-scale event"""
     min_scale_policy: Literal["raise", "warn"] = "raise"
+    """on a min-scale event: raise stops the run naming the step and last checkpoint; warn goes on"""
     # bookkeeping
     seed: int = 0
+    """seeds the initial weights and the data order"""
     log_every: int = 50
-    checkpoint_every: int = 500                       # 0 = only at the end
+    """steps between metric readbacks from the GPU"""
+    checkpoint_every: int = 500
+    """steps between checkpoints (0 = only at the end)"""
 
     @field_validator("steps", "batch_size", "log_every", "growth_interval", "hysteresis")
     @classmethod

@@ -40,10 +40,8 @@ from pydantic import ValidationError
 from .config import TrainConfig, config_error_message
 from .messages import MAX_MESSAGE_BYTES, RUN_ID_RE, RunInfo, json_safe, parse_page_message
 from .page_runs import InvalidUpload, PageRun, PageRunError, RunStateConflict, RunStore, UnknownRun
-from .wgsl import SHADER_DIR
+from .resources import SHADER_DIR, UPLOT_DIR, WEB_DIR
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
-UPLOT_DIR = WEB_DIR / "node_modules" / "uplot" / "dist"
 WS_PROTOCOL_MAX_BYTES = 4 * 2**20  # frames above this are cut by uvicorn itself (connection closed)
 HTTP_STATUS = {UnknownRun: 404, RunStateConflict: 409, InvalidUpload: 400}
 F16 = Query(..., pattern="^(native|emulated)$", description="does the page's adapter have shader-f16")

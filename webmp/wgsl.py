@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from pathlib import Path
 
-SHADER_DIR = Path(__file__).resolve().parent.parent / "shaders"
+from .resources import SHADER_DIR
 
 PRELUDES = {"native": "prelude_native.wgsl", "emulated": "prelude_emulated.wgsl", "fp32": "prelude_f32.wgsl"}
 
