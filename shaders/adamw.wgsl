@@ -1,3 +1,4 @@
+// Contract (webmp/wgsl.py): owns bindings 0-4 and its overrides; adamw_copy.wgsl adds binding 5.
 // AdamW on fp32 master parameters, fp32 moments; skipped entirely when the scaler found an
 // overflow this step (weights, moments and the bias-correction count stay untouched).
 // Gradients arrive scaled by the loss scale; state.grad_mul unscales (and clips) them.

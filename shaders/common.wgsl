@@ -1,3 +1,4 @@
+// Contract (webmp/wgsl.py): second file of every kernel; no bindings; uses the prelude's names.
 // Shared by every kernel: the training state word layout, overflow tests and activations.
 
 // The whole training state lives on the GPU in this struct; the host reads it only for

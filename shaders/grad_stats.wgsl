@@ -11,9 +11,9 @@ override BASE: u32;
 override NWG: u32;   // workgroups in this dispatch
 
 const WG: u32 = 256u;
-var<workgroup> red: array<f32, WG>;
+alias RedT = f32;  // what workgroup_sum (reduce.wgsl) adds
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn grad_stats(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
   let t = lid.x;
   let inv_scale = 1.0 / state.scale;
@@ -26,11 +26,6 @@ fn grad_stats(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
     s += u * u;
   }
   if (bad) { atomicOr(&flags[0], FLAG_MASTER_GRAD); }
-  red[t] = s;
-  workgroupBarrier();
-  for (var k = WG / 2u; k > 0u; k >>= 1u) {
-    if (t < k) { red[t] += red[t + k]; }
-    workgroupBarrier();
-  }
-  if (t == 0u) { partials[BASE + wg.x] = red[0]; }
+  let total = workgroup_sum(s, t);
+  if (t == 0u) { partials[BASE + wg.x] = total; }
 }

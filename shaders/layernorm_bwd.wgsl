@@ -12,23 +12,11 @@ override M: u32;
 override N: u32;
 
 const WG: u32 = 64u;
-var<workgroup> red: array<vec2<f32>, WG>;
-
-fn row_sum2(v: vec2<f32>, t: u32) -> vec2<f32> {
-  red[t] = v;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (t < s) { red[t] += red[t + s]; }
-    workgroupBarrier();
-  }
-  let total = red[0];
-  workgroupBarrier();
-  return total;
-}
+alias RedT = vec2<f32>;  // what workgroup_sum (reduce.wgsl) adds
 
 fn gamma2(c: u32) -> vec2<f32> { return vec2<f32>(gamma[c], select(0.0, gamma[min(c + 1u, N - 1u)], c + 1u < N)); }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn layernorm_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
   let r = wg.x;
   let t = lid.x;
@@ -41,7 +29,7 @@ fn layernorm_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation
     let xhat = (h_unpack(Z[r * nw + w]) - mean) * rstd;
     acc += vec2<f32>(g.x + g.y, dot(g, xhat));
   }
-  let sums = row_sum2(acc, t) / f32(N);
+  let sums = workgroup_sum(acc, t) / f32(N);
   var bad = false;
   for (var w = t; w < nw; w += WG) {
     let g = h_unpack(dY[r * nw + w]) * gamma2(2u * w);

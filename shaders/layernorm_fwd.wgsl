@@ -13,35 +13,23 @@ override N: u32;
 override EPS: f32 = 1e-5;
 
 const WG: u32 = 64u;
-var<workgroup> red: array<f32, WG>;
+alias RedT = f32;  // what workgroup_sum (reduce.wgsl) adds
 
-fn row_sum(v: f32, t: u32) -> f32 {
-  red[t] = v;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (t < s) { red[t] += red[t + s]; }
-    workgroupBarrier();
-  }
-  let total = red[0];
-  workgroupBarrier();
-  return total;
-}
-
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn layernorm_fwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
   let r = wg.x;
   let t = lid.x;
   let nw = (N + 1u) / 2u;
   var s = 0.0;
   for (var w = t; w < nw; w += WG) { let z = h_unpack(Z[r * nw + w]); s += z.x + z.y; }  // padding is 0
-  let mean = row_sum(s, t) / f32(N);
+  let mean = workgroup_sum(s, t) / f32(N);
   var q = 0.0;
   for (var w = t; w < nw; w += WG) {
     let d = h_unpack(Z[r * nw + w]) - mean;
     q += d.x * d.x;
     if (2u * w + 1u < N) { q += d.y * d.y; }
   }
-  let rstd = inverseSqrt(row_sum(q, t) / f32(N) + EPS);
+  let rstd = inverseSqrt(workgroup_sum(q, t) / f32(N) + EPS);
   var bad = false;
   for (var w = t; w < nw; w += WG) {
     let c = 2u * w;

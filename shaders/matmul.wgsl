@@ -1,7 +1,8 @@
+// Contract (webmp/wgsl.py): owns bindings 0 (A), 1 (B) and all overrides; the variant defines col4, store4.
 // Tiled matmul core: C[M,N] = op(A)[M,K] * op(B)[K,N] with f16 operands (read from packed HW
-// words) and f32 accumulation. The variant files
-// (matmul_fwd, matmul_logits, matmul_wgrad, matmul_dgrad) add their output bindings, the entry
-// point (@workgroup_size(WG_X, WG_Y)) and the epilogue.
+// words) and f32 accumulation. A variant file (matmul_fwd, matmul_logits, matmul_wgrad,
+// matmul_dgrad; fwd and dgrad after matmul_h_out.wgsl) adds its bindings, its epilogue (col4 and
+// store4: see mm_run) and an entry point (@workgroup_size(WG_X, WG_Y)) that calls mm_run.
 //
 // Storage layout of an HW ("h") matrix [rows, cols]: row-major, rows * ceil(cols/2) words,
 // two consecutive columns per word, low half first; an odd row's last half is zero padding.
@@ -56,71 +57,59 @@ fn act4(v: vec4<f32>) -> vec4<f32> {
                    h_round(act_fwd(v.z, A_ACT)), h_round(act_fwd(v.w, A_ACT)));
 }
 
-// Word j of row i of an h matrix with `cols` columns and `rows` rows, as two f32 values; zero
-// outside the matrix, and the padding half of an odd row is masked too.
-fn a_word(i: u32, j: u32, rows: u32, cols: u32) -> vec2<f32> {
+// Which operand a staging helper works on. WGSL (without the unrestricted_pointer_parameters
+// extension) cannot pass storage or workgroup arrays to functions; a constant selector folds away
+// once the helpers are inlined.
+const OPERAND_A: u32 = 0u;
+const OPERAND_B: u32 = 1u;
+
+// Word j of row i of the operand's h matrix with `rows` rows and `cols` columns, as two f32
+// values; zero outside the matrix, and the padding half of an odd row is masked too.
+fn load_word(op: u32, i: u32, j: u32, rows: u32, cols: u32) -> vec2<f32> {
   let cw = (cols + 1u) / 2u;
   if (i >= rows || j >= cw) { return vec2<f32>(0.0); }
-  let w = h_unpack(A[i * cw + j]);
+  var w: vec2<f32>;
+  if (op == OPERAND_A) { w = h_unpack(A[i * cw + j]); } else { w = h_unpack(B[i * cw + j]); }
   return vec2<f32>(w.x, select(0.0, w.y, 2u * j + 1u < cols));
 }
 
-fn b_word(i: u32, j: u32, rows: u32, cols: u32) -> vec2<f32> {
-  let cw = (cols + 1u) / 2u;
-  if (i >= rows || j >= cw) { return vec2<f32>(0.0); }
-  let w = h_unpack(B[i * cw + j]);
-  return vec2<f32>(w.x, select(0.0, w.y, 2u * j + 1u < cols));
+// Element e of the operand's tile; A_ACT applies to A.
+fn put_tile(op: u32, e: u32, v: vec4<f32>) {
+  if (op == OPERAND_A) { tile_a[e] = act4(v); } else { tile_b[e] = v; }
+}
+
+// Stages the K slice starting at k0 of one operand: op(A) rows p0.. (P = M, G4 = BM4) or op(B)
+// columns p0.. (P = N, G4 = BN4), into its tile [k][p/4]. `along_k`: the stored words run along k
+// (A [M, K], B [N, K]); otherwise along p (A [K, M], B [K, N]).
+fn stage_operand(op: u32, along_k: bool, p0: u32, P: u32, G4: u32, k0: u32, tid: u32) {
+  if (along_k) {
+    // the words of four rows make two vec4s (k and k + 1)
+    for (var e = tid; e < (BK / 2u) * G4; e += THREADS) {
+      let kw = e % (BK / 2u);
+      let g = e / (BK / 2u);
+      let j = (k0 >> 1u) + kw;
+      let r = p0 + 4u * g;
+      let w0 = load_word(op, r, j, P, K);
+      let w1 = load_word(op, r + 1u, j, P, K);
+      let w2 = load_word(op, r + 2u, j, P, K);
+      let w3 = load_word(op, r + 3u, j, P, K);
+      put_tile(op, 2u * kw * G4 + g, vec4<f32>(w0.x, w1.x, w2.x, w3.x));
+      put_tile(op, (2u * kw + 1u) * G4 + g, vec4<f32>(w0.y, w1.y, w2.y, w3.y));
+    }
+  } else {
+    // two words make one vec4
+    for (var e = tid; e < BK * G4; e += THREADS) {
+      let k = e / G4;
+      let w = (p0 >> 1u) + 2u * (e % G4);
+      put_tile(op, e, vec4<f32>(load_word(op, k0 + k, w, K, P), load_word(op, k0 + k, w + 1u, K, P)));
+    }
+  }
 }
 
 // Stages the K slice starting at k0 of op(A) rows row0.. and op(B) columns col0.. .
 fn stage(row0: u32, col0: u32, k0: u32, tid: u32) {
-  if (TRANS_A == 1u) {
-    // A stored [K, M]: words run along m, so two words make one vec4 of the tile
-    for (var e = tid; e < BK * BM4; e += THREADS) {
-      let k = e / BM4;
-      let g = e % BM4;
-      let w = (row0 >> 1u) + 2u * g;
-      let v = vec4<f32>(a_word(k0 + k, w, K, M), a_word(k0 + k, w + 1u, K, M));
-      tile_a[e] = act4(v);
-    }
-  } else {
-    // A stored [M, K]: words run along k; four rows' words make two vec4s (k and k + 1)
-    for (var e = tid; e < (BK / 2u) * BM4; e += THREADS) {
-      let kw = e % (BK / 2u);
-      let g = e / (BK / 2u);
-      let j = (k0 >> 1u) + kw;
-      let r = row0 + 4u * g;
-      let w0 = a_word(r, j, M, K);
-      let w1 = a_word(r + 1u, j, M, K);
-      let w2 = a_word(r + 2u, j, M, K);
-      let w3 = a_word(r + 3u, j, M, K);
-      tile_a[2u * kw * BM4 + g] = act4(vec4<f32>(w0.x, w1.x, w2.x, w3.x));
-      tile_a[(2u * kw + 1u) * BM4 + g] = act4(vec4<f32>(w0.y, w1.y, w2.y, w3.y));
-    }
-  }
-  if (TRANS_B == 1u) {
-    // B stored [N, K]: words run along k
-    for (var e = tid; e < (BK / 2u) * BN4; e += THREADS) {
-      let kw = e % (BK / 2u);
-      let g = e / (BK / 2u);
-      let j = (k0 >> 1u) + kw;
-      let c = col0 + 4u * g;
-      let w0 = b_word(c, j, N, K);
-      let w1 = b_word(c + 1u, j, N, K);
-      let w2 = b_word(c + 2u, j, N, K);
-      let w3 = b_word(c + 3u, j, N, K);
-      tile_b[2u * kw * BN4 + g] = vec4<f32>(w0.x, w1.x, w2.x, w3.x);
-      tile_b[(2u * kw + 1u) * BN4 + g] = vec4<f32>(w0.y, w1.y, w2.y, w3.y);
-    }
-  } else {
-    // B stored [K, N]: words run along n
-    for (var e = tid; e < BK * BN4; e += THREADS) {
-      let k = e / BN4;
-      let g = e % BN4;
-      let w = (col0 >> 1u) + 2u * g;
-      tile_b[e] = vec4<f32>(b_word(k0 + k, w, K, N), b_word(k0 + k, w + 1u, K, N));
-    }
-  }
+  stage_operand(OPERAND_A, TRANS_A == 0u, row0, M, BM4, k0, tid);
+  stage_operand(OPERAND_B, TRANS_B == 1u, col0, N, BN4, k0, tid);
 }
 
 // Accumulates this thread's TM x TN block of the workgroup's BM x BN tile into `acc`.
@@ -162,6 +151,27 @@ fn out_col(wg: vec3<u32>, lid: vec3<u32>, j: u32) -> u32 {
 fn mask_cols(v: vec4<f32>, c: u32) -> vec4<f32> {
   return select(vec4<f32>(0.0), v, vec4<u32>(c, c + 1u, c + 2u, c + 3u) < vec4<u32>(N));
 }
-fn h_overflows4(v: vec4<f32>) -> bool {
-  return h_overflows(v.x) || h_overflows(v.y) || h_overflows(v.z) || h_overflows(v.w);
+
+// Called by the variant's entry point: computes this thread's block of C and hands it to the
+// variant's epilogue, one 4-column group of one row at a time, for the groups that start inside C:
+//   fn col4(c: u32) -> vec4<f32>: what the variant needs of columns c..c+3 (fwd: the bias),
+//     evaluated once per column group (loading the bias per row was ~10% slower at small K);
+//   fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool: stores the accumulators v
+//     of row r < M, columns c.. (c < N) and says whether a value overflowed the storage format.
+// Returns whether any did.
+fn mm_run(wg: vec3<u32>, lid: vec3<u32>) -> bool {
+  mm_tile(wg, lid);
+  var bad = false;
+  for (var j = 0u; j < TN / 4u; j++) {
+    let c = out_col(wg, lid, j);
+    if (c >= N) { break; }
+    let col = col4(c);
+    for (var i = 0u; i < TM; i++) {
+      let r = out_row(wg, lid, i);
+      if (r >= M) { break; }
+      let o = store4(r, c, acc[i][j], col);  // not `bad || store4(...)`: that would skip the store
+      bad = bad || o;
+    }
+  }
+  return bad;
 }

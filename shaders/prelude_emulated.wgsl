@@ -1,3 +1,4 @@
+// Contract (webmp/wgsl.py): first file of every kernel (before any declaration); no bindings.
 // f16 storage path without shader-f16: the same packed layout as prelude_native.wgsl (two f16
 // values per u32, low half first), written with the core builtins pack2x16float/unpack2x16float.
 // Arithmetic runs in f32; every stored value is rounded to f16 exactly as the native path stores it.

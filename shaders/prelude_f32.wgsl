@@ -1,3 +1,4 @@
+// Contract (webmp/wgsl.py): first file of every kernel (before any declaration); no bindings.
 // fp32 reference precision: the kernels written for packed f16 pairs store f32 pairs instead,
 // so the very same kernel code runs with no f16 rounding anywhere.
 

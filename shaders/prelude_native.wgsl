@@ -1,3 +1,4 @@
+// Contract (webmp/wgsl.py): first file of every kernel (before any declaration); no bindings.
 // f16 storage path with shader-f16: activations and working weights are stored as vec2<f16>
 // (two values per 32-bit word, low half first). Arithmetic on them is done in f32: an f16*f16
 // product is exact in f32, so matmuls get f32 accumulation of exact products.

@@ -29,7 +29,7 @@ override RING: u32;
 const RECORD_WORDS: u32 = 8u;      // step, loss, scale, skipped, lr, grad_norm, found_inf, min_scale_event
 const PI: f32 = 3.14159265358979;
 const WG: u32 = 256u;
-var<workgroup> red: array<vec2<f32>, WG>;
+alias RedT = vec2<f32>;  // what workgroup_sum (reduce.wgsl) adds
 
 fn lr_at(it: u32) -> f32 {
   if (it < WARMUP) { return LR * f32(it + 1u) / f32(WARMUP); }
@@ -38,26 +38,21 @@ fn lr_at(it: u32) -> f32 {
   return LR_MIN + 0.5 * (LR - LR_MIN) * (1.0 + cos(PI * p));
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn scaler_step(@builtin(local_invocation_id) lid: vec3<u32>) {
   let t = lid.x;
   var s = vec2<f32>(0.0);
   for (var i = t; i < NUM_PARTIALS; i += WG) { s.x += partials[i]; }
   for (var i = t; i < B; i += WG) { s.y += loss_rows[i]; }
-  red[t] = s;
-  workgroupBarrier();
-  for (var k = WG / 2u; k > 0u; k >>= 1u) {
-    if (t < k) { red[t] += red[t + k]; }
-    workgroupBarrier();
-  }
+  let total = workgroup_sum(s, t);  // (sum of squares, sum of losses)
   if (t != 0u) { return; }
 
   let found = atomicLoad(&flags[0]);
   atomicStore(&flags[0], 0u);
   let it = state.iteration;
   let scale = state.scale;
-  let norm = sqrt(red[0].x);
-  let loss = red[0].y / f32(B);
+  let norm = sqrt(total.x);
+  let loss = total.y / f32(B);
   let overflow = found != 0u;
   let skip = SCALING == 1u && overflow;
   let lr = lr_at(it);

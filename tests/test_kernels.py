@@ -228,7 +228,8 @@ for _n in LN_NAMES:
     @kernel_case(_n + "/fwd")
     def _ln_fwd_case(name, path):
         M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
-        out = run_kernel(["layernorm_fwd.wgsl"], "layernorm_fwd", {"M": M, "N": N}, inp,
+        out = run_kernel(["reduce.wgsl", "layernorm_fwd.wgsl"], "layernorm_fwd", {"M": M, "N": N},
+                         inp,
                          {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": (4,)}, M, path=path, gpu=default_gpu())
         return inp, out
 
@@ -237,7 +238,8 @@ for _n in LN_NAMES:
         M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
         _, stats = ref.layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"])
         inp = {"dY": rand_h(rng, (M, N), path), "Z": inp["Z"], "stats": stats.astype(np.float32), "gamma": inp["gamma"]}
-        out = run_kernel(["layernorm_bwd.wgsl"], "layernorm_bwd", {"M": M, "N": N}, inp,
+        out = run_kernel(["reduce.wgsl", "layernorm_bwd.wgsl"], "layernorm_bwd", {"M": M, "N": N},
+                         inp,
                          {"dZ": ((M, N), "padded"), "flags": (4,)}, M, path=path, gpu=default_gpu())
         return inp, out
 
@@ -369,7 +371,8 @@ BASE = 2
 def _grad_stats_run(G, scale, path):
     N = G.size
     nwg = min(16, cdiv(N, 256))
-    return run_kernel(["grad_stats.wgsl"], "grad_stats", {"N": N, "BASE": BASE, "NWG": nwg},
+    return run_kernel(["reduce.wgsl", "grad_stats.wgsl"], "grad_stats",
+                      {"N": N, "BASE": BASE, "NWG": nwg},
                       {"G": G.astype(np.float32), "state": {"scale": scale},
                        "partials": np.full(BASE + nwg + 1, -7.0, np.float32), "flags": np.zeros(4, np.uint32)},
                       ["partials", "flags"], nwg, path=path, gpu=default_gpu())
@@ -435,7 +438,7 @@ for _n in SCALER_SCENARIOS:
         inp = {"state": {**STATE0, **changes}, "found": found, "consts": c,
                "partials": np.abs(rng.standard_normal(c["NUM_PARTIALS"])).astype(np.float32),
                "loss_rows": np.abs(rng.standard_normal(c["B"])).astype(np.float32)}
-        out = run_kernel(["scaler.wgsl"], "scaler_step", c,
+        out = run_kernel(["reduce.wgsl", "scaler.wgsl"], "scaler_step", c,
                          {"state": inp["state"], "flags": np.array([found, 0, 0, 0], np.uint32),
                           "partials": inp["partials"], "loss_rows": inp["loss_rows"],
                           "metrics": np.full(c["RING"] * 8, 0xDEADBEEF, np.uint32)},

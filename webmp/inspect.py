@@ -24,7 +24,7 @@ import json
 
 import numpy as np
 
-from .plan import PlanBuilder, op_matmul, pack_h, unpack_h
+from .plan import PlanBuilder, matmul_sources, op_matmul, pack_h, unpack_h
 from .runtime import GPU, Runtime, default_gpu
 from .state import STATE_FIELDS, decode_state, encode_state
 from .wgsl import PRELUDES, parse_bindings
@@ -102,7 +102,7 @@ def run_matmul(variant: str, A, B, *, bias=None, zprev=None, trans_a: int = 0, t
     N = B.shape[0] if trans_b else B.shape[1]
     if (B.shape[1] if trans_b else B.shape[0]) != K:
         raise ValueError(f"inner dimensions differ: A {A.shape} (trans_a={trans_a}), B {B.shape} (trans_b={trans_b})")
-    bindings = parse_bindings((PRELUDES[path], "common.wgsl", "matmul.wgsl", f"{variant}.wgsl"))
+    bindings = parse_bindings((PRELUDES[path], "common.wgsl", *matmul_sources(variant)))
     names = {b["name"] for b in bindings}
     inputs = {"A": A, "B": B}
     if "bias" in names:

@@ -158,6 +158,13 @@ def _grid(n, per=64):
 
 # --- kernel families: one function each, used by the model builder and by webmp.inspect --------
 
+def matmul_sources(variant: str) -> list[str]:
+    """The shader files of a matmul variant after the prelude and common.wgsl: the core, the shared
+    f16-output epilogue for the variants that store h, the variant's own file."""
+    h_out = ["matmul_h_out.wgsl"] if variant in ("matmul_fwd", "matmul_dgrad") else []
+    return ["matmul.wgsl", *h_out, f"{variant}.wgsl"]
+
+
 def op_matmul(pb, program, variant, *, A, B, out, M, N, K, a_act=0, trans_a=0, trans_b=0,
               bias=None, zprev=None, out_act=0, tiles: Tiles = DEFAULT_TILES):
     """One tiled matmul dispatch with tile shape `tiles` (WG_X, WG_Y, TM, TN, BK)."""
@@ -170,7 +177,7 @@ def op_matmul(pb, program, variant, *, A, B, out, M, N, K, a_act=0, trans_a=0, t
         consts["OUT_ACT"] = out_act
     if variant in ("matmul_fwd", "matmul_dgrad"):
         binds["flags"] = "flags"
-    pb.dispatch(program, ["matmul.wgsl", f"{variant}.wgsl"], variant, consts, binds,
+    pb.dispatch(program, matmul_sources(variant), variant, consts, binds,
                 [_cdiv(N, tiles["WG_X"] * tiles["TN"]), _cdiv(M, tiles["WG_Y"] * tiles["TM"])])
 
 
@@ -260,7 +267,8 @@ def build_plan(cfg: TrainConfig, data: Dataset, path: str, tiles: TileTable | No
             matmul(program, "matmul_fwd", out=lay["Z"], **common)
             if lay["ln"]:
                 n = lay["out"]
-                pb.dispatch(program, ["layernorm_fwd.wgsl"], "layernorm_fwd", {"M": Bt, "N": n},
+                pb.dispatch(program, ["reduce.wgsl", "layernorm_fwd.wgsl"], "layernorm_fwd",
+                            {"M": Bt, "N": n},
                             {"Z": lay["Z"], "gamma": lay["ln"]["g"]["master"], "beta": lay["ln"]["b"]["master"],
                              "Y": lay["ln"]["Y"], "stats": lay["ln"]["stats"], "flags": "flags"}, [Bt])
 
@@ -296,7 +304,7 @@ def build_plan(cfg: TrainConfig, data: Dataset, path: str, tiles: TileTable | No
             pb.dispatch(T, ["layernorm_wgrad.wgsl"], "layernorm_wgrad", {"M": Bt, "N": n},
                         {"dY": lnp["dY"], "Z": prev["Z"], "stats": lnp["stats"], "dgamma": lnp["g"]["grad"],
                          "dbeta": lnp["b"]["grad"]}, [_cdiv(n, 64)])
-            pb.dispatch(T, ["layernorm_bwd.wgsl"], "layernorm_bwd", {"M": Bt, "N": n},
+            pb.dispatch(T, ["reduce.wgsl", "layernorm_bwd.wgsl"], "layernorm_bwd", {"M": Bt, "N": n},
                         {"dY": lnp["dY"], "Z": prev["Z"], "stats": lnp["stats"], "gamma": lnp["g"]["master"],
                          "dZ": prev["dZ"], "flags": "flags"}, [Bt])
 
@@ -310,9 +318,9 @@ def build_plan(cfg: TrainConfig, data: Dataset, path: str, tiles: TileTable | No
         base += nwg
     pb.f32("norm_partials", (base,), "other")
     for p, n, nwg, b0 in stats_dispatches:
-        pb.dispatch(T, ["grad_stats.wgsl"], "grad_stats", {"N": n, "BASE": b0, "NWG": nwg},
+        pb.dispatch(T, ["reduce.wgsl", "grad_stats.wgsl"], "grad_stats", {"N": n, "BASE": b0, "NWG": nwg},
                     {"G": p["grad"], "state": "state", "partials": "norm_partials", "flags": "flags"}, [nwg])
-    pb.dispatch(T, ["scaler.wgsl"], "scaler_step", {
+    pb.dispatch(T, ["reduce.wgsl", "scaler.wgsl"], "scaler_step", {
         "NUM_PARTIALS": base, "B": Bt, "SCALING": int(cfg.loss_scaling), "GROWTH": cfg.growth_factor,
         "BACKOFF": cfg.backoff_factor, "INTERVAL": cfg.growth_interval, "HYSTERESIS": cfg.hysteresis,
         "MIN_SCALE": cfg.min_scale, "CLIP": cfg.clip_norm, "LR": cfg.lr, "LR_MIN": cfg.min_lr,

@@ -1,8 +1,53 @@
 """WGSL sources: where they live, how a kernel's sources are joined, and its binding layout.
 
-A kernel is a list of files from shaders/ joined in order (a precision prelude, common.wgsl, the
-family's file(s)). Bindings are read from the `@group(0) @binding(i) var<...>` declarations, so the
-plan can carry explicit bind group layouts that both runtimes create without further logic.
+A kernel is a list of files from shaders/ joined in order with "\n" (`join_sources`): a precision
+prelude, common.wgsl, then the family's file(s), shared ones first and the file with the entry
+point last (runtimes label the module with the last file). The lists are spelled out in
+webmp/plan.py (`PlanBuilder.kernel` adds the first two; `matmul_sources` for the matmul variants).
+Bindings are read from the `@group(0) @binding(i) var<storage, ...>` declarations of all the
+files (`parse_bindings`), so the plan can carry explicit bind group layouts that both runtimes
+create without further logic.
+
+The contract between the files of a kernel (what a shared file owns, and what it expects the files
+after it to define):
+
+- prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, HS, H_BYTES_PER_WORD,
+  H_OVERFLOW_BITS, h_unpack, h_pack, hs_from, hs_to, h_round (HS, hs_from, hs_to and
+  H_BYTES_PER_WORD are unused at present). The f16 preludes' h_round uses common.wgsl's f16_round.
+- common.wgsl: no bindings. Defines State, FLAG_*, f32_nonfinite, h_overflows, f16_round, ACT_*,
+  act_fwd, act_grad.
+- reduce.wgsl (before layernorm_fwd, layernorm_bwd, grad_stats, scaler): no bindings. Defines the
+  workgroup array `red` and workgroup_sum. Expects `alias RedT` (f32 or vec2<f32>) and
+  `const WG: u32` (the workgroup size, a power of two).
+- matmul.wgsl: bindings 0 A, 1 B. Defines every override of the matmul kernels (M, N, K, TRANS_A,
+  TRANS_B, A_ACT, OUT_ACT, the tile shape), the tiles, mm_tile, mm_run, out_row, out_col,
+  mask_cols. Expects `fn col4(c: u32) -> vec4<f32>`,
+  `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool` and an entry point that calls
+  mm_run (see mm_run).
+- matmul_h_out.wgsl (between matmul.wgsl and matmul_fwd / matmul_dgrad): bindings 3 C (h),
+  4 flags. Defines h_word, h_overflows4, store_h4, mm_run_h.
+- adamw.wgsl: bindings 0 state, 1 P, 2 G, 3 Mo, 4 V; overrides N, WD, BETA1, BETA2, EPS; defines
+  adamw_update and the entry point adamw. adamw_copy.wgsl adds binding 5 Wh, ROWS, COLS and the
+  entry point adamw_copy.
+- The files with the entry points own the rest: matmul_fwd 2 bias; matmul_dgrad 2 Zprev;
+  matmul_logits 2 bias, 3 C (f32); matmul_wgrad 2 C (f32); the other families (colsum, eval,
+  gather, layernorm_*, softmax_xent, grad_stats, scaler) all of theirs, from 0.
+
+Rules:
+- The prelude comes first: `enable f16;` (prelude_native) must precede every declaration.
+- Otherwise module-scope declarations are order-independent, which is what lets a shared file use
+  names that a later file defines (RedT, WG, col4, store4).
+- The bindings of all the files are 0..n-1, each declared once (checked by parse_bindings), and
+  names are unique across the files of a kernel.
+- Every function in the module is validated, called or not, so a shared file may only use names
+  that every kernel including it defines. That is why each matmul variant defines col4 even when
+  it has no per-column values, and why the h stores live in matmul_h_out.wgsl (C is h in fwd and
+  dgrad, f32 in logits and wgrad).
+- naga 29 (wgpu-py 0.32) panics (handlevec.rs, in process_overrides) on an `override` declared
+  after a workgroup array sized by an override expression (matmul's tile_a, tile_b). Hence every
+  override of the matmul kernels, OUT_ACT (matmul_dgrad's) included, is declared in matmul.wgsl
+  before those arrays, and the files after it declare none. reduce.wgsl's array has a const size,
+  so its families may declare overrides anywhere.
 """
 from __future__ import annotations
 
