@@ -1,11 +1,23 @@
-# The two commands of the README. Each installs what it needs first (scripts/setup.sh).
-.PHONY: train test setup
+# The two commands of the README, plus the fast tier for development. Each installs what it needs
+# first (scripts/setup.sh).
+.PHONY: train test check lint setup
 
 train:
 	@bash scripts/setup.sh train && . scripts/env.sh && webmp train $(ARGS)
 
+# the whole suite (browser and slow tests included), after the linters
 test:
-	@bash scripts/setup.sh test && . scripts/env.sh && python3 -m pytest $(ARGS)
+	@bash scripts/setup.sh test && . scripts/env.sh && $(MAKE) --no-print-directory lint && python3 -m pytest $(ARGS)
+
+# before every commit: linters, types, and the tests that are neither slow nor browser (< 2 min)
+check:
+	@bash scripts/setup.sh test && . scripts/env.sh && $(MAKE) --no-print-directory lint && \
+	  python3 -m pytest -q -m "not slow and not browser" $(ARGS)
+
+lint:
+	python3 -m ruff check .
+	python3 -m ruff format --check .
+	python3 -m mypy
 
 setup:
 	@bash scripts/setup.sh test

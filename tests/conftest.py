@@ -1,4 +1,5 @@
 """Shared fixtures: one GPU device for the session, and the precision paths to parametrise over."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,8 +47,15 @@ def digits():
 
 # --- small training plans, compiled once per kernel set ------------------------------------------
 
-SMALL = {"hidden": [16], "batch_size": 8, "log_every": 1, "steps": 100, "warmup": 0, "schedule": "constant",
-         "growth_interval": 3}
+SMALL = {
+    "hidden": [16],
+    "batch_size": 8,
+    "log_every": 1,
+    "steps": 100,
+    "warmup": 0,
+    "schedule": "constant",
+    "growth_interval": 3,
+}
 
 
 @pytest.fixture(scope="session")

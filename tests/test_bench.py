@@ -1,6 +1,7 @@
 """`webmp bench` at tiny sizes: every JSON field is there with sane values, the bare-replay floor
 really replays the step, readbacks are counted, and the matmul check can fail. No timing targets
 are asserted (wall times depend on the machine and its neighbours)."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,21 @@ def positive(x) -> bool:
 
 def test_result_is_json_with_every_section(result):
     back = json.loads(json.dumps(result))
-    for key in ("format", "date", "size", "adapter", "host", "tune", "matmul", "train_step", "memory",
-                "readbacks", "profile", "summary", "seconds"):
+    for key in (
+        "format",
+        "date",
+        "size",
+        "adapter",
+        "host",
+        "tune",
+        "matmul",
+        "train_step",
+        "memory",
+        "readbacks",
+        "profile",
+        "summary",
+        "seconds",
+    ):
         assert key in back, key
     assert back["adapter"]["name"] and isinstance(back["adapter"]["shader_f16"], bool)
 
@@ -61,8 +75,13 @@ def test_train_step_rows(result):
     want = {(m, p) for m in ("digits", "wide") for p in ("mixed", "fp32")}
     assert {(r["model"], r["precision"]) for r in rows} == want
     for r in rows:
-        for key in ("wall_ms_per_step", "host_cpu_ms_per_step", "host_cpu_mean_ms_per_step",
-                    "floor_host_cpu_ms_per_step", "host_over_floor"):
+        for key in (
+            "wall_ms_per_step",
+            "host_cpu_ms_per_step",
+            "host_cpu_mean_ms_per_step",
+            "floor_host_cpu_ms_per_step",
+            "host_over_floor",
+        ):
             assert positive(r[key]), (r, key)
         assert r["dispatches_per_step"] > 10 and r["steps_timed"] >= 2
     s = result["summary"]
@@ -102,13 +121,22 @@ def test_profile_sorted_and_complete(result, gpu):
     for key, p in result["profile"].items():
         us = [k["us_per_step"] for k in p["kernels"]]
         assert us == sorted(us, reverse=True), key
-        assert p["gpu_us_per_step"] > 0 and abs(sum(us) - p["gpu_us_per_step"]) < 0.01 * p["gpu_us_per_step"] + 1
+        assert (
+            p["gpu_us_per_step"] > 0 and abs(sum(us) - p["gpu_us_per_step"]) < 0.01 * p["gpu_us_per_step"] + 1
+        )
         assert {"matmul_fwd", "matmul_wgrad", "matmul_dgrad", "adamw_copy"} <= set(p["families"])
 
 
 def test_table_prints_every_section(result):
     text = bench.format_table(result)
-    for needle in ("matmul GFLOP/s", "training step", "memory", "readbacks:", "profile digits/mixed", "targets"):
+    for needle in (
+        "matmul GFLOP/s",
+        "training step",
+        "memory",
+        "readbacks:",
+        "profile digits/mixed",
+        "targets",
+    ):
         assert needle in text
 
 
@@ -116,7 +144,6 @@ def test_bare_replay_runs_the_real_step(gpu, digits):
     """The floor replays the same dispatches: the GPU-side step counter advances by one per replay."""
     plan, blob = build_plan(TrainConfig(hidden=[16], batch_size=8), digits, "fp32")
     rt = Runtime(plan, blob, gpu)
-    fields = plan["state"]["fields"]
     bench.bare_replay(rt.device, bench.bare_dispatches(rt), 3)
     assert decode_state(rt.read("state"))["iteration"] == 3
     bench.StepLoop(rt, log_every=2)()

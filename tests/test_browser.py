@@ -6,6 +6,7 @@ launcher, whose adapter has shader-f16 (native f16). Assertions are on what the 
 SwiftShader is slow (about half a second per step of the default model on 2 cores), so only the
 end-to-end run uses the default model; the reliability tests use a small one.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,7 +63,9 @@ def same(a, b) -> bool:
 def wait_page(page, condition: str, timeout=TIMEOUT):
     """Wait in the browser for `condition` (this also lets Playwright run its route handlers);
     a page that fails instead ends the wait with its error."""
-    page.wait_for_function(f"({condition}) || window.webmp.status === 'failed'", timeout=timeout * 1000, polling=200)
+    page.wait_for_function(
+        f"({condition}) || window.webmp.status === 'failed'", timeout=timeout * 1000, polling=200
+    )
     if "'failed'" not in condition:
         assert page.evaluate("window.webmp.status") != "failed", page.evaluate("window.webmp.error")
 
@@ -82,8 +85,17 @@ def e2e(server, browser):
     shot = run.screenshot(ARTIFACTS / f"browser-e2e-{browser.kind}.png")
     charts = run.page.evaluate("document.querySelectorAll('.uplot canvas').length")
     page_state = run.page.evaluate("({f16Path: window.webmp.f16Path, error: window.webmp.error})")
-    yield dict(run=run, records=on_disk(server, run), streamed=streamed, statuses=statuses, summary=summary,
-               shot=shot, charts=charts, page=page_state, config=server.app.state.store.get(run.id).dir.path)
+    yield dict(
+        run=run,
+        records=on_disk(server, run),
+        streamed=streamed,
+        statuses=statuses,
+        summary=summary,
+        shot=shot,
+        charts=charts,
+        page=page_state,
+        config=server.app.state.store.get(run.id).dir.path,
+    )
     run.close_page()
 
 
@@ -120,8 +132,8 @@ def test_e2e_trains_the_default_mlp_in_the_browser(e2e, browser):
 
 @pytest.mark.slow  # the 200-step e2e run
 def test_python_api_streams_the_history_live(e2e):
-    assert e2e["statuses"] == ["running"]          # the first record arrived while the page was training
-    assert same(e2e["streamed"], e2e["records"])   # every record, once, in order
+    assert e2e["statuses"] == ["running"]  # the first record arrived while the page was training
+    assert same(e2e["streamed"], e2e["records"])  # every record, once, in order
     assert e2e["summary"]["runtime"] == "browser"
 
 
@@ -235,7 +247,9 @@ def test_page_refuses_a_plan_beyond_the_adapter_limits(server, browser):
         route.fulfill(response=response, json=body)
 
     page.route(re.compile(r"/plan\?"), inflate)
-    page.route(re.compile(r"/blob\?"), lambda route: (blob_requests.append(route.request.url), route.continue_()))
+    page.route(
+        re.compile(r"/blob\?"), lambda route: (blob_requests.append(route.request.url), route.continue_())
+    )
     page.goto(run.page_url)
     wait_page(page, "window.webmp.status === 'failed'", timeout=120)
     error = page.evaluate("window.webmp.error")

@@ -1,4 +1,5 @@
 """The command line: `webmp train`'s flags come from TrainConfig; --version; `python -m webmp`. No GPU."""
+
 from __future__ import annotations
 
 import argparse
@@ -49,12 +50,22 @@ def test_every_field_is_a_flag_with_help_and_default(train_help: str, name: str)
 def test_every_field_is_settable(name: str) -> None:
     field = TrainConfig.model_fields[name]
     default = field.get_default(call_default_factory=True)
-    value = {"hidden": "64,32", "min_lr": "0.0001", "min_scale": "2.0", "beta1": "0.5", "beta2": "0.5",
-             "backoff_factor": "0.25", "growth_factor": "4.0"}.get(name)
+    value = {
+        "hidden": "64,32",
+        "min_lr": "0.0001",
+        "min_scale": "2.0",
+        "beta1": "0.5",
+        "beta2": "0.5",
+        "backoff_factor": "0.25",
+        "growth_factor": "4.0",
+    }.get(name)
     if value is None:
         if get_origin(field.annotation) is Literal:
-            value = next(str(c) for c in get_args(field.annotation) if c != default) \
-                if len(get_args(field.annotation)) > 1 else str(default)
+            value = (
+                next(str(c) for c in get_args(field.annotation) if c != default)
+                if len(get_args(field.annotation)) > 1
+                else str(default)
+            )
         else:
             value = str(type(default)(default * 2 + 1))
     cfg = config_from_args(train_parser().parse_args([flag_name(name), value]))
@@ -68,9 +79,28 @@ def test_defaults_round_trip() -> None:
 
 def test_known_flags_keep_their_spelling() -> None:
     args = train_parser().parse_args(
-        ["--batch-size", "8", "--min-lr", "1e-5", "--clip-norm", "1.0", "--f16", "emulated",
-         "--hidden", "64,32", "--min-scale-policy", "warn", "--checkpoint-every", "0",
-         "--out", "o", "--resume", "r", "--quiet"])
+        [
+            "--batch-size",
+            "8",
+            "--min-lr",
+            "1e-5",
+            "--clip-norm",
+            "1.0",
+            "--f16",
+            "emulated",
+            "--hidden",
+            "64,32",
+            "--min-scale-policy",
+            "warn",
+            "--checkpoint-every",
+            "0",
+            "--out",
+            "o",
+            "--resume",
+            "r",
+            "--quiet",
+        ]
+    )
     cfg = config_from_args(args)
     assert (cfg.batch_size, cfg.min_lr, cfg.clip_norm, cfg.f16) == (8, 1e-5, 1.0, "emulated")
     assert (cfg.hidden, cfg.min_scale_policy, cfg.checkpoint_every) == ([64, 32], "warn", 0)
@@ -91,13 +121,20 @@ def test_literal_choices_are_enforced(name: str, capsys: pytest.CaptureFixture[s
         assert repr(choice) in err
 
 
-@pytest.mark.parametrize("argv, field", [
-    (["--steps", "0"], "steps"), (["--beta1", "1.0"], "beta1"), (["--eps", "0"], "eps"),
-    (["--hidden", "64,0"], "hidden"), (["--backoff-factor", "2"], "backoff_factor"),
-    (["--lr", "1e-4", "--min-lr", "1e-3"], "min_lr"),
-])
-def test_invalid_value_exits_2_naming_the_field(argv: list[str], field: str,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["--steps", "0"], "steps"),
+        (["--beta1", "1.0"], "beta1"),
+        (["--eps", "0"], "eps"),
+        (["--hidden", "64,0"], "hidden"),
+        (["--backoff-factor", "2"], "backoff_factor"),
+        (["--lr", "1e-4", "--min-lr", "1e-3"], "min_lr"),
+    ],
+)
+def test_invalid_value_exits_2_naming_the_field(
+    argv: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["train", *argv, "--out", "/nonexistent/never-created"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("webmp train: ") and field in err, err
@@ -105,8 +142,9 @@ def test_invalid_value_exits_2_naming_the_field(argv: list[str], field: str,
 
 
 @pytest.mark.parametrize("argv", [["--steps", "ten"], ["--lr", "fast"], ["--hidden", "a,b"]])
-def test_unparsable_value_exits_2_naming_the_flag(argv: list[str],
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_unparsable_value_exits_2_naming_the_flag(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["train", *argv]) == 2
     assert f"argument {argv[0]}" in capsys.readouterr().err
 
@@ -135,17 +173,24 @@ def test_top_level_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -
 
 def test_python_dash_m_webmp() -> None:
     env = dict(os.environ, PYTHONPATH=str(Path(webmp.__file__).resolve().parent.parent))
-    out = subprocess.run([sys.executable, "-m", "webmp", "--version"], capture_output=True, text=True,
-                         env=env, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "webmp", "--version"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"webmp {webmp.__version__}"
-    bad = subprocess.run([sys.executable, "-m", "webmp", "train", "--precision", "fp8"], capture_output=True,
-                         text=True, env=env, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "webmp", "train", "--precision", "fp8"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--precision" in bad.stderr
 
 
 def test_bool_and_unsupported_annotations() -> None:
     """The generator's other cases, on a small model: bool is --x/--no-x; an unknown type is a clear error."""
+
     class Small(BaseModel):
         model_config = ConfigDict(use_attribute_docstrings=True)
         fast: bool = False

@@ -1,4 +1,5 @@
 """The GPU's data order (gather.wgsl) is webmp.data.batch_rows, bit for bit, across epochs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,11 +19,20 @@ def gather(entry, n_rows, batch, path, gpu, data_pos=0, seed=0, offset=0, featur
     consts = {"N_ROWS": n_rows, "F": features, "B": batch, "SEED": seed, "PERM_BITS": perm_bits(n_rows)}
     if entry == "gather_eval":
         consts.update(OFFSET=offset, SEED=0, PERM_BITS=1)
-    out = run_kernel(["gather.wgsl"], entry, consts,
-                     {"xs": xs.astype(np.float32), "ys": np.arange(n_rows, dtype=np.uint32),
-                      "state": {"data_pos": data_pos}},
-                     {"X": ((batch, features), "padded"), "y": (batch,)},
-                     min(4096, -(-batch * ((features + 1) // 2) // 64)), path=path, gpu=gpu)
+    out = run_kernel(
+        ["gather.wgsl"],
+        entry,
+        consts,
+        {
+            "xs": xs.astype(np.float32),
+            "ys": np.arange(n_rows, dtype=np.uint32),
+            "state": {"data_pos": data_pos},
+        },
+        {"X": ((batch, features), "padded"), "y": (batch,)},
+        min(4096, -(-batch * ((features + 1) // 2) // 64)),
+        path=path,
+        gpu=gpu,
+    )
     return xs, out
 
 
@@ -49,7 +59,7 @@ def test_gather_eval_pads_the_last_chunk(path, gpu):
 
 @pytest.mark.parametrize("n", [1, 2, 37, 1025, 1438])
 def test_permutation_is_a_bijection(n):
-    for seed in (0, 1, 2 ** 32 - 1):
+    for seed in (0, 1, 2**32 - 1):
         for epoch in range(4):
             assert sorted(permute(np.arange(n), epoch, n, seed).tolist()) == list(range(n))
     if n > 2:  # and it is not the identity, nor the same every epoch

@@ -17,6 +17,7 @@ Against the same model rounded where the engine stores (reference store=path) mi
 boundary may round the other way on another adapter (one ulp, 2^-10, of one batch term), so
 whether each rounding happens is tested per kernel instead (test_matmul_act_on_load_rounds).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,15 +27,16 @@ from webmp import reference as ref
 from webmp.data import batch_rows
 from webmp.state import decode_state
 
-TOL_F32 = 2.0 ** -14
+TOL_F32 = 2.0**-14
 TOL_MIXED = 16 * ref.U16
 MODELS = [("mlp", "gelu"), ("mlp-ln", "relu")]
 
 
 def step_gradients(plan, rt, digits):
     """(initial master weights, batch x, batch y, loss scale, gradients / scale, step loss)."""
+
     def read(name, shape):
-        return np.frombuffer(rt.read(name), np.float32)[:int(np.prod(shape))].reshape(shape)
+        return np.frombuffer(rt.read(name), np.float32)[: int(np.prod(shape))].reshape(shape)
 
     params = {p["name"]: read(p["master"], p["shape"]).astype(np.float64) for p in plan["params"]}
     scale = decode_state(rt.read("state"))["scale"]

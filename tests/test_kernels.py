@@ -9,6 +9,7 @@ each test bounds |GPU - exact| elementwise by the arithmetic the kernel does:
     conversion round to either neighbour), 2^-24 absolute for f16 subnormals, 2 U32 for fp32.
 So in the f16 paths the store term, ~1e-3 relative, dominates; in fp32 the bounds are ~1e-6.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,7 +20,6 @@ import pytest
 
 from webmp import reference as ref
 from webmp.inspect import run_kernel, run_matmul
-from webmp.state import METRIC_FIELDS
 from webmp.reference import U32, check_close, dot_error, store_error, store_tiny
 from webmp.runtime import default_gpu
 from webmp.state import decode_records
@@ -56,6 +56,7 @@ def kernel_case(name):
     def register(fn):
         RUNS[name] = functools.partial(fn, name)
         return fn
+
     return register
 
 
@@ -82,8 +83,9 @@ MATMUL_CASES = {
     "logits_NT": ("matmul_logits", 0, 1, 0, 0),
     "dgrad_relu": ("matmul_dgrad", 0, 1, 0, 1),
 }
-MATMUL_NAMES = [f"matmul/{case}/{M}x{N}x{K}" for case in list(MATMUL_CASES)[:4] for M, N, K in MATMUL_SHAPES] + \
-    [f"matmul/{case}/17x33x65" for case in list(MATMUL_CASES)[4:]]
+MATMUL_NAMES = [
+    f"matmul/{case}/{M}x{N}x{K}" for case in list(MATMUL_CASES)[:4] for M, N, K in MATMUL_SHAPES
+] + [f"matmul/{case}/17x33x65" for case in list(MATMUL_CASES)[4:]]
 # Tile shapes other than the default (webmp/tune.py picks among such per adapter) must be right
 # too; NN and TT cover all four ways of staging the operands.
 TILE_VARIANTS = {
@@ -99,10 +101,27 @@ def _matmul_case(name, path):
     M, N, K = map(int, parts[2].split("x"))
     tiles = TILE_VARIANTS[parts[3]] if len(parts) > 3 else None
     rng = rng_for(name, path)
-    inp = {"A": rand_h(rng, (K, M) if ta else (M, K), path), "B": rand_h(rng, (N, K) if tb else (K, N), path),
-           "bias": rng.standard_normal(N).astype(np.float32), "zprev": rand_h(rng, (M, N), path, 2.0)}
-    out = run_matmul(variant, inp["A"], inp["B"], bias=inp["bias"], zprev=inp["zprev"], trans_a=ta, trans_b=tb,
-                     a_act=a_act, out_act=out_act, padded=True, tiles=tiles, path=path, gpu=default_gpu())
+    inp = {
+        "A": rand_h(rng, (K, M) if ta else (M, K), path),
+        "B": rand_h(rng, (N, K) if tb else (K, N), path),
+        "bias": rng.standard_normal(N).astype(np.float32),
+        "zprev": rand_h(rng, (M, N), path, 2.0),
+    }
+    out = run_matmul(
+        variant,
+        inp["A"],
+        inp["B"],
+        bias=inp["bias"],
+        zprev=inp["zprev"],
+        trans_a=ta,
+        trans_b=tb,
+        a_act=a_act,
+        out_act=out_act,
+        padded=True,
+        tiles=tiles,
+        path=path,
+        gpu=default_gpu(),
+    )
     return inp, out
 
 
@@ -141,8 +160,12 @@ def test_matmul(name, path):
 def _act_on_load_case(name, path):
     a = np.linspace(-12, 12, 4096)
     a = ref.round_h(a, path)
-    return {"a": a}, {k: run_matmul("matmul_wgrad", a[None, :], np.ones((1, 1)), trans_a=1, a_act=k, path=path,
-                                    gpu=default_gpu())["C"][:, 0] for k in (1, 2)}
+    return {"a": a}, {
+        k: run_matmul(
+            "matmul_wgrad", a[None, :], np.ones((1, 1)), trans_a=1, a_act=k, path=path, gpu=default_gpu()
+        )["C"][:, 0]
+        for k in (1, 2)
+    }
 
 
 def test_matmul_act_on_load_rounds(path):
@@ -153,7 +176,9 @@ def test_matmul_act_on_load_rounds(path):
     a = inp["a"]
     for code, got in out.items():
         exact = ref.act_fwd(a, code)
-        assert np.array_equal(ref.round_h(got, path), got), f"act {code}: operands not rounded to the storage format"
+        assert np.array_equal(ref.round_h(got, path), got), (
+            f"act {code}: operands not rounded to the storage format"
+        )
         bound = stored_bound(exact, ref.act_fwd_error(a, code), path)
         check_close(got, exact, bound, f"act {code} on load")
 
@@ -166,30 +191,50 @@ def test_matmul_store_overflow_is_bit_based(variant, path):
 
     def store(a, b):
         """(flags, stored value) of the 1x1 product a * b (act' = 1 for dgrad)."""
-        out = run_matmul(variant, np.full((1, 1), a), np.full((1, 1), b), zprev=np.ones((1, 1)), trans_b=dgrad,
-                         path=path, gpu=default_gpu())
+        out = run_matmul(
+            variant,
+            np.full((1, 1), a),
+            np.full((1, 1), b),
+            zprev=np.ones((1, 1)),
+            trans_b=dgrad,
+            path=path,
+            gpu=default_gpu(),
+        )
         return int(out["flags"][0]), float(out["C"][0, 0])
 
     below = ref.F16_MAX - 32  # the next f16 below the maximum
     if path == "fp32":
-        assert store(1.0, ref.F16_MAX) == (0, ref.F16_MAX) and store(2.0, 5e4) == (0, 1e5), "f32 storage holds these"
+        assert store(1.0, ref.F16_MAX) == (0, ref.F16_MAX) and store(2.0, 5e4) == (0, 1e5), (
+            "f32 storage holds these"
+        )
         assert store(2.0, 3e38)[0] == FLAG_H_STORE, "an f32 product overflowing to Inf is flagged"
         return
     assert store(1.0, below) == (0, below)
-    assert store(1.0, ref.F16_MAX) == (FLAG_H_STORE, ref.F16_MAX), "f16 max is flagged (a saturated store reads it)"
+    assert store(1.0, ref.F16_MAX) == (FLAG_H_STORE, ref.F16_MAX), (
+        "f16 max is flagged (a saturated store reads it)"
+    )
     flag, stored = store(2.0, -35000.0)
     assert flag == FLAG_H_STORE and stored in (-ref.F16_MAX, -np.inf), stored
 
 
 # --- column sums, layernorm --------------------------------------------------------------------
 
+
 @kernel_case("colsum/13x37")
 @kernel_case("colsum/3x131")
 def _colsum_case(name, path):
     M, N = map(int, name.split("/")[1].split("x"))
     G = rand_h(rng_for(name, path), (M, N), path)
-    return {"G": G}, run_kernel(["colsum.wgsl"], "colsum", {"M": M, "N": N}, {"G": G}, {"out": (N,)},
-                                cdiv(N, 64), path=path, gpu=default_gpu())
+    return {"G": G}, run_kernel(
+        ["colsum.wgsl"],
+        "colsum",
+        {"M": M, "N": N},
+        {"G": G},
+        {"out": (N,)},
+        cdiv(N, 64),
+        path=path,
+        gpu=default_gpu(),
+    )
 
 
 @pytest.mark.parametrize("name", ["colsum/13x37", "colsum/3x131"])
@@ -206,8 +251,16 @@ def _ln_inputs(name, path):
     M, N = map(int, name.split("/")[1].split("x"))
     rng = rng_for(name, path)
     Z = rand_h(rng, (M, N), path, 2.0) + ref.round_h(0.5, path)  # a mean away from 0
-    return M, N, rng, {"Z": ref.round_h(Z, path), "gamma": (1 + 0.2 * rng.standard_normal(N)).astype(np.float32),
-                       "beta": (0.2 * rng.standard_normal(N)).astype(np.float32)}
+    return (
+        M,
+        N,
+        rng,
+        {
+            "Z": ref.round_h(Z, path),
+            "gamma": (1 + 0.2 * rng.standard_normal(N)).astype(np.float32),
+            "beta": (0.2 * rng.standard_normal(N)).astype(np.float32),
+        },
+    )
 
 
 def _ln_stats_error(Z):
@@ -219,28 +272,48 @@ def _ln_stats_error(Z):
     mean = Z.mean(1)
     q = ((Z - mean[:, None]) ** 2).sum(1)
     mean_err = dot_error(N + 1) * np.abs(Z).mean(1)
-    q_err = dot_error(N + 2) * q + N * mean_err ** 2
+    q_err = dot_error(N + 2) * q + N * mean_err**2
     rstd_rel = 0.5 * (q_err / N + 4 * U32 * (q / N + 1e-5)) / (q / N + 1e-5) + 4 * U32
     return mean_err, rstd_rel
 
 
 for _n in LN_NAMES:
+
     @kernel_case(_n + "/fwd")
     def _ln_fwd_case(name, path):
         M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
-        out = run_kernel(["reduce.wgsl", "layernorm_fwd.wgsl"], "layernorm_fwd", {"M": M, "N": N},
-                         inp,
-                         {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": (4,)}, M, path=path, gpu=default_gpu())
+        out = run_kernel(
+            ["reduce.wgsl", "layernorm_fwd.wgsl"],
+            "layernorm_fwd",
+            {"M": M, "N": N},
+            inp,
+            {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": (4,)},
+            M,
+            path=path,
+            gpu=default_gpu(),
+        )
         return inp, out
 
     @kernel_case(_n + "/bwd")
     def _ln_bwd_case(name, path):
         M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
         _, stats = ref.layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"])
-        inp = {"dY": rand_h(rng, (M, N), path), "Z": inp["Z"], "stats": stats.astype(np.float32), "gamma": inp["gamma"]}
-        out = run_kernel(["reduce.wgsl", "layernorm_bwd.wgsl"], "layernorm_bwd", {"M": M, "N": N},
-                         inp,
-                         {"dZ": ((M, N), "padded"), "flags": (4,)}, M, path=path, gpu=default_gpu())
+        inp = {
+            "dY": rand_h(rng, (M, N), path),
+            "Z": inp["Z"],
+            "stats": stats.astype(np.float32),
+            "gamma": inp["gamma"],
+        }
+        out = run_kernel(
+            ["reduce.wgsl", "layernorm_bwd.wgsl"],
+            "layernorm_bwd",
+            {"M": M, "N": N},
+            inp,
+            {"dZ": ((M, N), "padded"), "flags": (4,)},
+            M,
+            path=path,
+            gpu=default_gpu(),
+        )
         return inp, out
 
     @kernel_case(_n + "/wgrad")
@@ -248,8 +321,16 @@ for _n in LN_NAMES:
         M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
         _, stats = ref.layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"])
         inp = {"dY": rand_h(rng, (M, N), path), "Z": inp["Z"], "stats": stats.astype(np.float32)}
-        out = run_kernel(["layernorm_wgrad.wgsl"], "layernorm_wgrad", {"M": M, "N": N}, inp,
-                         {"dgamma": (N,), "dbeta": (N,)}, cdiv(N, 64), path=path, gpu=default_gpu())
+        out = run_kernel(
+            ["layernorm_wgrad.wgsl"],
+            "layernorm_wgrad",
+            {"M": M, "N": N},
+            inp,
+            {"dgamma": (N,), "dbeta": (N,)},
+            cdiv(N, 64),
+            path=path,
+            gpu=default_gpu(),
+        )
         return inp, out
 
 
@@ -263,8 +344,11 @@ def test_layernorm_fwd(name, path):
     check_close(out["stats"][:, 1], stats[:, 1], rstd_rel * stats[:, 1], f"{name} rstd")
     # Y = (z - mean) rstd gamma + beta in f32: the errors of mean and rstd, 4 roundings
     t = np.abs(Z - stats[:, :1]) * stats[:, 1:] * np.abs(gamma)
-    f32_err = mean_err[:, None] * stats[:, 1:] * np.abs(gamma) + t * (rstd_rel[:, None] + 8 * U32) \
+    f32_err = (
+        mean_err[:, None] * stats[:, 1:] * np.abs(gamma)
+        + t * (rstd_rel[:, None] + 8 * U32)
         + 2 * U32 * (np.abs(Y) + np.abs(beta))
+    )
     N = Z.shape[1]
     check_close(out["Y"][:, :N], Y, stored_bound(Y, f32_err, path), f"{name} Y")
     if N % 2:
@@ -275,7 +359,12 @@ def test_layernorm_fwd(name, path):
 @pytest.mark.parametrize("name", LN_NAMES)
 def test_layernorm_bwd(name, path):
     inp, out = run(name + "/bwd", path)
-    dY, Z, stats, gamma = inp["dY"], inp["Z"], inp["stats"].astype(np.float64), inp["gamma"].astype(np.float64)
+    dY, Z, stats, gamma = (
+        inp["dY"],
+        inp["Z"],
+        inp["stats"].astype(np.float64),
+        inp["gamma"].astype(np.float64),
+    )
     dZ = ref.layernorm_bwd(dY, Z, stats, gamma)
     N = Z.shape[1]
     # rstd * (g - mean(g) - xhat * mean(g xhat)): two f32 row sums of N terms and a few roundings
@@ -307,20 +396,29 @@ SOFTMAX_NAMES = ["softmax/70x1", "softmax/70x10", "softmax/9x13"]
 
 def _softmax_run(logits, labels, scale, path):
     B, C = logits.shape
-    return run_kernel(["softmax_xent.wgsl"], "softmax_xent", {"B": B, "C": C},
-                      {"logits": logits.astype(np.float32), "labels": labels.astype(np.uint32),
-                       "state": {"scale": scale}},
-                      {"loss_rows": (B,), "dlogits": ((B, C), "padded"), "flags": (4,)}, cdiv(B, 64),
-                      path=path, gpu=default_gpu())
+    return run_kernel(
+        ["softmax_xent.wgsl"],
+        "softmax_xent",
+        {"B": B, "C": C},
+        {"logits": logits.astype(np.float32), "labels": labels.astype(np.uint32), "state": {"scale": scale}},
+        {"loss_rows": (B,), "dlogits": ((B, C), "padded"), "flags": (4,)},
+        cdiv(B, 64),
+        path=path,
+        gpu=default_gpu(),
+    )
 
 
 for _n in SOFTMAX_NAMES:
+
     @kernel_case(_n)
     def _softmax_case(name, path):
         B, C = map(int, name.split("/")[1].split("x"))
         rng = rng_for(name, path)
-        inp = {"logits": (4 * rng.standard_normal((B, C))).astype(np.float32), "labels": rng.integers(0, C, B),
-               "scale": 1024.0}
+        inp = {
+            "logits": (4 * rng.standard_normal((B, C))).astype(np.float32),
+            "labels": rng.integers(0, C, B),
+            "scale": 1024.0,
+        }
         return inp, _softmax_run(inp["logits"], inp["labels"], inp["scale"], path)
 
 
@@ -336,7 +434,7 @@ def test_softmax_xent(name, path):
     span = z.max(1) - z.min(1)
     sum_rel = ((3 + 2 * span) * 2 + 2 * (C + 1)) * U32
     mx, zy = z.max(1), z[np.arange(B), labels]
-    loss_err = sum_rel + 2.0 ** -21 + 4 * U32 * (np.abs(mx) + np.abs(zy) + np.abs(loss))
+    loss_err = sum_rel + 2.0**-21 + 4 * U32 * (np.abs(mx) + np.abs(zy) + np.abs(loss))
     check_close(out["loss_rows"], loss, loss_err, f"{name} loss")
     p_rel = (2 * sum_rel + (3 + 2 * span + 5) * 2 * U32)[:, None]
     p = np.exp(z - mx[:, None]) / np.exp(z - mx[:, None]).sum(1, keepdims=True)
@@ -351,14 +449,14 @@ def test_softmax_flags(path):
     """The loss site flags a non-finite loss (Inf from finite logits, or NaN) and nothing else;
     the store site flags dlogits beyond f16 range (a large loss scale) and nothing else."""
     z = np.zeros((3, 4), np.float32)
-    z[0, 0], z[0, 1] = 3e38, -3e38   # row 0, label 1: loss = 3e38 + 3e38 -> Inf in f32
+    z[0, 0], z[0, 1] = 3e38, -3e38  # row 0, label 1: loss = 3e38 + 3e38 -> Inf in f32
     labels = np.array([1, 0, 2])
     assert _softmax_run(z, labels, 1.0, path)["flags"][0] == FLAG_LOSS
     z2 = np.zeros((3, 4), np.float32)
     z2[1, 2] = np.nan
     assert _softmax_run(z2, labels, 1.0, path)["flags"][0] & FLAG_LOSS
     # dlogits = (p - 1) * scale / B with p = 1/4: 0.75 * 2^20 / 3 = 262144 > 65504
-    flags = _softmax_run(np.zeros((3, 4), np.float32), labels, 2.0 ** 20, path)["flags"][0]
+    flags = _softmax_run(np.zeros((3, 4), np.float32), labels, 2.0**20, path)["flags"][0]
     assert flags == (0 if path == "fp32" else FLAG_H_STORE)
 
 
@@ -371,14 +469,25 @@ BASE = 2
 def _grad_stats_run(G, scale, path):
     N = G.size
     nwg = min(16, cdiv(N, 256))
-    return run_kernel(["reduce.wgsl", "grad_stats.wgsl"], "grad_stats",
-                      {"N": N, "BASE": BASE, "NWG": nwg},
-                      {"G": G.astype(np.float32), "state": {"scale": scale},
-                       "partials": np.full(BASE + nwg + 1, -7.0, np.float32), "flags": np.zeros(4, np.uint32)},
-                      ["partials", "flags"], nwg, path=path, gpu=default_gpu())
+    return run_kernel(
+        ["reduce.wgsl", "grad_stats.wgsl"],
+        "grad_stats",
+        {"N": N, "BASE": BASE, "NWG": nwg},
+        {
+            "G": G.astype(np.float32),
+            "state": {"scale": scale},
+            "partials": np.full(BASE + nwg + 1, -7.0, np.float32),
+            "flags": np.zeros(4, np.uint32),
+        },
+        ["partials", "flags"],
+        nwg,
+        path=path,
+        gpu=default_gpu(),
+    )
 
 
 for _n in GRAD_STATS_NAMES:
+
     @kernel_case(_n)
     def _grad_stats_case(name, path):
         N = int(name.split("/")[1])
@@ -395,7 +504,7 @@ def test_grad_stats(name, path):
     got = out["partials"]
     assert (got[:BASE] == -7.0).all() and got[BASE + nwg] == -7.0, "only this tensor's slots are written"
     # sums of positive terms: dot_error of the longest chain, plus the scaling and squaring
-    check_close(got[BASE:BASE + nwg], partials, (dot_error(N) + 8 * U32) * partials, name)
+    check_close(got[BASE : BASE + nwg], partials, (dot_error(N) + 8 * U32) * partials, name)
     assert not bad and out["flags"][0] == 0
 
 
@@ -411,16 +520,35 @@ def test_grad_stats_flags_nonfinite(bad, path):
 
 # --- the scaler's verdict ---------------------------------------------------------------------
 
-SCALER_BASE = {"NUM_PARTIALS": 3, "B": 5, "LR": 1e-3, "TOTAL": 100, "RING": 4, "WARMUP": 10, "INTERVAL": 3,
-               "HYSTERESIS": 2, "MIN_SCALE": 1.0}
-STATE0 = {"scale": 1024.0, "growth_tracker": 0, "hysteresis_left": 2, "iteration": 20, "opt_step": 19,
-          "data_pos": 100, "skipped_total": 1, "min_scale_events": 0, "first_min_scale_iter": 0,
-          "bc1": 1.0, "bc2": 1.0}
+SCALER_BASE = {
+    "NUM_PARTIALS": 3,
+    "B": 5,
+    "LR": 1e-3,
+    "TOTAL": 100,
+    "RING": 4,
+    "WARMUP": 10,
+    "INTERVAL": 3,
+    "HYSTERESIS": 2,
+    "MIN_SCALE": 1.0,
+}
+STATE0 = {
+    "scale": 1024.0,
+    "growth_tracker": 0,
+    "hysteresis_left": 2,
+    "iteration": 20,
+    "opt_step": 19,
+    "data_pos": 100,
+    "skipped_total": 1,
+    "min_scale_events": 0,
+    "first_min_scale_iter": 0,
+    "bc1": 1.0,
+    "bc2": 1.0,
+}
 # name: (state changes, flags word, constant changes)
 SCALER_SCENARIOS = {
     "clean": ({}, 0, {}),
     "growth": ({"growth_tracker": 2}, 0, {}),
-    "growth_to_inf_is_refused": ({"growth_tracker": 2, "scale": 2.0 ** 127}, 0, {}),
+    "growth_to_inf_is_refused": ({"growth_tracker": 2, "scale": 2.0**127}, 0, {}),
     "overflow_within_hysteresis": ({"growth_tracker": 2}, FLAG_H_STORE, {}),
     "overflow_backs_off": ({"hysteresis_left": 1}, FLAG_MASTER_GRAD, {}),
     "overflow_at_floor": ({"hysteresis_left": 1, "scale": 1.0}, FLAG_LOSS, {}),
@@ -430,19 +558,35 @@ SCALER_SCENARIOS = {
 
 
 for _n in SCALER_SCENARIOS:
+
     @kernel_case("scaler/" + _n)
     def _scaler_case(name, path):
         changes, found, consts = SCALER_SCENARIOS[name.split("/")[1]]
         c = {**SCALER_BASE, **consts}
         rng = rng_for(name, path)
-        inp = {"state": {**STATE0, **changes}, "found": found, "consts": c,
-               "partials": np.abs(rng.standard_normal(c["NUM_PARTIALS"])).astype(np.float32),
-               "loss_rows": np.abs(rng.standard_normal(c["B"])).astype(np.float32)}
-        out = run_kernel(["reduce.wgsl", "scaler.wgsl"], "scaler_step", c,
-                         {"state": inp["state"], "flags": np.array([found, 0, 0, 0], np.uint32),
-                          "partials": inp["partials"], "loss_rows": inp["loss_rows"],
-                          "metrics": np.full(c["RING"] * 8, 0xDEADBEEF, np.uint32)},
-                         ["state", "flags", "metrics"], 1, path=path, gpu=default_gpu())
+        inp = {
+            "state": {**STATE0, **changes},
+            "found": found,
+            "consts": c,
+            "partials": np.abs(rng.standard_normal(c["NUM_PARTIALS"])).astype(np.float32),
+            "loss_rows": np.abs(rng.standard_normal(c["B"])).astype(np.float32),
+        }
+        out = run_kernel(
+            ["reduce.wgsl", "scaler.wgsl"],
+            "scaler_step",
+            c,
+            {
+                "state": inp["state"],
+                "flags": np.array([found, 0, 0, 0], np.uint32),
+                "partials": inp["partials"],
+                "loss_rows": inp["loss_rows"],
+                "metrics": np.full(c["RING"] * 8, 0xDEADBEEF, np.uint32),
+            },
+            ["state", "flags", "metrics"],
+            1,
+            path=path,
+            gpu=default_gpu(),
+        )
         return inp, out
 
 
@@ -452,14 +596,18 @@ def test_scaler_step(scenario, path):
     c = inp["consts"]
     want, record = ref.scaler_step(inp["state"], inp["found"], inp["partials"], inp["loss_rows"], c)
     got = out["state"]
-    lr_err = 0.5 * c["LR"] * 2.0 ** -11 + 4 * U32 * c["LR"]  # WGSL cos: 2^-11 absolute on [-pi, pi]
+    lr_err = 0.5 * c["LR"] * 2.0**-11 + 4 * U32 * c["LR"]  # WGSL cos: 2^-11 absolute on [-pi, pi]
     t = want["opt_step"]
     # bc = 1 - pow(beta, t), pow = exp2(t log2 beta): log2 good to 2^-21 absolute near 1, exp2 to a few ulps
-    bc_err = {k: (t * 2.0 ** -21 + 2.0 ** -18) * (1 - want[k]) + 2 * U32 for k in ("bc1", "bc2")}
-    float_err = {"lr": lr_err, "loss": dot_error(c["B"]) * want["loss"],
-                 "grad_norm": (dot_error(c["NUM_PARTIALS"]) + 8 * U32) * want["grad_norm"],
-                 # clip / scale: a few divisions; 2^-127 (scale 2^127) is subnormal, which may flush to 0
-                 "grad_mul": 16 * U32 * want["grad_mul"] + 2.0 ** -126, **bc_err}
+    bc_err = {k: (t * 2.0**-21 + 2.0**-18) * (1 - want[k]) + 2 * U32 for k in ("bc1", "bc2")}
+    float_err = {
+        "lr": lr_err,
+        "loss": dot_error(c["B"]) * want["loss"],
+        "grad_norm": (dot_error(c["NUM_PARTIALS"]) + 8 * U32) * want["grad_norm"],
+        # clip / scale: a few divisions; 2^-127 (scale 2^127) is subnormal, which may flush to 0
+        "grad_mul": 16 * U32 * want["grad_mul"] + 2.0**-126,
+        **bc_err,
+    }
     for name, value in want.items():
         if name in float_err:
             check_close(got[name], value, float_err[name], f"{scenario}: state.{name}")
@@ -485,21 +633,39 @@ ROWS, COLS = 5, 7
 
 
 for _apply in (1, 0):
+
     @kernel_case(f"adamw/apply{_apply}")
     def _adamw_case(name, path):
         rng = rng_for(name, path)
         n = ROWS * COLS
-        inp = {"P": rng.standard_normal(n).astype(np.float32), "G": (1024 * rng.standard_normal(n)).astype(np.float32),
-               "Mo": (0.1 * rng.standard_normal(n)).astype(np.float32),
-               "V": (0.01 * rng.random(n) + 1e-4).astype(np.float32),
-               "state": {**ADAM_STATE, "apply": int(name.endswith("1"))}}
-        out = run_kernel(["adamw.wgsl"], "adamw", {"N": n, **ADAM_CONSTS}, inp, ["P", "Mo", "V"], cdiv(n, 64),
-                         path=path, gpu=default_gpu())
+        inp = {
+            "P": rng.standard_normal(n).astype(np.float32),
+            "G": (1024 * rng.standard_normal(n)).astype(np.float32),
+            "Mo": (0.1 * rng.standard_normal(n)).astype(np.float32),
+            "V": (0.01 * rng.random(n) + 1e-4).astype(np.float32),
+            "state": {**ADAM_STATE, "apply": int(name.endswith("1"))},
+        }
+        out = run_kernel(
+            ["adamw.wgsl"],
+            "adamw",
+            {"N": n, **ADAM_CONSTS},
+            inp,
+            ["P", "Mo", "V"],
+            cdiv(n, 64),
+            path=path,
+            gpu=default_gpu(),
+        )
         sentinel = np.full((ROWS, COLS), 3.0)
-        copy = run_kernel(["adamw.wgsl", "adamw_copy.wgsl"], "adamw_copy",
-                          {"N": n, **ADAM_CONSTS, "ROWS": ROWS, "COLS": COLS}, {**inp, "Wh": sentinel},
-                          {"P": None, "Mo": None, "V": None, "Wh": ((ROWS, COLS), "padded")},
-                          cdiv(ROWS * cdiv(COLS, 2), 64), path=path, gpu=default_gpu())
+        copy = run_kernel(
+            ["adamw.wgsl", "adamw_copy.wgsl"],
+            "adamw_copy",
+            {"N": n, **ADAM_CONSTS, "ROWS": ROWS, "COLS": COLS},
+            {**inp, "Wh": sentinel},
+            {"P": None, "Mo": None, "V": None, "Wh": ((ROWS, COLS), "padded")},
+            cdiv(ROWS * cdiv(COLS, 2), 64),
+            path=path,
+            gpu=default_gpu(),
+        )
         return inp, {"adamw": out, "adamw_copy": copy}
 
 
@@ -517,7 +683,9 @@ def test_adamw(entry, path):
     m_err = 8 * U32 * (b1 * np.abs(Mo) + (1 - b1) * np.abs(g))
     v_err = 8 * U32 * (b2 * V + (1 - b2) * g * g)
     upd = st["lr"] * (m / st["bc1"]) / (np.sqrt(v / st["bc2"]) + ADAM_CONSTS["EPS"])
-    upd_err = st["lr"] / st["bc1"] * m_err / np.sqrt(v / st["bc2"]) + np.abs(upd) * (0.5 * v_err / v + 24 * U32)
+    upd_err = st["lr"] / st["bc1"] * m_err / np.sqrt(v / st["bc2"]) + np.abs(upd) * (
+        0.5 * v_err / v + 24 * U32
+    )
     p_err = 4 * U32 * np.abs(P) + upd_err + 2 * U32 * np.abs(p)
     check_close(out["Mo"], m, m_err, f"{entry} m")
     check_close(out["V"], v, v_err, f"{entry} v")
@@ -540,6 +708,7 @@ def test_adamw_skips_when_not_applied(path):
 
 # --- evaluation counters -------------------------------------------------------------------------
 
+
 @kernel_case("eval/70x10")
 def _eval_case(name, path):
     rng = rng_for(name, path)
@@ -548,10 +717,26 @@ def _eval_case(name, path):
     labels = rng.integers(0, C, B).astype(np.uint32)
     labels[[3, 50, 69]] = NO_LABEL
     io = {"logits": logits, "labels": labels}
-    reset = run_kernel(["eval.wgsl"], "eval_reset", {"B": B, "C": C}, {**io, "result": np.array([5, 9], np.uint32)},
-                       ["result"], 1, path=path, gpu=default_gpu())
-    count = run_kernel(["eval.wgsl"], "eval_count", {"B": B, "C": C}, {**io, "result": np.array([100, 200], np.uint32)},
-                       ["result"], cdiv(B, 64), path=path, gpu=default_gpu())
+    reset = run_kernel(
+        ["eval.wgsl"],
+        "eval_reset",
+        {"B": B, "C": C},
+        {**io, "result": np.array([5, 9], np.uint32)},
+        ["result"],
+        1,
+        path=path,
+        gpu=default_gpu(),
+    )
+    count = run_kernel(
+        ["eval.wgsl"],
+        "eval_count",
+        {"B": B, "C": C},
+        {**io, "result": np.array([100, 200], np.uint32)},
+        ["result"],
+        cdiv(B, 64),
+        path=path,
+        gpu=default_gpu(),
+    )
     return io, {"reset": reset, "count": count}
 
 
@@ -560,10 +745,13 @@ def test_eval_counters(path):
     assert out["reset"]["result"].tolist() == [0, 0]
     correct, counted = ref.eval_count(io["logits"], io["labels"])
     assert counted == 67 and correct > 0
-    assert out["count"]["result"].tolist() == [100 + correct, 200 + counted], "counts add to the running totals"
+    assert out["count"]["result"].tolist() == [100 + correct, 200 + counted], (
+        "counts add to the running totals"
+    )
 
 
 # --- native and emulated f16 agree bit for bit ---------------------------------------------------
+
 
 def _flatten(out, prefix=""):
     for k, v in out.items():

@@ -6,6 +6,7 @@ Marked slow (about 20 s: a wheel build in pip's isolated build environment, a ve
 run); `-m "not slow"` leaves it out. Needs what the build needs: setuptools from the package index
 (or pip's cache) and the chart library (`npm ci --prefix web`).
 """
+
 from __future__ import annotations
 
 import http.client
@@ -33,8 +34,9 @@ def _env() -> dict[str, str]:
 
 def _run(cmd: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
-    assert out.returncode == 0, \
+    assert out.returncode == 0, (
         f"{' '.join(cmd)} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    )
     return out
 
 
@@ -61,21 +63,37 @@ def _get(port: int, path: str) -> tuple[int, bytes]:
 
 @pytest.mark.slow
 def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> None:
-    assert (UPLOT / "dist" / "uPlot.esm.js").is_file(), \
+    assert (UPLOT / "dist" / "uPlot.esm.js").is_file(), (
         "the chart library is missing: run `npm ci --prefix web`"
+    )
     src, dist, work = tmp_path / "src", tmp_path / "dist", tmp_path / "elsewhere"
     for d in (src, dist, work):
         d.mkdir()
     _copy_sources(src)
 
     # the wheel, and what it carries
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
-          "-w", str(dist), str(src)], cwd=work, timeout=300)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+            str(dist),
+            str(src),
+        ],
+        cwd=work,
+        timeout=300,
+    )
     (wheel,) = dist.glob("webmp-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {f"webmp/shaders/{p.name}" for p in (ROOT / "shaders").glob("*.wgsl")}
-    expected |= {f"webmp/web/{p.name}" for p in (ROOT / "web").iterdir()
-                 if p.suffix in (".html", ".js", ".css")}
+    expected |= {
+        f"webmp/web/{p.name}" for p in (ROOT / "web").iterdir() if p.suffix in (".html", ".js", ".css")
+    }
     expected |= {f"webmp/web/node_modules/uplot/dist/{f}" for f in ("uPlot.esm.js", "uPlot.min.css")}
     expected |= {"webmp/__main__.py", "webmp/resources.py"}
     assert expected <= names, sorted(expected - names)
@@ -84,10 +102,15 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], cwd=work, timeout=120)
     py, webmp_exe = venv / "bin" / "python", venv / "bin" / "webmp"
-    _run([str(py), "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q", str(wheel)],
-         cwd=work, timeout=300)
-    probe = ("import json, sysconfig, webmp, webmp.resources as r; print(json.dumps([webmp.__file__, "
-             "sysconfig.get_paths()['purelib'], str(r.SHADER_DIR), str(r.UPLOT_DIR)]))")
+    _run(
+        [str(py), "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q", str(wheel)],
+        cwd=work,
+        timeout=300,
+    )
+    probe = (
+        "import json, sysconfig, webmp, webmp.resources as r; print(json.dumps([webmp.__file__, "
+        "sysconfig.get_paths()['purelib'], str(r.SHADER_DIR), str(r.UPLOT_DIR)]))"
+    )
     where = _run([str(py), "-c", probe], cwd=work, timeout=60)
     module, purelib, shader_dir, uplot_dir = json.loads(where.stdout)
     site = Path(purelib).resolve()
@@ -96,14 +119,23 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> None:
     assert not Path(module).resolve().is_relative_to(ROOT)
 
     # train from a directory that is not the repository
-    _run([str(webmp_exe), "train", "--steps", "30", "--quiet", "--out", str(tmp_path / "run")], cwd=work,
-         timeout=600)
+    _run(
+        [str(webmp_exe), "train", "--steps", "30", "--quiet", "--out", str(tmp_path / "run")],
+        cwd=work,
+        timeout=600,
+    )
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert isinstance(summary["test_accuracy"], (int, float)) and 0 <= summary["test_accuracy"] <= 1, summary
 
     # serve the page: --port 0 binds a free port, and the server prints the URL with the port it got
-    proc = subprocess.Popen([str(webmp_exe), "serve", "--port", "0", "--runs", str(tmp_path / "runs")],
-                            cwd=work, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(webmp_exe), "serve", "--port", "0", "--runs", str(tmp_path / "runs")],
+        cwd=work,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()
@@ -117,8 +149,8 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> None:
         status, app = _get(port, "/app.js")
         assert status == 200
         js = app.decode()
-        assets |= {"/" + m for m in re.findall(r"from '\./([^']+)'", js)}   # ES module imports (runner.js)
-        assets |= set(re.findall(r"import\('(/[^']+)'\)", js))               # the chart library
+        assets |= {"/" + m for m in re.findall(r"from '\./([^']+)'", js)}  # ES module imports (runner.js)
+        assets |= set(re.findall(r"import\('(/[^']+)'\)", js))  # the chart library
         page_needs = {"/app.js", "/runner.js", "/vendor/uplot/uPlot.esm.js", "/vendor/uplot/uPlot.min.css"}
         assert page_needs <= assets, assets
         for path in sorted(assets) + ["/shaders/prelude_native.wgsl"]:

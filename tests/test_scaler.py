@@ -5,6 +5,7 @@ gathers, a loss scale so large that dlogits leave the f16 range, or a bit set in
 the step's detection sites OR into. Every state transition is also checked against the numpy
 rule (webmp.reference.scaler_step) fed with the flags the step reported.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,11 +13,22 @@ import pytest
 
 from webmp import reference as ref
 from webmp.data import batch_rows
-from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_records, decode_state
+from webmp.state import decode_records, decode_state
 
 FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS = 1, 2, 4
-COUNTERS = ["scale", "growth_tracker", "hysteresis_left", "iteration", "opt_step", "data_pos", "skipped_total",
-            "min_scale_events", "first_min_scale_iter", "apply", "found_inf"]
+COUNTERS = [
+    "scale",
+    "growth_tracker",
+    "hysteresis_left",
+    "iteration",
+    "opt_step",
+    "data_pos",
+    "skipped_total",
+    "min_scale_events",
+    "first_min_scale_iter",
+    "apply",
+    "found_inf",
+]
 
 
 class Trainer:
@@ -33,10 +45,13 @@ class Trainer:
         """One train_step; returns its metrics record (log_every = 1: the ring holds just it)."""
         before = self.state()
         rec = decode_records(self.rt.run("train_step", read_metrics=True))[0]
-        want, want_rec = ref.scaler_step(before, rec["found_inf"], [rec["grad_norm"] ** 2], [rec["loss"]] * 8,
-                                         self.consts)
+        want, want_rec = ref.scaler_step(
+            before, rec["found_inf"], [rec["grad_norm"] ** 2], [rec["loss"]] * 8, self.consts
+        )
         got = self.state()
-        assert {k: got[k] for k in COUNTERS} == {k: want[k] for k in COUNTERS}, "state differs from the reference rule"
+        assert {k: got[k] for k in COUNTERS} == {k: want[k] for k in COUNTERS}, (
+            "state differs from the reference rule"
+        )
         for k in ("step", "scale", "skipped", "found_inf", "min_scale_event"):
             assert rec[k] == want_rec[k], f"metrics {k}: {rec[k]} != {want_rec[k]}"
         return rec
@@ -83,7 +98,10 @@ def test_overflow_skips_the_step(bad, f16_path, make):
     assert rec["skipped"] == 1 and rec["found_inf"] == FLAG_H_STORE | FLAG_MASTER_GRAD | FLAG_LOSS
     assert after["scale"] == before["scale"] / 2 and after["growth_tracker"] == 0
     assert after["opt_step"] == before["opt_step"], "the optimizer step counter does not advance"
-    assert after["iteration"] == before["iteration"] + 1 and after["skipped_total"] == before["skipped_total"] + 1
+    assert (
+        after["iteration"] == before["iteration"] + 1
+        and after["skipped_total"] == before["skipped_total"] + 1
+    )
     assert t.snapshot() == weights, "master weights, f16 copies and moments keep every bit"
     rec = t.step()  # a clean step applies again
     assert rec["skipped"] == 0 and t.state()["opt_step"] == before["opt_step"] + 1
@@ -95,10 +113,10 @@ def test_store_site_without_loss_site(f16_path, make):
     """A loss scale of 2^24 puts dlogits = (p - onehot) * scale / B beyond 65504 while the loss
     stays finite: the store flag alone (with the gradients it poisons) skips the step."""
     t = make(f16_path)
-    t.set_state(scale=2.0 ** 24)
+    t.set_state(scale=2.0**24)
     rec = t.step()
     assert rec["skipped"] == 1 and rec["found_inf"] & FLAG_H_STORE and not rec["found_inf"] & FLAG_LOSS
-    assert np.isfinite(rec["loss"]) and t.state()["scale"] == 2.0 ** 23
+    assert np.isfinite(rec["loss"]) and t.state()["scale"] == 2.0**23
 
 
 @pytest.mark.parametrize("flag", [FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS])

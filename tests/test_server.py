@@ -1,6 +1,7 @@
 """The browser runtime's server without a browser: REST, static files, WebSocket validation,
 record ordering, disconnect + resume, concurrent runs, the token, and the Python API's live history.
 A test stands in for the page by speaking its WebSocket protocol (webmp/messages.py)."""
+
 from __future__ import annotations
 
 import http.client
@@ -10,7 +11,6 @@ import subprocess
 import sys
 import threading
 
-import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
@@ -18,17 +18,25 @@ from starlette.websockets import WebSocketDisconnect
 from webmp.browser import LocalServer
 from webmp.config import TrainConfig
 from webmp.messages import MAX_MESSAGE_BYTES
-from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_state, encode_state
 from webmp.rundir import RunDir
 from webmp.server import UPLOT_DIR, cli_serve, create_app, server_token
+from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_state, encode_state
 
 SMALL = dict(hidden=[16], batch_size=16, steps=30, log_every=10, checkpoint_every=10)
 
 
 def record(step: int, loss: float | None = None) -> dict:
     """A metrics record as the page sends it (every field of METRIC_FIELDS)."""
-    values = {"step": step, "loss": 2.0 / (1 + step) if loss is None else loss, "scale": 65536.0, "skipped": 0,
-              "lr": 1e-3, "grad_norm": 0.5, "found_inf": 0, "min_scale_event": 0}
+    values = {
+        "step": step,
+        "loss": 2.0 / (1 + step) if loss is None else loss,
+        "scale": 65536.0,
+        "skipped": 0,
+        "lr": 1e-3,
+        "grad_norm": 0.5,
+        "found_inf": 0,
+        "min_scale_event": 0,
+    }
     return {name: values[name] for name, _ in METRIC_FIELDS}
 
 
@@ -38,8 +46,15 @@ def state_words(iteration: int) -> dict:
 
 
 def hello(run_id: str, start_step: int = 0, f16_path: str = "emulated") -> dict:
-    return {"type": "hello", "run_id": run_id, "f16_path": f16_path, "start_step": start_step,
-            "adapter": {"vendor": "test", "architecture": "fake"}, "features": [], "limits": {"maxBufferSize": 2**30}}
+    return {
+        "type": "hello",
+        "run_id": run_id,
+        "f16_path": f16_path,
+        "start_step": start_step,
+        "adapter": {"vendor": "test", "architecture": "fake"},
+        "features": [],
+        "limits": {"maxBufferSize": 2**30},
+    }
 
 
 def records_msg(run_id: str, steps, **kw) -> dict:
@@ -47,8 +62,16 @@ def records_msg(run_id: str, steps, **kw) -> dict:
 
 
 def summary_msg(run_id: str, iteration: int) -> dict:
-    return {"type": "summary", "run_id": run_id, "state": state_words(iteration), "test_correct": 300,
-            "test_count": 359, "wall_seconds": 2.5, "steps_run": iteration, "readbacks": 3}
+    return {
+        "type": "summary",
+        "run_id": run_id,
+        "state": state_words(iteration),
+        "test_correct": 300,
+        "test_count": 359,
+        "wall_seconds": 2.5,
+        "steps_run": iteration,
+        "readbacks": 3,
+    }
 
 
 @pytest.fixture
@@ -97,7 +120,7 @@ def checkpoint_bytes(client, run_id, iteration: int, offer="emulated") -> bytes:
         b = by_name[name]
         data = bytearray(b["bytes"])
         if b["init"]:
-            data[: b["init"]["bytes"]] = blob[b["init"]["offset"]: b["init"]["offset"] + b["init"]["bytes"]]
+            data[: b["init"]["bytes"]] = blob[b["init"]["offset"] : b["init"]["offset"] + b["init"]["bytes"]]
         if name == plan["state"]["buffer"]:
             data = bytearray(encode_state({**decode_state(bytes(data)), "iteration": iteration}))
         out += bytes(data)
@@ -105,6 +128,7 @@ def checkpoint_bytes(client, run_id, iteration: int, offer="emulated") -> bytes:
 
 
 # --- static files -----------------------------------------------------------------------------
+
 
 def test_serves_page_shaders_and_local_chart_library(client):
     page = client.get("/")
@@ -124,12 +148,24 @@ def live_server(tmp_path_factory):
 
 
 ESCAPES = [
-    "/../pyproject.toml", "/shaders/../pyproject.toml", "/shaders/../webmp/server.py", "/shaders/../../etc/passwd",
-    "/shaders/%2e%2e/pyproject.toml", "/%2e%2e/pyproject.toml", "/shaders/%2e%2e%2fpyproject.toml",
-    "/shaders/..%2f..%2fetc%2fpasswd", "/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/shaders//etc/passwd",
-    "/shaders/%2fetc%2fpasswd", "//etc/passwd", "/vendor/uplot/../../../../pyproject.toml",
-    "/vendor/uplot/%2e%2e/%2e%2e/%2e%2e/%2e%2e/pyproject.toml", "/shaders/.%2e/.%2e/etc/passwd",
-    "/shaders/%252e%252e/pyproject.toml", "/..\\pyproject.toml", "/shaders/..%5cpyproject.toml",
+    "/../pyproject.toml",
+    "/shaders/../pyproject.toml",
+    "/shaders/../webmp/server.py",
+    "/shaders/../../etc/passwd",
+    "/shaders/%2e%2e/pyproject.toml",
+    "/%2e%2e/pyproject.toml",
+    "/shaders/%2e%2e%2fpyproject.toml",
+    "/shaders/..%2f..%2fetc%2fpasswd",
+    "/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+    "/shaders//etc/passwd",
+    "/shaders/%2fetc%2fpasswd",
+    "//etc/passwd",
+    "/vendor/uplot/../../../../pyproject.toml",
+    "/vendor/uplot/%2e%2e/%2e%2e/%2e%2e/%2e%2e/pyproject.toml",
+    "/shaders/.%2e/.%2e/etc/passwd",
+    "/shaders/%252e%252e/pyproject.toml",
+    "/..\\pyproject.toml",
+    "/shaders/..%5cpyproject.toml",
 ]
 
 
@@ -153,6 +189,7 @@ def test_static_files_cannot_escape(live_server, path):
 
 # --- REST ---------------------------------------------------------------------------------------
 
+
 def test_runs_rest_api(client):
     run = create(client, lr=2e-3)
     assert run["status"] == "created" and run["last_step"] == -1 and run["config"]["lr"] == 2e-3
@@ -168,7 +205,12 @@ def test_runs_rest_api(client):
     assert bad.status_code == 422 and "invalid steps" in bad.json()["detail"]
     assert client.post("/api/runs", json={"no_such_field": 1}).status_code == 422
     assert client.post("/api/runs", json=[1, 2]).status_code == 422
-    assert client.post("/api/runs", content=b"{not json", headers={"content-type": "application/json"}).status_code == 422
+    assert (
+        client.post(
+            "/api/runs", content=b"{not json", headers={"content-type": "application/json"}
+        ).status_code
+        == 422
+    )
     for unknown in ("nope", "..", "a%2F..%2Fb", "x" * 100):
         assert client.get(f"/api/runs/{unknown}").status_code == 404
     assert len(client.get("/api/runs").json()) == 1
@@ -194,6 +236,7 @@ def test_plan_for_each_f16_path(client):
 
 # --- the WebSocket --------------------------------------------------------------------------------
 
+
 def test_records_are_stored_in_the_native_format(client):
     run_id = create(client)["id"]
     ws = connect(client, run_id)
@@ -205,7 +248,9 @@ def test_records_are_stored_in_the_native_format(client):
     run_dir = client.app.state.store.get(run_id).dir.path
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x) for x in lines] == [record(s) for s in range(10)]
-    assert list(json.loads(lines[0])) == [name for name, _ in METRIC_FIELDS]  # same keys, same order as native
+    assert list(json.loads(lines[0])) == [
+        name for name, _ in METRIC_FIELDS
+    ]  # same keys, same order as native
     config = json.loads((run_dir / "config.json").read_text())
     assert config["f16_path"] == "emulated" and "test" in config["adapter"]
     # a skipped step: the page sends non-finite floats as strings, the file holds them as json.dumps does
@@ -213,7 +258,10 @@ def test_records_are_stored_in_the_native_format(client):
     send(ws, {"type": "records", "run_id": run_id, "records": [skipped]})
     last = (run_dir / "metrics.jsonl").read_text().splitlines()[-1]
     assert last == json.dumps({**skipped, "loss": float("inf"), "grad_norm": float("nan")})
-    assert client.get(f"/api/runs/{run_id}/metrics", params={"after": 9}).json()["records"][0]["grad_norm"] == "NaN"
+    assert (
+        client.get(f"/api/runs/{run_id}/metrics", params={"after": 9}).json()["records"][0]["grad_norm"]
+        == "NaN"
+    )
     leave(ws)
 
 
@@ -228,22 +276,34 @@ def test_malformed_or_oversized_messages_are_answered_and_dropped(client):
     bad_messages = [
         "not json at all",
         "[1, 2, 3]",
-        json.dumps({"type": "records", "run_id": run_id}),                               # no records
-        json.dumps({"type": "records", "run_id": run_id, "records": []}),                # empty
+        json.dumps({"type": "records", "run_id": run_id}),  # no records
+        json.dumps({"type": "records", "run_id": run_id, "records": []}),  # empty
         json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "loss": "abc"}]}),
         json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "step": -1}]}),
         json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "step": 2**32}]}),
         json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "step": 3.5}]}),
         json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "extra": 1}]}),
-        json.dumps({"type": "records", "run_id": run_id, "records": [{k: v for k, v in good.items() if k != "loss"}]}),
+        json.dumps(
+            {"type": "records", "run_id": run_id, "records": [{k: v for k, v in good.items() if k != "loss"}]}
+        ),
         json.dumps({"type": "records", "run_id": run_id, "records": [{**good, "step": 30}]}),  # past steps
-        json.dumps({"type": "records", "run_id": "other-run", "records": [good]}),        # wrong run id
+        json.dumps({"type": "records", "run_id": "other-run", "records": [good]}),  # wrong run id
         json.dumps({"type": "records", "run_id": "../../etc", "records": [good]}),
         json.dumps({"type": "launch_missiles", "run_id": run_id}),
         json.dumps({"type": "records", "run_id": run_id, "records": [good], "pad": "x" * MAX_MESSAGE_BYTES}),
-        json.dumps(records_msg(run_id, [3] * 501)),                                      # too many records
-        json.dumps({"type": "summary", "run_id": run_id, "state": {"scale": 1.0}, "test_correct": 1,
-                    "test_count": 0, "wall_seconds": 1, "steps_run": 1, "readbacks": 1}),
+        json.dumps(records_msg(run_id, [3] * 501)),  # too many records
+        json.dumps(
+            {
+                "type": "summary",
+                "run_id": run_id,
+                "state": {"scale": 1.0},
+                "test_correct": 1,
+                "test_count": 0,
+                "wall_seconds": 1,
+                "steps_run": 1,
+                "readbacks": 1,
+            }
+        ),
     ]
     for text in bad_messages:
         ws.send_text(text)
@@ -262,10 +322,10 @@ def test_out_of_order_and_duplicate_records_are_stored_once_in_order(client):
     run_id = create(client)["id"]
     ws = connect(client, run_id)
     send(ws, hello(run_id))
-    assert send(ws, records_msg(run_id, [7, 5, 6]))["stored"] == 0        # waiting for steps 0..4
+    assert send(ws, records_msg(run_id, [7, 5, 6]))["stored"] == 0  # waiting for steps 0..4
     assert stored_steps(client, run_id) == []
-    assert send(ws, records_msg(run_id, [2, 0, 1, 0]))["stored"] == 3     # 0 twice in one message
-    reply = send(ws, records_msg(run_id, [4, 3, 6, 1, 8]))                # 6 and 1 again
+    assert send(ws, records_msg(run_id, [2, 0, 1, 0]))["stored"] == 3  # 0 twice in one message
+    reply = send(ws, records_msg(run_id, [4, 3, 6, 1, 8]))  # 6 and 1 again
     assert reply["stored"] == 6 and reply["duplicates"] == 2 and reply["last_step"] == 8
     assert send(ws, records_msg(run_id, range(9)))["duplicates"] == 9
     assert stored_steps(client, run_id) == list(range(9))
@@ -284,9 +344,13 @@ def test_disconnect_keeps_records_and_a_new_page_resumes_from_the_checkpoint(cli
     upload = checkpoint_bytes(client, run_id, 10)
     url = f"/api/runs/{run_id}/checkpoint"
     assert client.put(url, params={"f16": "emulated", "step": 10}, content=upload[:-4]).status_code == 400
-    assert client.put(url, params={"f16": "emulated", "step": 10}, content=upload + b"\0" * 4).status_code == 413
+    assert (
+        client.put(url, params={"f16": "emulated", "step": 10}, content=upload + b"\0" * 4).status_code == 413
+    )
     assert client.put(url, params={"f16": "emulated", "step": 20}, content=upload).status_code == 400
-    assert client.put(url, params={"f16": "emulated", "step": 10}, content=upload).json() == {"checkpoint_step": 10}
+    assert client.put(url, params={"f16": "emulated", "step": 10}, content=upload).json() == {
+        "checkpoint_step": 10
+    }
     leave(ws)  # the page goes away mid-run
 
     info = client.get(f"/api/runs/{run_id}").json()
@@ -300,7 +364,12 @@ def test_disconnect_keeps_records_and_a_new_page_resumes_from_the_checkpoint(cli
     assert got["start_step"] == 10
     state = next(b for b in got["plan"]["buffers"] if b["name"] == got["plan"]["state"]["buffer"])
     blob = client.get(f"/api/runs/{run_id}/blob", params={"f16": "emulated"}).content
-    assert decode_state(blob[state["init"]["offset"]: state["init"]["offset"] + state["init"]["bytes"]])["iteration"] == 10
+    assert (
+        decode_state(blob[state["init"]["offset"] : state["init"]["offset"] + state["init"]["bytes"]])[
+            "iteration"
+        ]
+        == 10
+    )
 
     ws = connect(client, run_id)
     assert send(ws, hello(run_id, start_step=0))["type"] == "error"  # a stale plan is refused
@@ -364,6 +433,7 @@ def test_two_runs_at_once_never_mix(client):
 
 # --- binding and the token ------------------------------------------------------------------------
 
+
 def test_binding_elsewhere_needs_the_flag_and_a_token(capsys):
     assert server_token("127.0.0.1", False, None) is None
     assert server_token("::1", False, None) is None
@@ -385,7 +455,10 @@ def test_token_is_required_by_api_and_websocket(tmp_path):
         ok = {"Authorization": "Bearer s3cret-token"}
         run_id = c.post("/api/runs", json=SMALL, headers=ok).json()["id"]
         assert c.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated"}).status_code == 401
-        assert c.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated", "token": "s3cret-token"}).status_code == 200
+        assert (
+            c.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated", "token": "s3cret-token"}).status_code
+            == 200
+        )
         for query in ("", "?token=wrong"):
             with pytest.raises(WebSocketDisconnect) as e:
                 with c.websocket_connect(f"/api/runs/{run_id}/ws{query}") as ws:
@@ -398,7 +471,9 @@ def test_token_is_required_by_api_and_websocket(tmp_path):
 def test_websocket_from_another_site_is_refused(client):
     run_id = create(client)["id"]
     with pytest.raises(WebSocketDisconnect) as e:
-        with client.websocket_connect(f"/api/runs/{run_id}/ws", headers={"origin": "http://evil.example"}) as ws:
+        with client.websocket_connect(
+            f"/api/runs/{run_id}/ws", headers={"origin": "http://evil.example"}
+        ) as ws:
             ws.receive_json()
     assert e.value.code == 4401
     with client.websocket_connect(f"/api/runs/{run_id}/ws", headers={"origin": "http://testserver"}) as ws:
@@ -406,8 +481,12 @@ def test_websocket_from_another_site_is_refused(client):
 
 
 def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "webmp.cli", "serve", "--port", "0", "--runs", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webmp.cli", "serve", "--port", "0", "--runs", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert "http://127.0.0.1:" in line, line + proc.stderr.read() if proc.poll() is not None else line
@@ -422,6 +501,7 @@ def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):
 
 
 # --- the Python API, with a scripted page ----------------------------------------------------------
+
 
 def test_python_api_streams_history_live(tmp_path):
     """history() yields each batch while the run is still going: the fake page only sends the next
@@ -462,3 +542,25 @@ def test_python_api_streams_history_live(tmp_path):
         assert json.dumps(seen) == json.dumps(run.records())
         summary = run.wait(timeout=30)
         assert summary["test_correct"] == 300 and summary["steps"] == 30
+
+
+def test_browser_and_native_run_directories_have_the_same_keys(client, tmp_path, gpu):
+    """summary.json and config.json are written by webmp.rundir for both runtimes: same keys."""
+    from webmp.rundir import RunSummary
+    from webmp.train import Trainer
+
+    run_id = create(client)["id"]
+    ws = connect(client, run_id)
+    assert send(ws, hello(run_id))["type"] == "ack"
+    send(ws, records_msg(run_id, range(30)))
+    assert send(ws, summary_msg(run_id, 30))["type"] == "ack"
+    leave(ws)
+    browser = client.app.state.store.get(run_id).dir
+    Trainer(
+        TrainConfig(**{**SMALL, "steps": 3}), out=tmp_path / "native", gpu=gpu, progress=False, log=None
+    ).run()
+    native = RunDir(tmp_path / "native")
+
+    assert set(browser.read_summary()) == set(native.read_summary()) == set(RunSummary.__annotations__)
+    assert (browser.read_summary()["runtime"], native.read_summary()["runtime"]) == ("browser", "native")
+    assert set(browser.read_json("config.json")) == set(native.read_json("config.json"))

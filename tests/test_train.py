@@ -1,4 +1,5 @@
 """The training loop end to end: config validation, errors, summary, memory, resume, scaler floor."""
+
 import json
 
 import numpy as np
@@ -22,11 +23,22 @@ def run(tmp_path, name, **kw):
     return Trainer(cfg, out=tmp_path / name, progress=False, log=None)
 
 
-@pytest.mark.parametrize("field,value", [
-    ("lr", 0.0), ("lr", -1e-3), ("steps", 0), ("batch_size", -4), ("backoff_factor", 1.0),
-    ("backoff_factor", 1.5), ("growth_factor", 1.0), ("precision", "bf16"), ("hysteresis", 0),
-    ("init_scale", float("nan")), ("log_every", 0),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("lr", 0.0),
+        ("lr", -1e-3),
+        ("steps", 0),
+        ("batch_size", -4),
+        ("backoff_factor", 1.0),
+        ("backoff_factor", 1.5),
+        ("growth_factor", 1.0),
+        ("precision", "bf16"),
+        ("hysteresis", 0),
+        ("init_scale", float("nan")),
+        ("log_every", 0),
+    ],
+)
 def test_invalid_config_names_the_field(field, value):
     with pytest.raises(ValidationError) as e:
         TrainConfig(**{field: value})
@@ -51,6 +63,7 @@ def test_nan_or_inf_input_is_rejected():
 
 def test_no_adapter_says_how_to_get_one(monkeypatch):
     import wgpu
+
     monkeypatch.setattr(wgpu.gpu, "request_adapter_sync", lambda **kw: None)
     with pytest.raises(RuntimeError, match="mesa-vulkan-drivers"):
         GPU()
@@ -63,7 +76,9 @@ def test_buffer_over_adapter_limit_is_a_clear_error():
     real = dict(gpu.limits)
     try:
         gpu.limits["maxStorageBufferBindingSize"] = need - 4
-        with pytest.raises(RuntimeError, match=rf"maxStorageBufferBindingSize = {need} but this adapter allows {need - 4}"):
+        with pytest.raises(
+            RuntimeError, match=rf"maxStorageBufferBindingSize = {need} but this adapter allows {need - 4}"
+        ):
             gpu.check_plan(plan)
     finally:
         gpu.limits.update(real)
@@ -73,17 +88,48 @@ def test_buffer_over_adapter_limit_is_a_clear_error():
 
 def test_cli_train_writes_the_run_directory(tmp_path):
     out = tmp_path / "cli"
-    assert cli(["train", "--steps", "12", "--hidden", "16", "--batch-size", "8", "--log-every", "4",
-                "--quiet", "--out", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "train",
+                "--steps",
+                "12",
+                "--hidden",
+                "16",
+                "--batch-size",
+                "8",
+                "--log-every",
+                "4",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == list(range(12))
     assert {"step", "loss", "scale", "skipped", "lr"} <= set(recs[0])
     s = json.loads((out / "summary.json").read_text())
-    for key in ("final_train_loss", "test_accuracy", "steps", "skipped_steps", "precision", "f16_path",
-                "adapter", "gpu_memory_bytes"):
+    for key in (
+        "final_train_loss",
+        "test_accuracy",
+        "steps",
+        "skipped_steps",
+        "precision",
+        "f16_path",
+        "adapter",
+        "gpu_memory_bytes",
+    ):
         assert key in s
-    assert set(s["gpu_memory_bytes"]) >= {"master_weights", "working_weights", "optimizer_state", "gradients",
-                                          "activations", "data"}
+    assert set(s["gpu_memory_bytes"]) >= {
+        "master_weights",
+        "working_weights",
+        "optimizer_state",
+        "gradients",
+        "activations",
+        "data",
+    }
     assert s["steps"] == 12 and s["readbacks"] == 3
     assert (out / "curves.png").stat().st_size > 10_000
     assert (out / "checkpoint.safetensors").exists()
@@ -92,8 +138,12 @@ def test_cli_train_writes_the_run_directory(tmp_path):
 def test_mixed_activation_memory_is_at_most_055_of_fp32(tmp_path):
     mem = {}
     for prec in ("mixed", "fp32"):
-        s = Trainer(TrainConfig(precision=prec, steps=2, log_every=1, checkpoint_every=0), out=tmp_path / prec,
-                    progress=False, log=None).run()
+        s = Trainer(
+            TrainConfig(precision=prec, steps=2, log_every=1, checkpoint_every=0),
+            out=tmp_path / prec,
+            progress=False,
+            log=None,
+        ).run()
         mem[prec] = s["gpu_memory_bytes"]
     assert mem["mixed"]["activations"] <= 0.55 * mem["fp32"]["activations"]
     assert mem["mixed"]["master_weights"] == mem["fp32"]["master_weights"]
@@ -166,7 +216,9 @@ def test_scale_collapse_raises_naming_step_and_checkpoint(tmp_path):
     # a scale of 2^60 overflows f16 at every step: 2^60 -> 2^59 -> 2^58 (floor) -> overflow at the floor
     kw = dict(steps=20, log_every=1, checkpoint_every=1, init_scale=2.0**60, min_scale=2.0**58)
     t = run(tmp_path, "collapse", **kw)
-    with pytest.raises(ScaleCollapseError, match=r"step 2\b.*min_scale=2\.88.*last checkpoint kept: .*collapse \(step 2\)"):
+    with pytest.raises(
+        ScaleCollapseError, match=r"step 2\b.*min_scale=2\.88.*last checkpoint kept: .*collapse \(step 2\)"
+    ):
         t.run()
     # under 'warn' the run goes on, the scale stays at the floor and every step is skipped
     t = run(tmp_path, "warn", **{**kw, "steps": 5, "checkpoint_every": 0}, min_scale_policy="warn")
@@ -188,6 +240,7 @@ def test_digits_mixed_matches_fp32(tmp_path):
 @pytest.mark.slow
 def test_loss_scaling_matters(tmp_path):
     from webmp.demo import loss_scaling_demo
+
     r = loss_scaling_demo(tmp_path)["runs"]
     # without scaling the first two layers' gradients are entirely below f16's subnormal range
     assert r["fp16-noscale"]["flushed_share"] >= 0.25

@@ -1,4 +1,5 @@
 """`python -m webmp ...`: the same as the `webmp` command."""
+
 import sys
 
 from .cli import main

@@ -12,14 +12,15 @@ whose WebGPU adapter has shader-f16, see shared/tools/webgpu-cpu), else Debian's
 (WebGPU through SwiftShader, no shader-f16, so f16 is emulated). Playwright's own browser downloads
 are not used. Playwright's sync API must be used from one thread (the one that launched).
 """
+
 from __future__ import annotations
 
 import atexit
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 
@@ -28,8 +29,7 @@ from .messages import from_json_safe
 
 DEFAULT_CHROME = "/usr/bin/chromium"
 CHROME_ARGS = ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--use-angle=vulkan"]
-FOLLOWED = ("created", "running")   # statuses in which more records may still come
-
+FOLLOWED = ("created", "running")  # statuses in which more records may still come
 
 
 class BrowserRunError(RuntimeError):
@@ -42,8 +42,9 @@ def chrome_command(executable: str | None = None) -> tuple[str, list[str]]:
         return os.environ["WEBGPU_CHROME"], ["--headless=new"]  # the launcher adds the other flags
     exe = executable or DEFAULT_CHROME
     if not os.access(exe, os.X_OK):
-        raise FileNotFoundError(f"no Chromium at {exe}: install Debian's chromium (apt-get install chromium) "
-                                "or set WEBGPU_CHROME")
+        raise FileNotFoundError(
+            f"no Chromium at {exe}: install Debian's chromium (apt-get install chromium) or set WEBGPU_CHROME"
+        )
     return exe, list(CHROME_ARGS)
 
 
@@ -55,6 +56,7 @@ def _playwright_instance():
     global _playwright
     if _playwright is None:
         from playwright.sync_api import sync_playwright
+
         _playwright = sync_playwright().start()
         atexit.register(_playwright.stop)
     return _playwright
@@ -89,7 +91,7 @@ class Browser:
 class BrowserRun:
     """A run on the server, trained by a page; `page` is set when this process opened one."""
 
-    def __init__(self, client: "Client", run_id: str):
+    def __init__(self, client: Client, run_id: str):
         self.client = client
         self.id = run_id
         self.page = None
@@ -124,12 +126,17 @@ class BrowserRun:
             self.page = None
 
     def screenshot(self, path: str | Path) -> Path:
+        if self.page is None:
+            raise RuntimeError("no page is open for this run: call open_page() first")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(path), full_page=True)
         return Path(path)
 
     def records(self, after: int = -1) -> list[dict]:
-        return [from_json_safe(r) for r in self.client.get(f"/api/runs/{self.id}/metrics", params={"after": after})["records"]]
+        return [
+            from_json_safe(r)
+            for r in self.client.get(f"/api/runs/{self.id}/metrics", params={"after": after})["records"]
+        ]
 
     def history(self, after: int = -1, timeout: float | None = None, poll: float = 10.0) -> Iterator[dict]:
         """Yield each record with step > after as it arrives, until the run stops producing them
@@ -144,7 +151,9 @@ class BrowserRun:
             if not got["records"] and got["status"] not in FOLLOWED:
                 return
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {self.id} still {got['status']} after {timeout} s (last step {after})")
+                raise TimeoutError(
+                    f"run {self.id} still {got['status']} after {timeout} s (last step {after})"
+                )
 
     def wait(self, timeout: float | None = None) -> dict:
         """Wait for the run to end; the summary, or BrowserRunError if it ended without one."""
@@ -192,8 +201,13 @@ class Client:
         self.get(f"/api/runs/{run_id}")
         return BrowserRun(self, run_id)
 
-    def create_run(self, config: TrainConfig | dict | None = None, launch: bool = False,
-                   browser: Browser | None = None, **overrides) -> BrowserRun:
+    def create_run(
+        self,
+        config: TrainConfig | dict | None = None,
+        launch: bool = False,
+        browser: Browser | None = None,
+        **overrides,
+    ) -> BrowserRun:
         """A new run with `config` (+ overrides); with launch (or a browser), its page is opened."""
         cfg = config.model_dump() if isinstance(config, TrainConfig) else dict(config or {})
         cfg = TrainConfig(**{**cfg, **overrides}).model_dump()  # fail here, with the field's name
@@ -223,14 +237,17 @@ class Client:
 class LocalServer(Client):
     """A `webmp serve` server in a background thread of this process (127.0.0.1, a free port)."""
 
-    def __init__(self, runs: str | Path = "runs", token: str | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, runs: str | Path = "runs", token: str | None = None, host: str = "127.0.0.1", port: int = 0
+    ):
         from .server import bind_socket, create_app, make_server
 
         self.app = create_app(runs, token)
         sock = bind_socket(host, port)
         self.server = make_server(self.app)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True,
-                                       name="webmp-server")
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, daemon=True, name="webmp-server"
+        )
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:

@@ -7,6 +7,7 @@ GPU state holds the data-order position, so resuming replays exactly the same ba
 Resuming does not need runtime logic: `resume_blob` writes the checkpoint's contents into the plan's
 initial-contents blob, and either runtime starts from it as from a fresh plan.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save
 
+from .plan import Plan
 from .rundir import atomic_write
 from .state import decode_state
 
@@ -23,11 +25,11 @@ TENSORS = "checkpoint.safetensors"
 META = "checkpoint.json"
 
 
-def checkpoint_buffers(plan: dict) -> list[str]:
+def checkpoint_buffers(plan: Plan) -> list[str]:
     return list(plan["checkpoint_buffers"])
 
 
-def _as_array(plan: dict, name: str, raw: bytes) -> np.ndarray:
+def _as_array(plan: Plan, name: str, raw: bytes) -> np.ndarray:
     spec = next(b for b in plan["buffers"] if b["name"] == name)
     if spec["dtype"] == "h":
         rows, cols = spec["shape"]
@@ -38,7 +40,9 @@ def _as_array(plan: dict, name: str, raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, np.uint32).copy()
 
 
-def save_checkpoint(directory: str | Path, plan: dict, contents: dict[str, bytes], extra: dict | None = None) -> Path:
+def save_checkpoint(
+    directory: str | Path, plan: Plan, contents: dict[str, bytes], extra: dict | None = None
+) -> Path:
     """Write checkpoint.safetensors and checkpoint.json atomically (temp file + rename)."""
     directory = Path(directory)
     names = checkpoint_buffers(plan)
@@ -50,8 +54,17 @@ def save_checkpoint(directory: str | Path, plan: dict, contents: dict[str, bytes
     meta = {
         "format": CHECKPOINT_FORMAT,
         "step": state["iteration"],
-        "scaler": {k: state[k] for k in ("scale", "growth_tracker", "hysteresis_left", "skipped_total",
-                                          "min_scale_events", "first_min_scale_iter")},
+        "scaler": {
+            k: state[k]
+            for k in (
+                "scale",
+                "growth_tracker",
+                "hysteresis_left",
+                "skipped_total",
+                "min_scale_events",
+                "first_min_scale_iter",
+            )
+        },
         "optimizer_step": state["opt_step"],
         "data_pos": state["data_pos"],
         "precision": plan["precision"],
@@ -77,7 +90,7 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, bytes], dict]:
     return {n: a.tobytes() for n, a in tensors.items()}, meta
 
 
-def resume_blob(plan: dict, blob: bytes, contents: dict[str, bytes]) -> tuple[dict, bytes]:
+def resume_blob(plan: Plan, blob: bytes, contents: dict[str, bytes]) -> tuple[Plan, bytes]:
     """A copy of (plan, blob) whose initial contents are the checkpoint's buffers."""
     plan = json.loads(json.dumps(plan))
     out = bytearray(blob)
@@ -87,9 +100,13 @@ def resume_blob(plan: dict, blob: bytes, contents: dict[str, bytes]) -> tuple[di
             raise ValueError(f"checkpoint lacks buffer {name}; it was written for a different model")
         data = contents[name]
         spec = by_name[name]
-        if len(data) != spec["bytes"] and not (name == plan["state"]["buffer"] and len(data) <= spec["bytes"]):
-            raise ValueError(f"checkpoint buffer {name} has {len(data)} bytes, the plan expects {spec['bytes']} "
-                             "(different model, batch size or precision)")
+        if len(data) != spec["bytes"] and not (
+            name == plan["state"]["buffer"] and len(data) <= spec["bytes"]
+        ):
+            raise ValueError(
+                f"checkpoint buffer {name} has {len(data)} bytes, the plan expects {spec['bytes']} "
+                "(different model, batch size or precision)"
+            )
         spec["init"] = {"offset": len(out), "bytes": len(data)}
         out += data
         out += b"\0" * (-len(out) % 4)

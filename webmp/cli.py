@@ -6,11 +6,13 @@ list[...] as comma-separated values, Literal[...] as choices), defaulting to its
 by its docstring. A new field is a new flag with nothing to add here. `serve` and `bench` parse
 their own arguments (webmp/server.py, webmp/bench.py).
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable, Literal, get_args, get_origin
+from collections.abc import Callable
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -18,9 +20,11 @@ from pydantic.fields import FieldInfo
 from . import __version__
 from .config import TrainConfig, config_error_message
 
-COMMANDS = {"train": "train a model natively through wgpu-py",
-            "serve": "serve the browser runtime (FastAPI) on 127.0.0.1",
-            "bench": "benchmark kernels, step overhead and memory"}
+COMMANDS = {
+    "train": "train a model natively through wgpu-py",
+    "serve": "serve the browser runtime (FastAPI) on 127.0.0.1",
+    "bench": "benchmark kernels, step overhead and memory",
+}
 SCALARS: dict[type, str] = {int: "INT", float: "FLOAT", str: "TEXT"}  # flag types and their metavars
 
 
@@ -42,7 +46,9 @@ def _list_type(elem: type, example: str) -> Callable[[str], list[Any]]:
             return [elem(p.strip()) for p in parts if p.strip()]
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"takes comma-separated {elem.__name__} values such as {example}, got {text!r}") from None
+                f"takes comma-separated {elem.__name__} values such as {example}, got {text!r}"
+            ) from None
+
     parse.__name__ = f"list[{elem.__name__}]"
     return parse
 
@@ -71,8 +77,12 @@ def add_train_flags(p: argparse.ArgumentParser, model: type[BaseModel] = TrainCo
     group = p.add_argument_group("configuration", f"the fields of {model.__module__}.{model.__qualname__}")
     for name, field in model.model_fields.items():
         default = field.get_default(call_default_factory=True)
-        action = group.add_argument(flag_name(name), dest=name, default=default,
-                                    **_flag_spec(f"{model.__qualname__}.{name}", field, default))
+        action = group.add_argument(
+            flag_name(name),
+            dest=name,
+            default=default,
+            **_flag_spec(f"{model.__qualname__}.{name}", field, default),
+        )
         # set after add_argument, so that no action (BooleanOptionalAction) adds a default of its own
         text = " ".join((field.description or "").split())
         action.help = f"{text} (default: {format_default(default)})".strip().replace("%", "%%")
@@ -85,8 +95,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="webmp train", description="Train an MLP in mixed precision on WebGPU",
-        usage="webmp train [-h] [--out DIR] [--resume RUN] [--quiet] [--FIELD VALUE ...]")
+        prog="webmp train",
+        description="Train an MLP in mixed precision on WebGPU",
+        usage="webmp train [-h] [--out DIR] [--resume RUN] [--quiet] [--FIELD VALUE ...]",
+    )
     run = p.add_argument_group("run")
     run.add_argument("--out", metavar="DIR", help="run directory (default: runs/run-<time>)")
     run.add_argument("--resume", metavar="RUN", help="run directory or checkpoint to continue from")
@@ -103,6 +115,7 @@ def cmd_train(argv: list[str]) -> int:
         print(f"webmp train: {config_error_message(e)}", file=sys.stderr)
         return 2
     from .train import ScaleCollapseError, Trainer
+
     try:
         Trainer(cfg, out=args.out, resume=args.resume, progress=not args.quiet).run()
     except ScaleCollapseError as e:
@@ -115,8 +128,11 @@ def cmd_train(argv: list[str]) -> int:
 
 
 def main_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="webmp", description="webmp: a WebGPU mixed-precision training engine",
-                                epilog="`webmp <command> --help` lists a command's options.")
+    p = argparse.ArgumentParser(
+        prog="webmp",
+        description="webmp: a WebGPU mixed-precision training engine",
+        epilog="`webmp <command> --help` lists a command's options.",
+    )
     p.add_argument("-V", "--version", action="version", version=f"webmp {__version__}")
     sub = p.add_subparsers(title="commands", dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, text in COMMANDS.items():
@@ -131,8 +147,10 @@ def _dispatch(argv: list[str]) -> int:
             return cmd_train(rest)
         if cmd == "serve":
             from .server import cli_serve
+
             return cli_serve(rest)
         from .bench import cli_bench
+
         return cli_bench(rest)
     p = main_parser()
     p.parse_args(argv)  # --help, --version and an unknown command exit here

@@ -1,4 +1,5 @@
 """Training configuration: one validated object shared by the CLI, the Python API and the server."""
+
 from __future__ import annotations
 
 from typing import Literal

@@ -3,6 +3,7 @@
 The training order is computed on the GPU (shaders/gather.wgsl); `permutation` here is its numpy
 twin, used by tests and by references that need the same batches.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +33,9 @@ def check_arrays(x: np.ndarray, y: np.ndarray, classes: int, what: str) -> None:
     bad = ~np.isfinite(x)
     if bad.any():
         r, c = np.argwhere(bad)[0]
-        raise ValueError(f"{what}: input data holds {int(bad.sum())} NaN/Inf values (first at row {r}, column {c})")
+        raise ValueError(
+            f"{what}: input data holds {int(bad.sum())} NaN/Inf values (first at row {r}, column {c})"
+        )
     if (y >= classes).any():
         raise ValueError(f"{what}: label {int(y.max())} out of range for {classes} classes")
 
@@ -42,8 +45,14 @@ def make_dataset(name: str, train_x, train_y, test_x, test_y, classes: int) -> D
     train_y, test_y = np.asarray(train_y), np.asarray(test_y)
     check_arrays(train_x, train_y, classes, f"{name} train split")
     check_arrays(test_x, test_y, classes, f"{name} test split")
-    return Dataset(name, train_x.astype(np.float32), train_y.astype(np.uint32),
-                   test_x.astype(np.float32), test_y.astype(np.uint32), classes)
+    return Dataset(
+        name,
+        train_x.astype(np.float32),
+        train_y.astype(np.uint32),
+        test_x.astype(np.float32),
+        test_y.astype(np.uint32),
+        classes,
+    )
 
 
 def load_digits(input_scale: float = 1.0) -> Dataset:

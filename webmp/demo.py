@@ -5,6 +5,7 @@ activation gradients shrink layer by layer on the way back, and below f16's smal
 (2^-24) they round to zero. Without loss scaling the first layers then get exactly-zero gradients
 and never train; with the dynamic loss scale they train as in fp32.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,9 @@ DEMO = dict(hidden=[64] * 6, init_gain=0.3, steps=600, checkpoint_every=0, log_e
 def first_step_gradients(cfg: TrainConfig, out) -> list[np.ndarray]:
     t = Trainer(cfg, out=out, progress=False, log=None)
     t.runtime.run("train_step")
-    return [np.frombuffer(t.runtime.read(p["grad"]), np.float32).copy()
-            for p in t.plan["params"] if p["copy"]]
+    return [
+        np.frombuffer(t.runtime.read(p["grad"]), np.float32).copy() for p in t.plan["params"] if p["copy"]
+    ]
 
 
 def loss_scaling_demo(out_root, steps: int | None = None, **overrides) -> dict:
@@ -39,8 +41,10 @@ def loss_scaling_demo(out_root, steps: int | None = None, **overrides) -> dict:
         if ref is None:
             ref = grads
         nonzero = [r != 0 for r in ref]
-        flushed = sum(int(((g == 0) & nz).sum()) for g, nz in zip(grads, nonzero))
-        per_layer = [float(((g == 0) & nz).sum() / max(1, nz.sum())) for g, nz in zip(grads, nonzero)]
+        flushed = sum(int(((g == 0) & nz).sum()) for g, nz in zip(grads, nonzero, strict=True))
+        per_layer = [
+            float(((g == 0) & nz).sum() / max(1, nz.sum())) for g, nz in zip(grads, nonzero, strict=True)
+        ]
         summary = Trainer(cfg, out=f"{out_root}/{prec}", progress=False, log=None).run()
         result["runs"][prec] = {
             "flushed_share": flushed / max(1, sum(int(nz.sum()) for nz in nonzero)),
@@ -57,4 +61,8 @@ if __name__ == "__main__":
     import json
     import sys
 
-    print(json.dumps(loss_scaling_demo(sys.argv[1] if len(sys.argv) > 1 else "runs/loss-scaling-demo"), indent=1))
+    print(
+        json.dumps(
+            loss_scaling_demo(sys.argv[1] if len(sys.argv) > 1 else "runs/loss-scaling-demo"), indent=1
+        )
+    )

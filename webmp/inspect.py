@@ -18,31 +18,33 @@ says how numpy data is converted:
   'State'           a {field: value} dict over `webmp.plan.STATE_FIELDS` (missing fields are 0) or an
                     array of state words; returned as a dict
 """
+
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 
-from .plan import PlanBuilder, matmul_sources, op_matmul, pack_h, unpack_h
+from .plan import KernelPlan, PlanBuilder, matmul_sources, op_matmul, pack_h, unpack_h
 from .runtime import GPU, Runtime, default_gpu
 from .state import STATE_FIELDS, decode_state, encode_state
 from .wgsl import PRELUDES, parse_bindings
 
 PROGRAM = "inspect"
 _METRICS = "_metrics"  # Runtime stages a metrics buffer; these plans never read it
-_CACHE_SIZE = 32       # runtimes kept per device for reuse: compiling pipelines is the slow part
+_CACHE_SIZE = 32  # runtimes kept per device for reuse: compiling pipelines is the slow part
 
 
-def reset_buffers(rt: Runtime, plan: dict, blob: bytes) -> None:
+def reset_buffers(rt: Runtime, plan: KernelPlan, blob: bytes) -> None:
     """Every buffer of `plan` back to its initial contents in `blob` (zeros where it has none)."""
     for b in plan["buffers"]:
         init = b["init"]
-        data = blob[init["offset"]:init["offset"] + init["bytes"]] if init else b""
+        data = blob[init["offset"] : init["offset"] + init["bytes"]] if init else b""
         rt.write(b["name"], data + bytes(b["bytes"] - len(data)))
 
 
-def cached_runtime(plan: dict, blob: bytes, gpu: GPU | None = None) -> Runtime:
+def cached_runtime(plan: KernelPlan, blob: bytes, gpu: GPU | None = None) -> Runtime:
     """A Runtime for `plan` with its buffers set from `blob`, reusing a recent one built for the
     same kernels, programs and buffer sizes on the same device (so its pipelines are not compiled
     again). The cache lives on the GPU object."""
@@ -69,8 +71,16 @@ def state_words(state: dict | np.ndarray | None = None) -> np.ndarray:
     return words
 
 
-def run_kernel(files: list[str], entry: str, constants: dict, inputs: dict, outputs, workgroups,
-               path: str = "native", gpu: GPU | None = None) -> dict:
+def run_kernel(
+    files: list[str],
+    entry: str,
+    constants: dict,
+    inputs: dict,
+    outputs,
+    workgroups,
+    path: str = "native",
+    gpu: GPU | None = None,
+) -> dict:
     """Dispatch `entry` of the kernel made of `files` once and return the requested buffers.
 
     inputs: {binding: array} initial contents. outputs: {binding: spec} buffers to read back, where
@@ -89,9 +99,23 @@ def run_kernel(files: list[str], entry: str, constants: dict, inputs: dict, outp
     return _run(path, bindings, inputs, outputs, dispatch, gpu)
 
 
-def run_matmul(variant: str, A, B, *, bias=None, zprev=None, trans_a: int = 0, trans_b: int = 0,
-               a_act: int = 0, out_act: int = 0, flags=None, padded: bool = False,
-               tiles: dict | None = None, path: str = "native", gpu: GPU | None = None) -> dict:
+def run_matmul(
+    variant: str,
+    A,
+    B,
+    *,
+    bias=None,
+    zprev=None,
+    trans_a: int = 0,
+    trans_b: int = 0,
+    a_act: int = 0,
+    out_act: int = 0,
+    flags=None,
+    padded: bool = False,
+    tiles: dict | None = None,
+    path: str = "native",
+    gpu: GPU | None = None,
+) -> dict:
     """One matmul kernel ('matmul_fwd', 'matmul_logits', 'matmul_wgrad', 'matmul_dgrad') dispatched
     by `webmp.plan.op_matmul`, as training does. A is [M, K] ([K, M] with trans_a), B is [K, N]
     ([N, K] with trans_b). Returns {"C": [M, N]} plus "flags" for the variants that have them;
@@ -101,7 +125,9 @@ def run_matmul(variant: str, A, B, *, bias=None, zprev=None, trans_a: int = 0, t
     M, K = (A.shape[1], A.shape[0]) if trans_a else A.shape
     N = B.shape[0] if trans_b else B.shape[1]
     if (B.shape[1] if trans_b else B.shape[0]) != K:
-        raise ValueError(f"inner dimensions differ: A {A.shape} (trans_a={trans_a}), B {B.shape} (trans_b={trans_b})")
+        raise ValueError(
+            f"inner dimensions differ: A {A.shape} (trans_a={trans_a}), B {B.shape} (trans_b={trans_b})"
+        )
     bindings = parse_bindings((PRELUDES[path], "common.wgsl", *matmul_sources(variant)))
     names = {b["name"] for b in bindings}
     inputs = {"A": A, "B": B}
@@ -109,16 +135,32 @@ def run_matmul(variant: str, A, B, *, bias=None, zprev=None, trans_a: int = 0, t
         inputs["bias"] = np.zeros(N, np.float32) if bias is None else bias
     if "Zprev" in names:
         inputs["Zprev"] = zprev
-    outputs = {"C": ((M, N), "padded") if padded and variant in ("matmul_fwd", "matmul_dgrad") else (M, N)}
+    outputs: dict[str, Any] = {
+        "C": ((M, N), "padded") if padded and variant in ("matmul_fwd", "matmul_dgrad") else (M, N)
+    }
     if "flags" in names:
         inputs["flags"] = np.zeros(4, np.uint32) if flags is None else flags
         outputs["flags"] = None
 
     def dispatch(pb):
-        op_matmul(pb, PROGRAM, variant, A="A", B="B", out="C", M=M, N=N, K=K, a_act=a_act,
-                  trans_a=trans_a, trans_b=trans_b, bias="bias" if "bias" in names else None,
-                  zprev="Zprev" if "Zprev" in names else None, out_act=out_act,
-                  **({"tiles": tiles} if tiles else {}))
+        op_matmul(
+            pb,
+            PROGRAM,
+            variant,
+            A="A",
+            B="B",
+            out="C",
+            M=M,
+            N=N,
+            K=K,
+            a_act=a_act,
+            trans_a=trans_a,
+            trans_b=trans_b,
+            bias="bias" if "bias" in names else None,
+            zprev="Zprev" if "Zprev" in names else None,
+            out_act=out_act,
+            **({"tiles": tiles} if tiles else {}),
+        )
 
     return _run(path, bindings, inputs, outputs, dispatch, gpu)
 
@@ -139,7 +181,8 @@ def _run(path, bindings, inputs, outputs, dispatch, gpu) -> dict:
         data = inputs.get(name)
         shape, view = _shape_and_view(name, kind, data, outputs.get(name))
         if kind == "h":
-            pb.h(name, *shape, category="other", init=None if data is None else pack_h(data, path))
+            rows, cols = shape
+            pb.h(name, rows, cols, category="other", init=None if data is None else pack_h(data, path))
         elif kind == "f32":
             pb.f32(name, shape, "other", data)
         elif kind in ("u32", "atomic"):
@@ -153,19 +196,11 @@ def _run(path, bindings, inputs, outputs, dispatch, gpu) -> dict:
     pb.u32(_METRICS, (1,), "other")
     dispatch(pb)
 
-    sizes = [b["bytes"] for b in pb.buffers.values()]
-    kernels = list(pb.kernels.values())
-    plan = {
-        "buffers": list(pb.buffers.values()), "kernels": kernels, "programs": pb.programs,
-        "required_features": ["shader-f16"] if path == "native" else [],
-        "required_limits": {"maxStorageBufferBindingSize": max(sizes), "maxBufferSize": max(sizes),
-                            "maxStorageBuffersPerShaderStage": max(len(k["bindings"]) for k in kernels)},
-        "metrics": {"buffer": _METRICS}, "state": {"buffer": _METRICS},
-    }
+    plan = pb.kernel_plan(state=_METRICS, metrics=_METRICS)
     rt = cached_runtime(plan, bytes(pb.blob), gpu)
     rt.run(PROGRAM)
 
-    out = {}
+    out: dict[str, Any] = {}
     for name, (kind, shape, view) in reads.items():
         raw = rt.read(name)
         if kind == "h":

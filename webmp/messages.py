@@ -12,18 +12,19 @@ and the server answers each with `ack` or `error` (a rejected message is dropped
 written). Floats that are not finite travel as the strings "NaN", "Infinity", "-Infinity"
 (JSON has no literal for them); pydantic turns those back into floats.
 """
+
 from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 
-from .state import METRIC_FIELDS, STATE_FIELDS
+from .state import METRIC_FIELDS, STATE_FIELDS, Fields
 
-MAX_MESSAGE_BYTES = 256 * 1024      # one WebSocket text frame; the page sends records in chunks
-MAX_RECORDS_PER_MESSAGE = 500       # at ~200 bytes a record this stays well under the size limit
+MAX_MESSAGE_BYTES = 256 * 1024  # one WebSocket text frame; the page sends records in chunks
+MAX_RECORDS_PER_MESSAGE = 500  # at ~200 bytes a record this stays well under the size limit
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 
@@ -35,14 +36,18 @@ Text = Annotated[str, StringConstraints(max_length=2000)]
 _WORD_TYPES = {"u32": U32, "f32": F32}
 
 
-def _words_model(name: str, fields) -> type[BaseModel]:
+def _words_model(name: str, fields: Fields) -> type[BaseModel]:
     """A model with one required field per (name, 'u32'|'f32') word of a GPU struct."""
-    return create_model(name, __config__=ConfigDict(extra="forbid"),
-                        **{n: (_WORD_TYPES[kind], ...) for n, kind in fields})
+    words: dict[str, Any] = {n: (_WORD_TYPES[kind], ...) for n, kind in fields}
+    return create_model(name, __config__=ConfigDict(extra="forbid"), **words)
 
 
-Record = _words_model("Record", METRIC_FIELDS)
-GpuState = _words_model("GpuState", STATE_FIELDS)
+if TYPE_CHECKING:  # built from the field lists at run time; a type checker sees plain models
+    Record = BaseModel
+    GpuState = BaseModel
+else:
+    Record = _words_model("Record", METRIC_FIELDS)
+    GpuState = _words_model("GpuState", STATE_FIELDS)
 
 
 class _Message(BaseModel):
@@ -84,7 +89,7 @@ class Stopped(_Message):
     step: U32
 
 
-PageMessage = Union[Hello, Records, Summary, Failed, Stopped]
+PageMessage = Hello | Records | Summary | Failed | Stopped
 
 
 class _Envelope(BaseModel):
@@ -120,15 +125,20 @@ def from_json_safe(record: dict[str, Any]) -> dict[str, Any]:
 
 # --- REST bodies ---------------------------------------------------------------------------------
 
+
+RunStatus = Literal["created", "running", "disconnected", "finished", "failed", "stopped"]
+
+
 class RunInfo(BaseModel):
     """What GET /api/runs and /api/runs/{id} return."""
+
     id: str
-    status: Literal["created", "running", "disconnected", "finished", "failed", "stopped"]
+    status: RunStatus
     message: str = ""
     steps: int
-    last_step: int                   # highest step stored in metrics.jsonl, -1 if none
+    last_step: int  # highest step stored in metrics.jsonl, -1 if none
     records: int
-    checkpoint_step: int | None     # steps completed by the last uploaded checkpoint
+    checkpoint_step: int | None  # steps completed by the last uploaded checkpoint
     f16_path: str | None
     adapter: str | None
     page_url: str

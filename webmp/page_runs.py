@@ -19,14 +19,14 @@ from typing import Any, Literal
 from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
 from .config import TrainConfig
 from .data import Dataset, load_dataset
-from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, Stopped, Summary
-from .plan import build_plan, describe_f16, resolve_f16_path
+from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
+from .plan import Plan, build_plan, describe_f16, resolve_f16_path
 from .rundir import Record, RunDir, new_run_dir, run_summary
 from .state import decode_state
 
-STATE_FILE = "browser.json"        # the browser run's status, next to the native-format files
+STATE_FILE = "browser.json"  # the browser run's status, next to the native-format files
 RESUMABLE = {"created", "disconnected", "failed", "stopped"}
-MAX_PENDING = 100_000              # records held back waiting for an earlier step
+MAX_PENDING = 100_000  # records held back waiting for an earlier step
 Offer = Literal["native", "emulated"]  # whether the page's adapter has shader-f16
 
 
@@ -59,7 +59,7 @@ class PageRun:
         self.dir = RunDir(path)
         self.cfg = cfg
         state = state or {}
-        self.status: str = state.get("status", "created")
+        self.status: RunStatus = state.get("status", "created")
         self.message: str = state.get("message", "")
         self.f16_path: str | None = state.get("f16_path")
         self.adapter: str | None = state.get("adapter")
@@ -67,7 +67,7 @@ class PageRun:
         self.records: list[Record] = self.dir.read_metrics()
         self.pending: dict[int, Record] = {}
         self.connected = False
-        self.plans: dict[str, tuple[dict, bytes]] = {}
+        self.plans: dict[str, tuple[Plan, bytes]] = {}
         self._changed = asyncio.Event()
 
     @property
@@ -79,14 +79,31 @@ class PageRun:
         return f"/?run={self.id}"
 
     def info(self) -> RunInfo:
-        return RunInfo(id=self.id, status=self.status, message=self.message, steps=self.cfg.steps,  # type: ignore[arg-type]
-                       last_step=self.last_step, records=len(self.records), checkpoint_step=self.checkpoint_step,
-                       f16_path=self.f16_path, adapter=self.adapter, page_url=self.page_url,
-                       config=self.cfg.model_dump())
+        return RunInfo(
+            id=self.id,
+            status=self.status,
+            message=self.message,
+            steps=self.cfg.steps,
+            last_step=self.last_step,
+            records=len(self.records),
+            checkpoint_step=self.checkpoint_step,
+            f16_path=self.f16_path,
+            adapter=self.adapter,
+            page_url=self.page_url,
+            config=self.cfg.model_dump(),
+        )
 
     def save(self) -> None:
-        self.dir.write_json(STATE_FILE, {"status": self.status, "message": self.message, "f16_path": self.f16_path,
-                                         "adapter": self.adapter, "checkpoint_step": self.checkpoint_step})
+        self.dir.write_json(
+            STATE_FILE,
+            {
+                "status": self.status,
+                "message": self.message,
+                "f16_path": self.f16_path,
+                "adapter": self.adapter,
+                "checkpoint_step": self.checkpoint_step,
+            },
+        )
         self.dir.write_config(self.cfg, f16_path=self.f16_path, adapter=self.adapter, runtime="browser")
         self.notify()
 
@@ -108,14 +125,14 @@ class PageRun:
         except RuntimeError as e:
             raise RunStateConflict(str(e)) from None
 
-    def base_plan(self, path: str) -> tuple[dict, bytes]:
+    def base_plan(self, path: str) -> tuple[Plan, bytes]:
         """The run's plan and initial blob on an f16 path, with default matmul tiles (the page's
         adapter is not known when the plan is built). Cached; runs in a worker thread."""
         if path not in self.plans:
             self.plans[path] = build_plan(self.cfg, _dataset(self.cfg.dataset, self.cfg.input_scale), path)
         return self.plans[path]
 
-    def plan(self, offer: Offer) -> tuple[dict, bytes, int]:
+    def plan(self, offer: Offer) -> tuple[Plan, bytes, int]:
         """(plan, blob, start step) for the page: resumed from the last checkpoint if there is one."""
         plan, blob = self.base_plan(self.path_for(offer))
         if self.checkpoint_step is None:
@@ -124,7 +141,7 @@ class PageRun:
         plan, blob = resume_blob(plan, blob, contents)
         return plan, blob, int(meta["step"])
 
-    def checkpoint_layout(self, offer: Offer) -> tuple[dict, list[tuple[str, int]]]:
+    def checkpoint_layout(self, offer: Offer) -> tuple[Plan, list[tuple[str, int]]]:
         """The plan and the (buffer, bytes) a checkpoint upload holds, in order."""
         plan, _ = self.base_plan(self.path_for(offer))
         sizes = {b["name"]: b["bytes"] for b in plan["buffers"]}
@@ -141,7 +158,7 @@ class PageRun:
             raise InvalidUpload(f"a checkpoint of this plan is {expected} bytes, got {len(body)}")
         contents, offset = {}, 0
         for name, n in layout:
-            contents[name] = body[offset:offset + n]
+            contents[name] = body[offset : offset + n]
             offset += n
         iteration = decode_state(contents[plan["state"]["buffer"]])["iteration"]
         if iteration != step or step > self.cfg.steps:
@@ -158,8 +175,10 @@ class PageRun:
             raise RunStateConflict(f"run {self.id} is {self.status}; it cannot be started again")
         expected = self.checkpoint_step or 0
         if hello.start_step != expected:
-            raise RunStateConflict(f"the page starts at step {hello.start_step} but the run resumes at step "
-                                   f"{expected}; reload the plan")
+            raise RunStateConflict(
+                f"the page starts at step {hello.start_step} but the run resumes at step "
+                f"{expected}; reload the plan"
+            )
         paths = set()
         for has_f16 in (True, False):
             try:
@@ -167,15 +186,18 @@ class PageRun:
             except RuntimeError:
                 pass
         if hello.f16_path not in paths:
-            raise RunStateConflict(f"f16 path {hello.f16_path} does not match the run's config "
-                                   f"({' or '.join(sorted(paths))})")
+            raise RunStateConflict(
+                f"f16 path {hello.f16_path} does not match the run's config ({' or '.join(sorted(paths))})"
+            )
         if self.records and self.last_step >= expected:
-            self.dir.truncate_metrics_after(expected - 1)   # the resumed page sends these steps again
+            self.dir.truncate_metrics_after(expected - 1)  # the resumed page sends these steps again
             self.records = [r for r in self.records if r["step"] < expected]
         self.pending.clear()
         info = hello.adapter
-        self.adapter = " ".join(str(info[k]) for k in ("vendor", "architecture", "device", "description")
-                                if info.get(k)) or "unknown adapter"
+        self.adapter = (
+            " ".join(str(info[k]) for k in ("vendor", "architecture", "device", "description") if info.get(k))
+            or "unknown adapter"
+        )
         self.adapter += " (browser)"
         self.f16_path = hello.f16_path
         self.status, self.message = "running", ""
@@ -197,7 +219,7 @@ class PageRun:
         if len(self.pending) > MAX_PENDING:
             self.pending.clear()
             raise InvalidUpload("too many records waiting for an earlier step; dropped them")
-        ready = []
+        ready: list[Record] = []
         while self.last_step + len(ready) + 1 in self.pending:
             ready.append(self.pending.pop(self.last_step + len(ready) + 1))
         self.store(ready)
@@ -214,7 +236,7 @@ class PageRun:
         self.store([self.pending[s] for s in sorted(self.pending)])
         self.pending.clear()
 
-    def end(self, status: str, message: str = "") -> None:
+    def end(self, status: RunStatus, message: str = "") -> None:
         self.flush_pending()
         self.status, self.message = status, message
         self.save()
@@ -225,8 +247,11 @@ class PageRun:
         if self.status != "running":
             return
         at = f" at step {self.last_step}" if self.records else ""
-        where = (f"resume from the checkpoint at step {self.checkpoint_step}" if self.checkpoint_step
-                 else "restart it")
+        where = (
+            f"resume from the checkpoint at step {self.checkpoint_step}"
+            if self.checkpoint_step
+            else "restart it"
+        )
         self.end("disconnected", f"the page disconnected{at}; open {self.page_url} to {where}")
 
     async def finish(self, msg: Summary) -> None:
@@ -235,13 +260,25 @@ class PageRun:
         plan, _ = await asyncio.to_thread(self.base_plan, self.f16_path)
         self.flush_pending()
         summary = run_summary(
-            self.cfg, self.records, msg.state.model_dump(), test_correct=msg.test_correct,
-            test_count=msg.test_count, f16_path=self.f16_path, f16_description=describe_f16(self.f16_path),
-            adapter=self.adapter or "unknown adapter", runtime="browser", matmul_tiles="default",
-            memory=plan["memory"], wall_seconds=msg.wall_seconds, steps_run=msg.steps_run,
-            readbacks=msg.readbacks, run_dir=self.dir.path)
+            self.cfg,
+            self.records,
+            msg.state.model_dump(),
+            test_correct=msg.test_correct,
+            test_count=msg.test_count,
+            f16_path=self.f16_path,
+            f16_description=describe_f16(self.f16_path),
+            adapter=self.adapter or "unknown adapter",
+            runtime="browser",
+            matmul_tiles="default",
+            memory=plan["memory"],
+            wall_seconds=msg.wall_seconds,
+            steps_run=msg.steps_run,
+            readbacks=msg.readbacks,
+            run_dir=self.dir.path,
+        )
         self.dir.write_summary(summary)
-        title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — test acc {summary['test_accuracy']:.3f}"
+        acc = summary["test_accuracy"]
+        title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — test acc {acc:.3f}"
         await asyncio.to_thread(self.dir.plot_curves, title)
         self.end("finished")
 

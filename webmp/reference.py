@@ -11,6 +11,7 @@ Rounding facts the bounds rest on (WGSL spec, "Floating Point Accuracy"):
 - f32 -> f16 conversion (vec2<f16>(v), pack2x16float) may also round to either neighbour:
   a stored value is within one f16 ulp, relative 2 * U16, or 2^-24 absolute in the subnormal range.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,16 +20,17 @@ import numpy as np
 
 from .data import batch_rows
 
-U16 = 2.0 ** -11          # f16 unit roundoff
-U32 = 2.0 ** -24          # f32 unit roundoff
+U16 = 2.0**-11  # f16 unit roundoff
+U32 = 2.0**-24  # f32 unit roundoff
 F16_MAX = 65504.0
-F16_TINY = 2.0 ** -24     # smallest f16 subnormal = f16 ulp below 2^-14
+F16_TINY = 2.0**-24  # smallest f16 subnormal = f16 ulp below 2^-14
 GELU_K = math.sqrt(2.0 / math.pi)
 GELU_C = 0.044715
 ACT = {"none": 0, "relu": 1, "gelu": 2}
 
 
 # --- rounding ----------------------------------------------------------------------------------
+
 
 def round_h(x, path: str) -> np.ndarray:
     """x as stored in the activation format of `path` (f16, or f32 for 'fp32'), as float64."""
@@ -43,7 +45,7 @@ def store_error(path: str) -> float:
 
 def store_tiny(path: str) -> float:
     """Absolute error bound of a store in the subnormal range (f32 subnormals may flush to 0)."""
-    return 2.0 ** -126 if path == "fp32" else F16_TINY
+    return 2.0**-126 if path == "fp32" else F16_TINY
 
 
 def dot_error(k: int) -> float:
@@ -65,11 +67,14 @@ def check_close(actual, expected, bound, what: str = "") -> None:
     if bad.any():
         ratio = np.where(bad, np.nan_to_num(err / np.maximum(bound, 1e-300), nan=np.inf), -1)
         i = np.unravel_index(np.argmax(ratio), expected.shape)
-        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} elements outside the bound; worst at {i}: "
-                             f"got {actual[i]!r}, expected {expected[i]!r}, |error| {err[i]:.3g} > bound {bound[i]:.3g}")
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.size} elements outside the bound; worst at {i}: "
+            f"got {actual[i]!r}, expected {expected[i]!r}, |error| {err[i]:.3g} > bound {bound[i]:.3g}"
+        )
 
 
 # --- activations -------------------------------------------------------------------------------
+
 
 def _act_code(kind) -> int:
     return ACT[kind] if isinstance(kind, str) else int(kind)
@@ -81,7 +86,7 @@ def act_fwd(x, kind) -> np.ndarray:
     if kind == 1:
         return np.maximum(x, 0.0)
     if kind == 2:
-        return 0.5 * x * (1.0 + np.tanh(GELU_K * (x + GELU_C * x ** 3)))
+        return 0.5 * x * (1.0 + np.tanh(GELU_K * (x + GELU_C * x**3)))
     return x
 
 
@@ -92,7 +97,7 @@ def act_grad(x, kind) -> np.ndarray:
     if kind == 1:
         return (x > 0).astype(np.float64)
     if kind == 2:
-        t = np.tanh(GELU_K * (x + GELU_C * x ** 3))
+        t = np.tanh(GELU_K * (x + GELU_C * x**3))
         return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * x * x)
     return np.ones_like(x)
 
@@ -101,7 +106,7 @@ def act_grad(x, kind) -> np.ndarray:
 # tanh, whose accuracy is inherited from (exp(x) - exp(-x)) / (exp(x) + exp(-x)) with exp good to
 # (3 + 2|x|) ulps (|x| <= 10 after the clamp): an absolute error below 2^-18 leaves a wide margin;
 # the few f32 multiplications around it add at most 16 U32 relative.
-TANH_ERROR = 2.0 ** -18
+TANH_ERROR = 2.0**-18
 
 
 def act_fwd_error(x, kind) -> np.ndarray:
@@ -114,10 +119,11 @@ def act_grad_error(x, kind) -> np.ndarray:
     """Bound on |f32 act_grad(x) - exact|: the derivative of the GELU gradient expression with
     respect to tanh is at most 0.5 + |x| + |x|^3 in magnitude."""
     x = np.abs(np.asarray(x, np.float64))
-    return (TANH_ERROR + 16 * U32) * (1 + x + x ** 3) if _act_code(kind) == 2 else np.zeros_like(x)
+    return (TANH_ERROR + 16 * U32) * (1 + x + x**3) if _act_code(kind) == 2 else np.zeros_like(x)
 
 
 # --- matmuls -----------------------------------------------------------------------------------
+
 
 def matmul_operands(A, B, *, trans_a=0, trans_b=0, a_act=0, path="native"):
     """op(A) [M, K] and op(B) [K, N] as the matmul kernels multiply them: stored values, with A's
@@ -163,6 +169,7 @@ def matmul_dgrad(dZ, W, zprev, out_act, *, path="native"):
 
 
 # --- other kernel families ---------------------------------------------------------------------
+
 
 def softmax_xent(logits, labels, scale: float = 1.0):
     """(loss per row, dlogits before the store, loss is non-finite) for the fused kernel:
@@ -225,9 +232,20 @@ def f32(x) -> float:
     return float(np.float32(x))
 
 
-SCALER_DEFAULTS = {"SCALING": 1, "GROWTH": 2.0, "BACKOFF": 0.5, "INTERVAL": 2000, "HYSTERESIS": 1,
-                   "MIN_SCALE": 1.0, "CLIP": 0.0, "LR_MIN": 0.0, "WARMUP": 0, "SCHEDULE": 1,
-                   "BETA1": 0.9, "BETA2": 0.999}
+SCALER_DEFAULTS = {
+    "SCALING": 1,
+    "GROWTH": 2.0,
+    "BACKOFF": 0.5,
+    "INTERVAL": 2000,
+    "HYSTERESIS": 1,
+    "MIN_SCALE": 1.0,
+    "CLIP": 0.0,
+    "LR_MIN": 0.0,
+    "WARMUP": 0,
+    "SCHEDULE": 1,
+    "BETA1": 0.9,
+    "BETA2": 0.999,
+}
 
 
 def lr_at(it: int, c: dict) -> float:
@@ -282,8 +300,16 @@ def scaler_step(state: dict, found: int, partials, loss_rows, c: dict):
                     s["scale"] = scale * c["GROWTH"]
                 s["growth_tracker"] = 0
                 s["hysteresis_left"] = c["HYSTERESIS"]
-    record = {"step": it, "loss": loss, "scale": scale, "skipped": int(skip), "lr": lr, "grad_norm": norm,
-              "found_inf": found, "min_scale_event": min_event}
+    record = {
+        "step": it,
+        "loss": loss,
+        "scale": scale,
+        "skipped": int(skip),
+        "lr": lr,
+        "grad_norm": norm,
+        "found_inf": found,
+        "min_scale_event": min_event,
+    }
     s["iteration"] = it + 1
     s["data_pos"] += c["B"]
     return s, record
@@ -324,8 +350,18 @@ def eval_count(logits, labels):
 
 # --- the whole MLP, float64 ----------------------------------------------------------------------
 
-def mlp_loss_and_grads(params: dict, x, y, *, act="gelu", ln: bool = False, scale: float = 1.0,
-                       store: str | None = None, eps: float = 1e-5):
+
+def mlp_loss_and_grads(
+    params: dict,
+    x,
+    y,
+    *,
+    act="gelu",
+    ln: bool = False,
+    scale: float = 1.0,
+    store: str | None = None,
+    eps: float = 1e-5,
+):
     """Mean softmax cross-entropy of the engine's MLP and its gradients, in float64.
 
     params: {name: array} as the plan names them (W{l} [in, out], b{l}, ln_g{l}, ln_b{l}).
@@ -339,9 +375,10 @@ def mlp_loss_and_grads(params: dict, x, y, *, act="gelu", ln: bool = False, scal
     W = [rnd(np.asarray(params[f"W{l}"], np.float64)) for l in range(L)]
     b = [np.asarray(params[f"b{l}"], np.float64) for l in range(L)]
     y = np.asarray(y, np.int64)
-    B = len(y)
 
-    inputs, pre, cache = [], [], []
+    inputs: list[np.ndarray] = []
+    pre: list[np.ndarray] = []
+    cache: list[tuple[np.ndarray, np.ndarray]] = []
     h = rnd(np.asarray(x, np.float64))
     for l in range(L):
         if l > 0:

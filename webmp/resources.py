@@ -7,6 +7,7 @@ same trees inside the package, as webmp/shaders and webmp/web (pyproject.toml ma
 
 A leaf module: it imports nothing from webmp, so anything may import it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

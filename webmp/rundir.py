@@ -32,30 +32,44 @@ class RunSummary(TypedDict):
     test_accuracy: float
     test_correct: int
     test_count: int
-    steps: int                      # steps attempted, skipped ones included
+    steps: int  # steps attempted, skipped ones included
     optimizer_steps: int
     skipped_steps: int
     final_scale: float
     min_scale_events: int
     precision: str
-    f16_path: str                   # native, emulated or none
+    f16_path: str  # native, emulated or none
     f16_description: str
     adapter: str
     runtime: Runtime
-    matmul_tiles: str               # "default", or how many shape classes were tuned
+    matmul_tiles: str  # "default", or how many shape classes were tuned
     gpu_memory_bytes: dict[str, int]
     wall_seconds: float
     steps_per_second: float | None
-    readbacks: int                  # metrics-ring maps
+    readbacks: int  # metrics-ring maps
     run_dir: str
 
 
-def run_summary(cfg: TrainConfig, records: Sequence[Record], state: Mapping[str, float | int], *,
-                test_correct: int, test_count: int, f16_path: str | None, f16_description: str,
-                adapter: str, runtime: Runtime, matmul_tiles: str, memory: Mapping[str, int],
-                wall_seconds: float, steps_run: int, readbacks: int, run_dir: Path) -> RunSummary:
+def run_summary(
+    cfg: TrainConfig,
+    records: Sequence[Record],
+    state: Mapping[str, float | int],
+    *,
+    test_correct: int,
+    test_count: int,
+    f16_path: str | None,
+    f16_description: str,
+    adapter: str,
+    runtime: Runtime,
+    matmul_tiles: str,
+    memory: Mapping[str, int],
+    wall_seconds: float,
+    steps_run: int,
+    readbacks: int,
+    run_dir: Path,
+) -> RunSummary:
     """The summary of a finished run from its records and final GPU state (webmp.state names)."""
-    tail = records[-min(len(records), cfg.log_every):] if records else []
+    tail = records[-min(len(records), cfg.log_every) :] if records else []
     return {
         "final_train_loss": math.fsum(r["loss"] for r in tail) / len(tail) if tail else None,
         "last_loss": records[-1]["loss"] if records else None,
@@ -122,10 +136,12 @@ class RunDir:
     def read_json(self, name: str) -> Any:
         return json.loads((self.path / name).read_text())
 
-    def write_config(self, cfg: TrainConfig, *, f16_path: str | None, adapter: str | None,
-                     runtime: Runtime) -> None:
-        self.write_json(CONFIG, {**cfg.model_dump(), "f16_path": f16_path, "adapter": adapter,
-                                 "runtime": runtime})
+    def write_config(
+        self, cfg: TrainConfig, *, f16_path: str | None, adapter: str | None, runtime: Runtime
+    ) -> None:
+        self.write_json(
+            CONFIG, {**cfg.model_dump(), "f16_path": f16_path, "adapter": adapter, "runtime": runtime}
+        )
 
     def read_config(self) -> TrainConfig:
         """The TrainConfig of config.json (the runtime facts beside it are left out)."""
@@ -182,8 +198,15 @@ class RunDir:
         a2.set_ylabel("loss scale")
         skipped = [r for r in recs if r.get("skipped")]
         if skipped:
-            a2.scatter([r["step"] for r in skipped], [r["scale"] for r in skipped], color="red", s=12,
-                       marker="x", label=f"skipped ({len(skipped)})", zorder=3)
+            a2.scatter(
+                [r["step"] for r in skipped],
+                [r["scale"] for r in skipped],
+                color="red",
+                s=12,
+                marker="x",
+                label=f"skipped ({len(skipped)})",
+                zorder=3,
+            )
             a2.legend(loc="best")
         a2.set_xlabel("step")
         if title:

@@ -4,21 +4,24 @@ A training step is one command encoder with one compute pass holding the plan's 
 submitted once. Metrics stay in a GPU ring buffer; `run` copies it to a reused staging buffer and
 maps it only when asked to (every log_every steps).
 """
+
 from __future__ import annotations
 
 import functools
 import os
 from collections import OrderedDict
 
-import numpy as np
-
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader in headless shells
 
-import wgpu  # noqa: E402
+import wgpu
 
-NO_ADAPTER = ("No WebGPU adapter was found. On a machine without a GPU install a Vulkan driver "
-              "(Debian: apt-get install -y mesa-vulkan-drivers, which provides lavapipe with "
-              "shader-f16), or run `make setup`.")
+from .plan import KernelPlan
+
+NO_ADAPTER = (
+    "No WebGPU adapter was found. On a machine without a GPU install a Vulkan driver "
+    "(Debian: apt-get install -y mesa-vulkan-drivers, which provides lavapipe with "
+    "shader-f16), or run `make setup`."
+)
 
 LIMIT_KEYS = {  # plan name -> wgpu-py name
     "maxStorageBufferBindingSize": "max-storage-buffer-binding-size",
@@ -50,23 +53,32 @@ class GPU:
         self.limits = {k: adapter.limits[v] for k, v in LIMIT_KEYS.items()}
         self.device = adapter.request_device_sync(
             required_features=sorted(wanted),
-            required_limits={v: adapter.limits[v] for v in LIMIT_KEYS.values()})
+            required_limits={v: adapter.limits[v] for v in LIMIT_KEYS.values()},
+        )
         self.features = set(wanted)
         self.runtime_cache: OrderedDict[str, Runtime] = OrderedDict()  # webmp.inspect's compiled runtimes
         info = adapter.info
-        self.name = f"{info.get('device', '?')} ({info.get('description', '') or info.get('backend_type', '')})".strip()
+        detail = info.get("description", "") or info.get("backend_type", "")
+        self.name = f"{info.get('device', '?')} ({detail})".strip()
 
-    def check_plan(self, plan: dict) -> None:
+    def check_plan(self, plan: KernelPlan) -> None:
         if "shader-f16" in plan["required_features"] and not self.has_f16:
-            raise RuntimeError("the plan uses native f16 but this adapter lacks 'shader-f16'; "
-                               "build it with f16='emulated'")
+            raise RuntimeError(
+                "the plan uses native f16 but this adapter lacks 'shader-f16'; build it with f16='emulated'"
+            )
         for key, need in plan["required_limits"].items():
             have = self.limits[key]
             if need > have:
-                worst = max(plan["buffers"], key=lambda b: b["bytes"]) if key != "maxStorageBuffersPerShaderStage" else None
+                worst = (
+                    max(plan["buffers"], key=lambda b: b["bytes"])
+                    if key != "maxStorageBuffersPerShaderStage"
+                    else None
+                )
                 what = f" (largest buffer: {worst['name']}, {worst['bytes']} bytes)" if worst else ""
-                raise RuntimeError(f"the plan needs {key} = {need} but this adapter allows {have}{what}; "
-                                   "use a smaller model or batch size")
+                raise RuntimeError(
+                    f"the plan needs {key} = {need} but this adapter allows {have}{what}; "
+                    "use a smaller model or batch size"
+                )
 
 
 @functools.cache
@@ -76,7 +88,7 @@ def default_gpu() -> GPU:
 
 
 class Runtime:
-    def __init__(self, plan: dict, blob: bytes, gpu: GPU | None = None):
+    def __init__(self, plan: KernelPlan, blob: bytes, gpu: GPU | None = None):
         self.plan = plan
         self.gpu = gpu or default_gpu()
         self.gpu.check_plan(plan)
@@ -87,36 +99,48 @@ class Runtime:
             buf = dev.create_buffer(size=b["bytes"], usage=usage, label=b["name"])
             if b["init"] is not None:
                 off, n = b["init"]["offset"], b["init"]["bytes"]
-                dev.queue.write_buffer(buf, 0, blob[off:off + n])
+                dev.queue.write_buffer(buf, 0, blob[off : off + n])
             self.buffers[b["name"]] = buf
         modules, layouts = {}, {}
         self.pipelines, self.layouts = {}, {}
         from .wgsl import join_sources
+
         for k in plan["kernels"]:
             src = tuple(k["sources"])
             if src not in modules:
                 modules[src] = dev.create_shader_module(code=join_sources(src), label=k["sources"][-1])
             sig = tuple((b["binding"], b["type"]) for b in k["bindings"])
             if sig not in layouts:
-                bgl = dev.create_bind_group_layout(entries=[
-                    {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}} for i, t in sig])
+                bgl = dev.create_bind_group_layout(
+                    entries=[
+                        {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}}
+                        for i, t in sig
+                    ]
+                )
                 layouts[sig] = (bgl, dev.create_pipeline_layout(bind_group_layouts=[bgl]))
             bgl, pl = layouts[sig]
             self.layouts[k["name"]] = bgl
             self.pipelines[k["name"]] = dev.create_compute_pipeline(
-                layout=pl, label=k["name"],
-                compute={"module": modules[src], "entry_point": k["entry"], "constants": k["constants"]})
+                layout=pl,
+                label=k["name"],
+                compute={"module": modules[src], "entry_point": k["entry"], "constants": k["constants"]},
+            )
         self.programs = {name: [self._prepare(d) for d in ds] for name, ds in plan["programs"].items()}
         m = plan["metrics"]
         self.metrics_bytes = self.buffers[m["buffer"]].size
-        self.staging = dev.create_buffer(size=self.metrics_bytes,
-                                         usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        self.staging = dev.create_buffer(
+            size=self.metrics_bytes, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+        )
         self.readbacks = 0
         self.submits = 0
 
     def _prepare(self, d):
-        bg = self.device.create_bind_group(layout=self.layouts[d["kernel"]], entries=[
-            {"binding": i, "resource": {"buffer": self.buffers[name]}} for i, name in enumerate(d["bind"])])
+        bg = self.device.create_bind_group(
+            layout=self.layouts[d["kernel"]],
+            entries=[
+                {"binding": i, "resource": {"buffer": self.buffers[name]}} for i, name in enumerate(d["bind"])
+            ],
+        )
         return self.pipelines[d["kernel"]], bg, d["workgroups"]
 
     def encode(self, encoder, program: str):
@@ -132,8 +156,9 @@ class Runtime:
         enc = self.device.create_command_encoder()
         self.encode(enc, program)
         if read_metrics:
-            enc.copy_buffer_to_buffer(self.buffers[self.plan["metrics"]["buffer"]], 0, self.staging, 0,
-                                      self.metrics_bytes)
+            enc.copy_buffer_to_buffer(
+                self.buffers[self.plan["metrics"]["buffer"]], 0, self.staging, 0, self.metrics_bytes
+            )
         self.device.queue.submit([enc.finish()])
         self.submits += 1
         if not read_metrics:
@@ -155,4 +180,3 @@ class Runtime:
 
     def sync(self) -> None:
         self.device.queue.read_buffer(self.buffers[self.plan["state"]["buffer"]])
-

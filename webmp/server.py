@@ -72,8 +72,12 @@ api = APIRouter(prefix="/api")
 @api.get("/info", response_model=None)
 def api_info(request: Request) -> dict[str, Any]:
     from . import __version__
-    return {"version": __version__, "token_required": request.app.state.token is not None,
-            "uplot": UPLOT_DIR.is_dir()}
+
+    return {
+        "version": __version__,
+        "token_required": request.app.state.token is not None,
+        "uplot": UPLOT_DIR.is_dir(),
+    }
 
 
 @api.get("/runs", response_model=list[RunInfo])
@@ -102,8 +106,9 @@ def run_status(request: Request, run_id: str) -> RunInfo:
 
 
 @api.get("/runs/{run_id}/metrics", response_model=None)
-async def run_metrics(request: Request, run_id: str, after: int = -1,
-                      wait: float = Query(0, ge=0, le=60)) -> dict[str, Any]:
+async def run_metrics(
+    request: Request, run_id: str, after: int = -1, wait: float = Query(0, ge=0, le=60)
+) -> dict[str, Any]:
     run = _store(request).get(run_id)
     if wait > 0 and run.last_step <= after and run.status in ("created", "running"):
         await run.wait_changed(wait)
@@ -132,8 +137,9 @@ async def run_blob(request: Request, run_id: str, f16: Offer = F16) -> Response:
 
 
 @api.put("/runs/{run_id}/checkpoint", response_model=None)
-async def upload_checkpoint(request: Request, run_id: str, step: int = Query(..., ge=1),
-                            f16: Offer = F16) -> dict[str, int]:
+async def upload_checkpoint(
+    request: Request, run_id: str, step: int = Query(..., ge=1), f16: Offer = F16
+) -> dict[str, int]:
     run = _store(request).get(run_id)
     _, layout = await asyncio.to_thread(run.checkpoint_layout, f16)
     if run.status != "running":
@@ -166,7 +172,9 @@ async def run_socket(ws: WebSocket, run_id: str) -> None:
         return
     run.connected = True
     try:
-        await ws.send_json({"type": "welcome", "run_id": run.id, "status": run.status, "last_step": run.last_step})
+        await ws.send_json(
+            {"type": "welcome", "run_id": run.id, "status": run.status, "last_step": run.last_step}
+        )
         while True:
             frame = await ws.receive()
             if frame["type"] == "websocket.disconnect":
@@ -211,8 +219,9 @@ def create_app(runs_root: str | Path = "runs", token: str | None = None) -> Fast
             auth = request.headers.get("authorization", "")
             given = auth[7:] if auth.lower().startswith("bearer ") else request.query_params.get("token")
             if not token_ok(token, given):
-                return JSONResponse({"detail": "a valid token is required (Authorization: Bearer <token>)"},
-                                    status_code=401)
+                return JSONResponse(
+                    {"detail": "a valid token is required (Authorization: Bearer <token>)"}, status_code=401
+                )
         return await call_next(request)
 
     @app.exception_handler(PageRunError)
@@ -227,6 +236,7 @@ def create_app(runs_root: str | Path = "runs", token: str | None = None) -> Fast
 
 
 # --- the command line ----------------------------------------------------------------------------
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -249,8 +259,10 @@ def server_token(host: str, allow_remote: bool, token: str | None) -> str | None
     if is_loopback(host):
         return token
     if not allow_remote:
-        raise ValueError(f"refusing to bind {host}: it is reachable from other machines. Pass --allow-remote "
-                         "(a token is then required by the API and the page) or bind 127.0.0.1")
+        raise ValueError(
+            f"refusing to bind {host}: it is reachable from other machines. Pass --allow-remote "
+            "(a token is then required by the API and the page) or bind 127.0.0.1"
+        )
     return token or os.environ.get("WEBMP_TOKEN") or secrets.token_urlsafe(24)
 
 
@@ -264,20 +276,32 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 def make_server(app: FastAPI):
     import uvicorn
+
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=WS_PROTOCOL_MAX_BYTES))
 
 
 def cli_serve(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="webmp serve", description="Serve the browser runtime: the page trains "
-                                "on navigator.gpu and streams its records to this server")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    p = argparse.ArgumentParser(
+        prog="webmp serve",
+        description="Serve the browser runtime: the page trains "
+        "on navigator.gpu and streams its records to this server",
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)"
+    )
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--runs", default="runs", help="directory holding the run directories (default runs/)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow binding an address other machines can reach; requires a token")
-    p.add_argument("--token", default=None,
-                   help="token the API and page must present (default: none on loopback; generated, or "
-                        "$WEBMP_TOKEN, with --allow-remote)")
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow binding an address other machines can reach; requires a token",
+    )
+    p.add_argument(
+        "--token",
+        default=None,
+        help="token the API and page must present (default: none on loopback; generated, or "
+        "$WEBMP_TOKEN, with --allow-remote)",
+    )
     args = p.parse_args(argv)
     try:
         token = server_token(args.host, args.allow_remote, args.token)
@@ -286,18 +310,27 @@ def cli_serve(argv: list[str]) -> int:
         return 2
     app = create_app(args.runs, token)
     if not UPLOT_DIR.is_dir():
-        print("webmp serve: web/node_modules/uplot is missing, so the page draws no charts; run "
-              "`npm ci --prefix web`", file=sys.stderr)
+        print(
+            "webmp serve: web/node_modules/uplot is missing, so the page draws no charts; run "
+            "`npm ci --prefix web`",
+            file=sys.stderr,
+        )
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as e:
         print(f"webmp serve: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1
     server = make_server(app)
-    print(f"webmp: serving the browser runtime at {page_url(args.host, sock.getsockname()[1], token)}"
-          f"  (runs in {args.runs}/)", flush=True)
+    print(
+        f"webmp: serving the browser runtime at {page_url(args.host, sock.getsockname()[1], token)}"
+        f"  (runs in {args.runs}/)",
+        flush=True,
+    )
     if not is_loopback(args.host):
-        print("webmp: note: browsers only expose WebGPU to secure contexts (https or localhost); from another "
-              "machine, forward the port (ssh -L 8000:localhost:8000 ...) or put the server behind https", flush=True)
+        print(
+            "webmp: note: browsers only expose WebGPU to secure contexts (https or localhost); from another "
+            "machine, forward the port (ssh -L 8000:localhost:8000 ...) or put the server behind https",
+            flush=True,
+        )
     server.run(sockets=[sock])
     return 0

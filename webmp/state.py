@@ -18,15 +18,36 @@ WordKind = Literal["u32", "f32"]
 Fields = Sequence[tuple[str, WordKind]]
 
 STATE_FIELDS: list[tuple[str, WordKind]] = [
-    ("scale", "f32"), ("growth_tracker", "u32"), ("hysteresis_left", "u32"), ("iteration", "u32"),
-    ("opt_step", "u32"), ("data_pos", "u32"), ("skipped_total", "u32"), ("min_scale_events", "u32"),
-    ("first_min_scale_iter", "u32"), ("apply", "u32"), ("lr", "f32"), ("grad_mul", "f32"),
-    ("bc1", "f32"), ("bc2", "f32"), ("loss", "f32"), ("grad_norm", "f32"), ("found_inf", "u32"),
-    ("pad0", "u32"), ("pad1", "u32"), ("pad2", "u32"),
+    ("scale", "f32"),
+    ("growth_tracker", "u32"),
+    ("hysteresis_left", "u32"),
+    ("iteration", "u32"),
+    ("opt_step", "u32"),
+    ("data_pos", "u32"),
+    ("skipped_total", "u32"),
+    ("min_scale_events", "u32"),
+    ("first_min_scale_iter", "u32"),
+    ("apply", "u32"),
+    ("lr", "f32"),
+    ("grad_mul", "f32"),
+    ("bc1", "f32"),
+    ("bc2", "f32"),
+    ("loss", "f32"),
+    ("grad_norm", "f32"),
+    ("found_inf", "u32"),
+    ("pad0", "u32"),
+    ("pad1", "u32"),
+    ("pad2", "u32"),
 ]
 METRIC_FIELDS: list[tuple[str, WordKind]] = [
-    ("step", "u32"), ("loss", "f32"), ("scale", "f32"), ("skipped", "u32"), ("lr", "f32"),
-    ("grad_norm", "f32"), ("found_inf", "u32"), ("min_scale_event", "u32"),
+    ("step", "u32"),
+    ("loss", "f32"),
+    ("scale", "f32"),
+    ("skipped", "u32"),
+    ("lr", "f32"),
+    ("grad_norm", "f32"),
+    ("found_inf", "u32"),
+    ("min_scale_event", "u32"),
 ]
 STATE_BYTES = 4 * len(STATE_FIELDS)
 NO_STEP = 0xFFFFFFFF  # step word of a metrics-ring slot never written
@@ -56,8 +77,13 @@ def decode_records(raw: bytes, fields: Fields = METRIC_FIELDS) -> list[dict[str,
     n = len(raw) // (4 * len(fields))
     words = np.frombuffer(raw, np.uint32, count=n * len(fields)).reshape(n, len(fields))
     floats = words.view(np.float32)
-    return [{name: float(floats[r, i]) if kind == "f32" else int(words[r, i])
-             for i, (name, kind) in enumerate(fields)} for r in range(n)]
+    return [
+        {
+            name: float(floats[r, i]) if kind == "f32" else int(words[r, i])
+            for i, (name, kind) in enumerate(fields)
+        }
+        for r in range(n)
+    ]
 
 
 def decode_state(raw: bytes) -> dict[str, float | int]:

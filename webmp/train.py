@@ -3,12 +3,14 @@
 The host never touches a step: it submits train_step (one encoder, one submit) and, every log_every
 steps, maps the metrics ring. Weights are read back only for checkpoints.
 """
+
 from __future__ import annotations
 
 import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +24,17 @@ from .state import decode_records, decode_state
 from .tilecache import TileTable
 
 # Fields that must match between a checkpoint and the run resuming it.
-RESUME_LOCKED = ("model", "hidden", "act", "dataset", "input_scale", "precision", "batch_size", "seed",
-                 "init_gain")
+RESUME_LOCKED = (
+    "model",
+    "hidden",
+    "act",
+    "dataset",
+    "input_scale",
+    "precision",
+    "batch_size",
+    "seed",
+    "init_gain",
+)
 
 
 class ScaleCollapseError(RuntimeError):
@@ -31,19 +42,31 @@ class ScaleCollapseError(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, out: str | Path | None = None, resume: str | Path | None = None,
-                 gpu: GPU | None = None, dataset: Dataset | None = None, progress: bool = True,
-                 log=print):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        out: str | Path | None = None,
+        resume: str | Path | None = None,
+        gpu: GPU | None = None,
+        dataset: Dataset | None = None,
+        progress: bool = True,
+        log=print,
+    ):
         self.log = log or (lambda *a, **k: None)
         self.progress = progress
         contents, meta = (None, None)
         if resume is not None:
             contents, meta = load_checkpoint(resume)
             old = TrainConfig(**meta["config"])
-            clash = [f"{k}: checkpoint {getattr(old, k)!r} vs {getattr(cfg, k)!r}"
-                     for k in RESUME_LOCKED if getattr(old, k) != getattr(cfg, k)]
+            clash = [
+                f"{k}: checkpoint {getattr(old, k)!r} vs {getattr(cfg, k)!r}"
+                for k in RESUME_LOCKED
+                if getattr(old, k) != getattr(cfg, k)
+            ]
             if clash:
-                raise ValueError("cannot resume: the config differs from the checkpoint's in " + "; ".join(clash))
+                raise ValueError(
+                    "cannot resume: the config differs from the checkpoint's in " + "; ".join(clash)
+                )
         self.cfg = cfg
         self.data = dataset or load_dataset(cfg.dataset, cfg.input_scale)
         self.gpu = gpu or default_gpu()
@@ -51,16 +74,23 @@ class Trainer:
         self.tiles = TileTable.for_adapter(self.gpu.name)  # `webmp bench --tune`'s choices, else defaults
         plan, blob = build_plan(cfg, self.data, self.path, self.tiles)
         self.step = 0
-        if contents is not None:
+        if contents is not None and meta is not None:
             plan, blob = resume_blob(plan, blob, contents)
             self.step = meta["step"]
             if meta["f16_path"] != plan["f16_path"]:
-                warnings.warn(f"resuming a {meta['f16_path']} checkpoint on the {plan['f16_path']} f16 path: "
-                              "results will not be bit-identical to an uninterrupted run")
+                warnings.warn(
+                    f"resuming a {meta['f16_path']} checkpoint on the {plan['f16_path']} f16 path: "
+                    "results will not be bit-identical to an uninterrupted run",
+                    stacklevel=2,
+                )
         self.plan = plan
         self.runtime = Runtime(plan, blob, self.gpu)
         if out is None:
-            out = Path(resume).parent if resume is not None and Path(resume).name.endswith(".safetensors") else resume
+            out = (
+                Path(resume).parent
+                if resume is not None and Path(resume).name.endswith(".safetensors")
+                else resume
+            )
         self.run_dir = RunDir(out if out is not None else new_run_dir())
         if resume is not None:
             self.run_dir.truncate_metrics_after(self.step - 1)
@@ -73,7 +103,7 @@ class Trainer:
         self.wall = 0.0
 
     # ------------------------------------------------------------------------------------------
-    def read_state(self) -> dict:
+    def read_state(self) -> dict[str, float | int]:
         return decode_state(self.runtime.read(self.plan["state"]["buffer"]))
 
     def checkpoint(self) -> Path:
@@ -85,8 +115,11 @@ class Trainer:
     def evaluate(self) -> dict:
         self.runtime.run("eval")
         correct, counted = np.frombuffer(self.runtime.read(self.plan["eval"]["result_buffer"]), np.uint32)[:2]
-        return {"test_accuracy": float(correct) / max(1, int(counted)), "test_correct": int(correct),
-                "test_count": int(counted)}
+        return {
+            "test_accuracy": float(correct) / max(1, int(counted)),
+            "test_correct": int(correct),
+            "test_count": int(counted),
+        }
 
     def _new_records(self, raw: bytes, first: int, last: int) -> list[dict]:
         recs = [r for r in decode_records(raw) if first <= r["step"] <= last]
@@ -100,17 +133,22 @@ class Trainer:
         if not events:
             return
         s = events[0]["step"]
-        msg = (f"loss scale collapse at step {s}: gradients overflowed with the scale already at "
-               f"min_scale={self.cfg.min_scale:g} ({len(events)} such step(s) in this interval)")
+        msg = (
+            f"loss scale collapse at step {s}: gradients overflowed with the scale already at "
+            f"min_scale={self.cfg.min_scale:g} ({len(events)} such step(s) in this interval)"
+        )
         if self.cfg.min_scale_policy == "raise":
-            kept = (f"last checkpoint kept: {self.last_checkpoint[0]} (step {self.last_checkpoint[1]})"
-                    if self.last_checkpoint else "no checkpoint was written yet")
+            kept = (
+                f"last checkpoint kept: {self.last_checkpoint[0]} (step {self.last_checkpoint[1]})"
+                if self.last_checkpoint
+                else "no checkpoint was written yet"
+            )
             raise ScaleCollapseError(f"{msg}; {kept}")
         if not self.warned_min_scale:
-            warnings.warn(msg + "; continuing (min_scale_policy=warn), these steps are skipped")
+            warnings.warn(msg + "; continuing (min_scale_policy=warn), these steps are skipped", stacklevel=2)
         self.warned_min_scale = True
 
-    def run(self, stop_after: int | None = None) -> dict:
+    def run(self, stop_after: int | None = None) -> RunSummary:
         """Train to cfg.steps; with stop_after, stop (and checkpoint) once that many steps are done."""
         cfg = self.cfg
         end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
@@ -119,13 +157,14 @@ class Trainer:
         bar = None
         if self.progress:
             from tqdm import tqdm
+
             bar = tqdm(total=cfg.steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
         logged = self.step - 1
         t0 = time.perf_counter()
         try:
             while self.step < end:
                 s = self.step + 1  # steps completed after this submit
-                ckpt = cfg.checkpoint_every and s % cfg.checkpoint_every == 0
+                ckpt = cfg.checkpoint_every > 0 and s % cfg.checkpoint_every == 0
                 read = s % cfg.log_every == 0 or s == end or ckpt
                 raw = self.runtime.run("train_step", read_metrics=read)
                 self.step = s
@@ -137,8 +176,12 @@ class Trainer:
                     self.skipped_total += sum(r["skipped"] for r in recs)
                     if bar is not None:
                         last = recs[-1]
-                        bar.set_postfix(loss=f"{last['loss']:.4f}", scale=f"{last['scale']:g}",
-                                        skipped=self.skipped_total, refresh=False)
+                        bar.set_postfix(
+                            loss=f"{last['loss']:.4f}",
+                            scale=f"{last['scale']:g}",
+                            skipped=self.skipped_total,
+                            refresh=False,
+                        )
                         bar.update(len(recs))
                     self._handle_min_scale(recs)
                 if ckpt and s < cfg.steps:
@@ -154,22 +197,47 @@ class Trainer:
         ev = self.evaluate()
         self.checkpoint()
         summary = run_summary(
-            self.cfg, self.run_dir.read_metrics(), state, test_correct=ev["test_correct"],
-            test_count=ev["test_count"], f16_path=self.plan["f16_path"], f16_description=self.f16_description,
-            adapter=self.gpu.name, runtime="native", matmul_tiles=self.tiles.describe(),
-            memory=self.plan["memory"], wall_seconds=self.wall, steps_run=len(self.records),
-            readbacks=self.runtime.readbacks, run_dir=self.run_dir.path)
+            self.cfg,
+            self.run_dir.read_metrics(),
+            state,
+            test_correct=ev["test_correct"],
+            test_count=ev["test_count"],
+            f16_path=self.plan["f16_path"],
+            f16_description=self.f16_description,
+            adapter=self.gpu.name,
+            runtime="native",
+            matmul_tiles=self.tiles.describe(),
+            memory=self.plan["memory"],
+            wall_seconds=self.wall,
+            steps_run=len(self.records),
+            readbacks=self.runtime.readbacks,
+            run_dir=self.run_dir.path,
+        )
         self.run_dir.write_summary(summary)
-        self.run_dir.plot_curves(f"{self.cfg.precision} / {summary['f16_path']} — test acc "
-                                 f"{summary['test_accuracy']:.3f}")
-        self.log(f"webmp: done — train loss {summary['final_train_loss']:.4f}, test accuracy "
-                 f"{100 * summary['test_accuracy']:.2f} %, {summary['skipped_steps']} skipped steps")
+        self.run_dir.plot_curves(
+            f"{self.cfg.precision} / {summary['f16_path']} — test acc {summary['test_accuracy']:.3f}"
+        )
+        self.log(
+            f"webmp: done — train loss {summary['final_train_loss']:.4f}, test accuracy "
+            f"{100 * summary['test_accuracy']:.2f} %, {summary['skipped_steps']} skipped steps"
+        )
         self.log(f"webmp: run directory {self.run_dir.path}")
         return summary
 
 
-def train(cfg: TrainConfig | None = None, out=None, resume=None, progress: bool = False, **overrides) -> dict:
+def train(
+    cfg: TrainConfig | None = None,
+    out: str | Path | None = None,
+    resume: str | Path | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> RunSummary:
     """Python API: train and return the summary (also written to the run directory)."""
     cfg = cfg.model_copy(update=overrides) if cfg is not None else TrainConfig(**overrides)
-    return Trainer(TrainConfig(**cfg.model_dump()), out=out, resume=resume, progress=progress,
-                   log=print if progress else None).run()
+    return Trainer(
+        TrainConfig(**cfg.model_dump()),
+        out=out,
+        resume=resume,
+        progress=progress,
+        log=print if progress else None,
+    ).run()

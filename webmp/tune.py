@@ -5,6 +5,7 @@ webmp/tilecache.py reads; training uses it through `TileTable.for_adapter`. Noth
 implicitly. `MatmulCase` (one matmul on random data, checked against numpy, timed with many
 dispatches in one encoder and one wait) is shared with webmp/bench.py.
 """
+
 from __future__ import annotations
 
 import time
@@ -14,9 +15,9 @@ import numpy as np
 
 from .config import TrainConfig
 from .data import load_digits
-from .plan import PlanBuilder, build_plan, op_matmul, pack_h, resolve_f16_path, unpack_h
-from .runtime import GPU, Runtime, default_gpu
-from .tilecache import DEFAULT_TILES, TileTable, Tiles, cache_path, load_cache, save_cache, shape_class
+from .plan import Plan, PlanBuilder, build_plan, op_matmul, pack_h, resolve_f16_path, unpack_h
+from .runtime import Runtime, default_gpu
+from .tilecache import DEFAULT_TILES, Tiles, cache_path, load_cache, save_cache, shape_class
 
 # Tile shapes to try, most promising first (the tuner stops when its time is up): 64x64 and
 # 128x128 tiles with 8x8 register blocks, then smaller blocks and deeper K slices for small or
@@ -41,22 +42,32 @@ def fits(tiles: dict, limits) -> bool:
     """Whether the device's limits allow this tile shape (limits: device.limits, wgpu-py names)."""
     threads = tiles["WG_X"] * tiles["WG_Y"]
     shared = 4 * tiles["BK"] * (tiles["WG_Y"] * tiles["TM"] + tiles["WG_X"] * tiles["TN"])  # f32 tiles
-    return (threads <= limits["max-compute-invocations-per-workgroup"]
-            and tiles["WG_X"] <= limits["max-compute-workgroup-size-x"]
-            and tiles["WG_Y"] <= limits["max-compute-workgroup-size-y"]
-            and shared <= limits["max-compute-workgroup-storage-size"])
+    return (
+        threads <= limits["max-compute-invocations-per-workgroup"]
+        and tiles["WG_X"] <= limits["max-compute-workgroup-size-x"]
+        and tiles["WG_Y"] <= limits["max-compute-workgroup-size-y"]
+        and shared <= limits["max-compute-workgroup-storage-size"]
+    )
 
 
 # --- one matmul, on its own ----------------------------------------------------------------------
+
 
 @lru_cache(maxsize=2)
 def _operands(M, N, K, trans_a, trans_b, seed):
     """Uniform in [-1, 1] (random, never an all-zero buffer) and rounded to f16, so that every
     path, fp32 included, reads exactly these values and one float64 reference serves them all."""
     rng = np.random.default_rng(seed)
-    f16 = lambda shape: rng.uniform(-1, 1, shape).astype(np.float16).astype(np.float64)
-    return (f16((K, M) if trans_a else (M, K)), f16((N, K) if trans_b else (K, N)),
-            rng.uniform(-1, 1, N).astype(np.float32), f16((M, N)))
+
+    def f16(shape: tuple[int, int]) -> np.ndarray:
+        return rng.uniform(-1, 1, shape).astype(np.float16).astype(np.float64)
+
+    return (
+        f16((K, M) if trans_a else (M, K)),
+        f16((N, K) if trans_b else (K, N)),
+        rng.uniform(-1, 1, N).astype(np.float32),
+        f16((M, N)),
+    )
 
 
 @lru_cache(maxsize=2)
@@ -72,15 +83,26 @@ class MatmulCase:
     variant reads it (A [K, M] when trans_a, B [N, K] when trans_b), with its numpy reference.
     matmul_dgrad runs with OUT_ACT = relu."""
 
-    def __init__(self, gpu, path: str, M: int, N: int, K: int, variant: str = "matmul_wgrad",
-                 trans_a: int = 0, trans_b: int = 0, tiles: dict | None = None, seed: int = 0):
+    def __init__(
+        self,
+        gpu,
+        path: str,
+        M: int,
+        N: int,
+        K: int,
+        variant: str = "matmul_wgrad",
+        trans_a: int = 0,
+        trans_b: int = 0,
+        tiles: dict | None = None,
+        seed: int = 0,
+    ):
         self.path, self.M, self.N, self.K, self.variant = path, M, N, K, variant
         self.trans_a, self.trans_b, self.seed = trans_a, trans_b, seed
         self.tiles = dict(tiles or DEFAULT_TILES)
         self.a, self.b, self.bias, self.z = _operands(M, N, K, trans_a, trans_b, seed)
         pb = PlanBuilder(path)
-        pb.h("A", *self.a.shape, init=pack_h(self.a, path))
-        pb.h("B", *self.b.shape, init=pack_h(self.b, path))
+        pb.h("A", self.a.shape[0], self.a.shape[1], init=pack_h(self.a, path))
+        pb.h("B", self.b.shape[0], self.b.shape[1], init=pack_h(self.b, path))
         pb.f32("bias", (N,), "other", self.bias)
         pb.h("Zprev", M, N, init=pack_h(self.z, path))
         pb.u32("flags", (4,), "other")
@@ -89,14 +111,24 @@ class MatmulCase:
             pb.h("C", M, N)
         else:
             pb.f32("C", (M, N), "activations")
-        op_matmul(pb, "mm", variant, A="A", B="B", out="C", M=M, N=N, K=K, trans_a=trans_a,
-                  trans_b=trans_b, bias="bias", zprev="Zprev", out_act=1, tiles=self.tiles)
-        buffers = list(pb.buffers.values())
-        plan = {"buffers": buffers, "kernels": list(pb.kernels.values()), "programs": pb.programs,
-                "metrics": {"buffer": "flags"},
-                "required_features": ["shader-f16"] if path == "native" else [],
-                "required_limits": {"maxStorageBufferBindingSize": max(b["bytes"] for b in buffers),
-                                    "maxBufferSize": max(b["bytes"] for b in buffers)}}
+        op_matmul(
+            pb,
+            "mm",
+            variant,
+            A="A",
+            B="B",
+            out="C",
+            M=M,
+            N=N,
+            K=K,
+            trans_a=trans_a,
+            trans_b=trans_b,
+            bias="bias",
+            zprev="Zprev",
+            out_act=1,
+            tiles=self.tiles,
+        )
+        plan = pb.kernel_plan(state="flags", metrics="flags")
         self.flops = 2.0 * M * N * K
         self.rt = Runtime(plan, bytes(pb.blob), gpu)
         self.device = self.rt.device
@@ -126,8 +158,11 @@ class MatmulCase:
         ref = self.reference()
         abs_ab = _products(self.M, self.N, self.K, self.trans_a, self.trans_b, self.seed)[1]
         f16_store = self.out_h and self.path != "fp32"
-        tol = (self.K * 2.0 ** -24 * abs_ab + (2.0 ** -10 if f16_store else 2.0 ** -24) * np.abs(ref)
-               + 2.0 ** -24 * (np.abs(self.bias) + f16_store))
+        tol = (
+            self.K * 2.0**-24 * abs_ab
+            + (2.0**-10 if f16_store else 2.0**-24) * np.abs(ref)
+            + 2.0**-24 * (np.abs(self.bias) + f16_store)
+        )
         err = np.abs(self.result() - ref)
         return float((err / tol).max())
 
@@ -136,6 +171,7 @@ class MatmulCase:
         (by mapping a 4-byte copy of the output made after them: wgpu-py 0.32's
         on_submitted_work_done is broken)."""
         import wgpu
+
         enc = self.device.create_command_encoder()
         cpass = enc.begin_compute_pass()
         for _ in range(reps):
@@ -162,7 +198,8 @@ class MatmulCase:
 
 # --- the tuner -----------------------------------------------------------------------------------
 
-def plan_shapes(plan: dict) -> list[tuple]:
+
+def plan_shapes(plan: Plan) -> list[tuple]:
     """The distinct (path, M, N, K, trans_a, trans_b) of a plan's matmul kernels."""
     path = plan["f16_path"] or "fp32"
     seen = []
@@ -178,26 +215,32 @@ def plan_shapes(plan: dict) -> list[tuple]:
 def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     """For each shape class (represented by the first of its shapes given), times the candidates
     that fit the device, most promising first, until the class's share of the budget is spent;
-    keeps the fastest that passes its correctness check and stores it in the cache under gpu.name. Classes with the most work go first, and time one class leaves unused goes to
-    the next. Returns {class: {"tiles", "gflops", "default_gflops", "tried"}}."""
-    by_class = {}
+    keeps the fastest that passes its correctness check and stores it in the cache under gpu.name.
+    Classes with the most work go first, and time one class leaves unused goes to the next.
+    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}}."""
+    by_class: dict[str, tuple] = {}
     for s in shapes:
         by_class.setdefault(shape_class(*s), s)
     order = sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3])
-    cands = [c for c in [DEFAULT_TILES] + [c for c in CANDIDATES if c != DEFAULT_TILES]
-             if fits(c, gpu.device.limits)]
+    cands = [
+        c
+        for c in [DEFAULT_TILES] + [c for c in CANDIDATES if c != DEFAULT_TILES]
+        if fits(c, gpu.device.limits)
+    ]
     cache = load_cache()
     mine = cache.setdefault(gpu.name, {})
     report = {}
     t_budget_end = time.perf_counter() + budget_s
     for i, (cls, (path, M, N, K, ta, tb)) in enumerate(order):
         t_end = time.perf_counter() + (t_budget_end - time.perf_counter()) / (len(order) - i)
-        results = []
+        results: list[tuple[float, Tiles]] = []
         for tiles in cands:
             if results and time.perf_counter() > t_end:
                 break
             # correctness on a small shape with ragged edges, speed on the real one
-            small = MatmulCase(gpu, path, min(M, 67), min(N, 35), min(K, 41), trans_a=ta, trans_b=tb, tiles=tiles)
+            small = MatmulCase(
+                gpu, path, min(M, 67), min(N, 35), min(K, 41), trans_a=ta, trans_b=tb, tiles=tiles
+            )
             if small.check() > 1.0:
                 log(f"tune {cls}: {tiles} gives wrong results; skipped")
                 continue
@@ -217,8 +260,9 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m webmp.tune",
-                                description="Tune matmul tiles for the shapes of a training plan")
+    p = argparse.ArgumentParser(
+        prog="python -m webmp.tune", description="Tune matmul tiles for the shapes of a training plan"
+    )
     p.add_argument("--hidden", default="256,256")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--precision", nargs="+", default=["mixed", "fp32"])
@@ -227,8 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     gpu = default_gpu()
     shapes = []
     for prec in args.precision:
-        cfg = TrainConfig(hidden=[int(x) for x in args.hidden.split(",")], batch_size=args.batch_size,
-                          precision=prec)
+        cfg = TrainConfig(
+            hidden=[int(x) for x in args.hidden.split(",")], batch_size=args.batch_size, precision=prec
+        )
         plan, _ = build_plan(cfg, load_digits(), resolve_f16_path(prec, "auto", gpu.has_f16))
         shapes += plan_shapes(plan)
     tune_shapes(gpu, shapes, args.budget)

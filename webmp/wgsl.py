@@ -49,20 +49,23 @@ Rules:
   before those arrays, and the files after it declare none. reduce.wgsl's array has a const size,
   so its families may declare overrides anywhere.
 """
+
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
+from typing import Literal, TypedDict
 
 from .resources import SHADER_DIR
 
 PRELUDES = {"native": "prelude_native.wgsl", "emulated": "prelude_emulated.wgsl", "fp32": "prelude_f32.wgsl"}
 
 _BINDING = re.compile(
-    r"@group\(0\)\s*@binding\((\d+)\)\s*var<storage,\s*(read|read_write)>\s*(\w+)\s*:\s*([^;]+);")
+    r"@group\(0\)\s*@binding\((\d+)\)\s*var<storage,\s*(read|read_write)>\s*(\w+)\s*:\s*([^;]+);"
+)
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_shader(name: str) -> str:
     path = (SHADER_DIR / name).resolve()
     if path.parent != SHADER_DIR or not path.is_file():
@@ -85,9 +88,16 @@ def element_kind(wgsl_type: str) -> str:
     return m.group(1) if m else t
 
 
-@lru_cache(maxsize=None)
-def parse_bindings(sources: tuple[str, ...]) -> tuple[dict, ...]:
-    found = {}
+@cache
+class Binding(TypedDict):
+    binding: int
+    name: str
+    type: Literal["read-only-storage", "storage"]
+    element: str  # see element_kind
+
+
+def parse_bindings(sources: tuple[str, ...]) -> tuple[Binding, ...]:
+    found: dict[int, Binding] = {}
     for name in sources:
         for m in _BINDING.finditer(read_shader(name)):
             idx = int(m.group(1))
