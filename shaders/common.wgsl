@@ -45,6 +45,10 @@ fn f16_round(x: f32) -> f32 {
   return bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
 }
 
+// Index of the word holding element (r, c), and c's pair partner, of a row-major [rows, n] matrix
+// in the activation format (two columns a word, rows padded to whole words).
+fn h_index(r: u32, c: u32, n: u32) -> u32 { return r * ((n + 1u) / 2u) + c / 2u; }
+
 const ACT_NONE: u32 = 0u;
 const ACT_RELU: u32 = 1u;
 const ACT_GELU: u32 = 2u;   // tanh approximation (PyTorch's GELU(approximate="tanh"))

@@ -9,7 +9,7 @@ fn act_grad2(z: vec2<f32>) -> vec2<f32> { return vec2<f32>(act_grad(z.x, OUT_ACT
 fn col4(c: u32) -> vec4<f32> { return vec4<f32>(0.0); }  // no per-column values
 
 fn store4(r: u32, c: u32, acc4: vec4<f32>, _col: vec4<f32>) -> bool {
-  let w = h_word(r, c);
+  let w = h_index(r, c, N);
   var g = vec4<f32>(act_grad2(h_unpack(Zprev[w])), 0.0, 0.0);
   if (c + 2u < N) { g = vec4<f32>(g.xy, act_grad2(h_unpack(Zprev[w + 1u]))); }
   return store_h4(r, c, mask_cols(acc4 * g, c));

@@ -3,9 +3,6 @@
 @group(0) @binding(3) var<storage, read_write> C: array<HW>;
 @group(0) @binding(4) var<storage, read_write> flags: array<atomic<u32>>;
 
-// Index of the word holding columns c, c + 1 (c even) of row r of an h matrix with N columns.
-fn h_word(r: u32, c: u32) -> u32 { return r * ((N + 1u) / 2u) + c / 2u; }
-
 fn h_overflows4(v: vec4<f32>) -> bool {
   return h_overflows(v.x) || h_overflows(v.y) || h_overflows(v.z) || h_overflows(v.w);
 }
@@ -13,7 +10,7 @@ fn h_overflows4(v: vec4<f32>) -> bool {
 // Stores the 4-column group v (zero beyond N) of row r from column c; true when a value does not
 // fit the storage format.
 fn store_h4(r: u32, c: u32, v: vec4<f32>) -> bool {
-  let w = h_word(r, c);
+  let w = h_index(r, c, N);
   C[w] = h_pack(v.xy);
   if (c + 2u < N) { C[w + 1u] = h_pack(v.zw); }
   return h_overflows4(v);

@@ -4,12 +4,8 @@
 // Arithmetic runs in f32; every stored value is rounded to f16 exactly as the native path stores it.
 
 alias HW = u32;
-alias HS = f32;         // workgroup tiles hold f32 values that are already f16-rounded
-const H_BYTES_PER_WORD: u32 = 4u;
 const H_OVERFLOW_BITS: u32 = 0x477fe000u;  // |x| >= 65504 (f16 max), Inf or NaN
 
 fn h_unpack(w: HW) -> vec2<f32> { return unpack2x16float(w); }
 fn h_pack(v: vec2<f32>) -> HW { return pack2x16float(v); }
-fn hs_from(x: f32) -> HS { return x; }
-fn hs_to(x: HS) -> f32 { return x; }
 fn h_round(x: f32) -> f32 { return f16_round(x); }  // see common.wgsl

@@ -3,12 +3,8 @@
 // so the very same kernel code runs with no f16 rounding anywhere.
 
 alias HW = vec2<f32>;
-alias HS = f32;
-const H_BYTES_PER_WORD: u32 = 8u;
 const H_OVERFLOW_BITS: u32 = 0x7f800000u;  // Inf or NaN
 
 fn h_unpack(w: HW) -> vec2<f32> { return w; }
 fn h_pack(v: vec2<f32>) -> HW { return v; }
-fn hs_from(x: f32) -> HS { return x; }
-fn hs_to(x: HS) -> f32 { return x; }
 fn h_round(x: f32) -> f32 { return x; }

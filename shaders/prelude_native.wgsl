@@ -5,12 +5,8 @@
 enable f16;
 
 alias HW = vec2<f16>;   // one stored word: two f16 values
-alias HS = f16;         // element type of workgroup tiles
-const H_BYTES_PER_WORD: u32 = 4u;
 const H_OVERFLOW_BITS: u32 = 0x477fe000u;  // |x| >= 65504 (f16 max), Inf or NaN
 
 fn h_unpack(w: HW) -> vec2<f32> { return vec2<f32>(w); }
 fn h_pack(v: vec2<f32>) -> HW { return HW(v); }
-fn hs_from(x: f32) -> HS { return HS(x); }
-fn hs_to(x: HS) -> f32 { return f32(x); }
 fn h_round(x: f32) -> f32 { return f16_round(x); }  // not f32(f16(x)): see common.wgsl

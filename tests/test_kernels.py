@@ -226,7 +226,7 @@ def _colsum_case(name, path):
     M, N = map(int, name.split("/")[1].split("x"))
     G = rand_h(rng_for(name, path), (M, N), path)
     return {"G": G}, run_kernel(
-        ["colsum.wgsl"],
+        ["columns.wgsl", "colsum.wgsl"],
         "colsum",
         {"M": M, "N": N},
         {"G": G},
@@ -322,7 +322,7 @@ for _n in LN_NAMES:
         _, stats = ref.layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"])
         inp = {"dY": rand_h(rng, (M, N), path), "Z": inp["Z"], "stats": stats.astype(np.float32)}
         out = run_kernel(
-            ["layernorm_wgrad.wgsl"],
+            ["columns.wgsl", "layernorm_wgrad.wgsl"],
             "layernorm_wgrad",
             {"M": M, "N": N},
             inp,

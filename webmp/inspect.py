@@ -4,7 +4,7 @@ The tests check shader outputs with it, and it is a tool for debugging numerics 
 
     from webmp.inspect import run_kernel, run_matmul
     out = run_matmul("matmul_fwd", A, W, bias=b, path="emulated")   # {"C": ..., "flags": ...}
-    out = run_kernel(["colsum.wgsl"], "colsum", {"M": 5, "N": 7}, inputs={"G": g},
+    out = run_kernel(["columns.wgsl", "colsum.wgsl"], "colsum", {"M": 5, "N": 7}, inputs={"G": g},
                      outputs={"out": (7,)}, workgroups=1)
 
 Each call builds a one-program plan with `webmp.plan.PlanBuilder` and executes it with

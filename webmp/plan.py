@@ -540,7 +540,7 @@ def build_plan(
         )
         pb.dispatch(
             T,
-            ["colsum.wgsl"],
+            ["columns.wgsl", "colsum.wgsl"],
             "colsum",
             {"M": Bt, "N": lay["out"]},
             {"G": lay["dZ"], "out": lay["b"]["grad"]},
@@ -569,7 +569,7 @@ def build_plan(
             lnp = prev["ln"]
             pb.dispatch(
                 T,
-                ["layernorm_wgrad.wgsl"],
+                ["columns.wgsl", "layernorm_wgrad.wgsl"],
                 "layernorm_wgrad",
                 {"M": Bt, "N": n},
                 {

@@ -11,11 +11,13 @@ create without further logic.
 The contract between the files of a kernel (what a shared file owns, and what it expects the files
 after it to define):
 
-- prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, HS, H_BYTES_PER_WORD,
-  H_OVERFLOW_BITS, h_unpack, h_pack, hs_from, hs_to, h_round (HS, hs_from, hs_to and
-  H_BYTES_PER_WORD are unused at present). The f16 preludes' h_round uses common.wgsl's f16_round.
-- common.wgsl: no bindings. Defines State, FLAG_*, f32_nonfinite, h_overflows, f16_round, ACT_*,
-  act_fwd, act_grad.
+- prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, H_OVERFLOW_BITS, h_unpack,
+  h_pack, h_round. The f16 preludes' h_round uses common.wgsl's f16_round.
+- common.wgsl: no bindings. Defines State, FLAG_*, f32_nonfinite, h_overflows, f16_round,
+  h_index, ACT_*, act_fwd, act_grad.
+- columns.wgsl (before colsum, layernorm_wgrad): no bindings; overrides M, N. Defines h_element and
+  column_sums. Expects `fn column_terms(r: u32, c: u32) -> vec2<f32>` (what row r adds to the
+  two sums of column c) and an entry point that calls column_sums.
 - reduce.wgsl (before layernorm_fwd, layernorm_bwd, grad_stats, scaler): no bindings. Defines the
   workgroup array `red` and workgroup_sum. Expects `alias RedT` (f32 or vec2<f32>) and
   `const WG: u32` (the workgroup size, a power of two).
@@ -25,7 +27,7 @@ after it to define):
   `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool` and an entry point that calls
   mm_run (see mm_run).
 - matmul_h_out.wgsl (between matmul.wgsl and matmul_fwd / matmul_dgrad): bindings 3 C (h),
-  4 flags. Defines h_word, h_overflows4, store_h4, mm_run_h.
+  4 flags. Defines h_overflows4, store_h4, mm_run_h.
 - adamw.wgsl: bindings 0 state, 1 P, 2 G, 3 Mo, 4 V; overrides N, WD, BETA1, BETA2, EPS; defines
   adamw_update and the entry point adamw. adamw_copy.wgsl adds binding 5 Wh, ROWS, COLS and the
   entry point adamw_copy.
@@ -36,7 +38,7 @@ after it to define):
 Rules:
 - The prelude comes first: `enable f16;` (prelude_native) must precede every declaration.
 - Otherwise module-scope declarations are order-independent, which is what lets a shared file use
-  names that a later file defines (RedT, WG, col4, store4).
+  names that a later file defines (RedT, WG, col4, store4, column_terms).
 - The bindings of all the files are 0..n-1, each declared once (checked by parse_bindings), and
   names are unique across the files of a kernel.
 - Every function in the module is validated, called or not, so a shared file may only use names
