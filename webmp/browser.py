@@ -16,6 +16,7 @@ are not used. Playwright's sync API must be used from one thread (the one that l
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import threading
 import time
@@ -48,18 +49,14 @@ def chrome_command(executable: str | None = None) -> tuple[str, list[str]]:
     return exe, list(CHROME_ARGS)
 
 
-_playwright = None
-
-
+@functools.cache
 def _playwright_instance():
     """One Playwright per process (its sync API cannot be started twice in a thread)."""
-    global _playwright
-    if _playwright is None:
-        from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright
 
-        _playwright = sync_playwright().start()
-        atexit.register(_playwright.stop)
-    return _playwright
+    playwright = sync_playwright().start()
+    atexit.register(playwright.stop)
+    return playwright
 
 
 class Browser:
