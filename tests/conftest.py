@@ -67,7 +67,7 @@ def trainer(gpu, digits):
     runtime already compiled for its kernels."""
     from webmp.config import TrainConfig
     from webmp.inspect import cached_runtime
-    from webmp.plan import build_plan
+    from webmp.models import build_plan
 
     def make(path, **config):
         precision = "fp32" if path == "fp32" else "mixed"

@@ -12,7 +12,8 @@ import pytest
 
 from webmp import bench, tune
 from webmp.config import TrainConfig
-from webmp.plan import build_plan, pack_h
+from webmp.models import build_plan
+from webmp.plan import pack_h
 from webmp.runtime import Runtime
 from webmp.state import decode_state
 from webmp.tilecache import DEFAULT_TILES, TILE_KEYS, TileTable

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from webmp import ops
 from webmp import reference as ref
 from webmp.data import batch_rows, perm_bits, permute
-from webmp.inspect import run_kernel
+from webmp.inspect import run_op
 
 NO_LABEL = 0xFFFFFFFF
 
@@ -16,20 +17,20 @@ def gather(entry, n_rows, batch, path, gpu, data_pos=0, seed=0, offset=0, featur
     """Runs a gather kernel on a dataset whose row r holds r % 256 + c / 8 in column c (exact in
     f16) and label r, so the output tells which rows were taken."""
     xs = np.arange(n_rows)[:, None] % 256 + np.arange(features)[None, :] / 8.0
-    consts = {"N_ROWS": n_rows, "F": features, "B": batch, "SEED": seed, "PERM_BITS": perm_bits(n_rows)}
+    params = {"n_rows": n_rows, "features": features, "batch": batch}
     if entry == "gather_eval":
-        consts.update(OFFSET=offset, SEED=0, PERM_BITS=1)
-    out = run_kernel(
-        ["gather.wgsl"],
-        entry,
-        consts,
+        params["offset"] = offset
+    else:
+        params.update(seed=seed, perm_bits=perm_bits(n_rows))
+    out = run_op(
+        getattr(ops, entry),
         {
             "xs": xs.astype(np.float32),
             "ys": np.arange(n_rows, dtype=np.uint32),
             "state": {"data_pos": data_pos},
         },
         {"X": ((batch, features), "padded"), "y": (batch,)},
-        min(4096, -(-batch * ((features + 1) // 2) // 64)),
+        **params,
         path=path,
         gpu=gpu,
     )

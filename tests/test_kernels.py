@@ -18,18 +18,15 @@ import zlib
 import numpy as np
 import pytest
 
+from webmp import ops
 from webmp import reference as ref
-from webmp.inspect import run_kernel, run_matmul
+from webmp.inspect import run_matmul, run_op
 from webmp.reference import U32, check_close, dot_error, store_error, store_tiny
 from webmp.runtime import default_gpu
 from webmp.state import decode_records
 
 FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS = 1, 2, 4
 NO_LABEL = 0xFFFFFFFF
-
-
-def cdiv(a, b):
-    return -(-a // b)
 
 
 def rng_for(name: str, path: str) -> np.random.Generator:
@@ -225,16 +222,7 @@ def test_matmul_store_overflow_is_bit_based(variant, path):
 def _colsum_case(name, path):
     M, N = map(int, name.split("/")[1].split("x"))
     G = rand_h(rng_for(name, path), (M, N), path)
-    return {"G": G}, run_kernel(
-        ["columns.wgsl", "colsum.wgsl"],
-        "colsum",
-        {"M": M, "N": N},
-        {"G": G},
-        {"out": (N,)},
-        cdiv(N, 64),
-        path=path,
-        gpu=default_gpu(),
-    )
+    return {"G": G}, run_op(ops.colsum, {"G": G}, {"out": (N,)}, M=M, N=N, path=path, gpu=default_gpu())
 
 
 @pytest.mark.parametrize("name", ["colsum/13x37", "colsum/3x131"])
@@ -282,16 +270,8 @@ for _n in LN_NAMES:
     @kernel_case(_n + "/fwd")
     def _ln_fwd_case(name, path):
         M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
-        out = run_kernel(
-            ["reduce.wgsl", "layernorm_fwd.wgsl"],
-            "layernorm_fwd",
-            {"M": M, "N": N},
-            inp,
-            {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": (4,)},
-            M,
-            path=path,
-            gpu=default_gpu(),
-        )
+        outputs = {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": (4,)}
+        out = run_op(ops.layernorm_fwd, inp, outputs, M=M, N=N, path=path, gpu=default_gpu())
         return inp, out
 
     @kernel_case(_n + "/bwd")
@@ -304,16 +284,8 @@ for _n in LN_NAMES:
             "stats": stats.astype(np.float32),
             "gamma": inp["gamma"],
         }
-        out = run_kernel(
-            ["reduce.wgsl", "layernorm_bwd.wgsl"],
-            "layernorm_bwd",
-            {"M": M, "N": N},
-            inp,
-            {"dZ": ((M, N), "padded"), "flags": (4,)},
-            M,
-            path=path,
-            gpu=default_gpu(),
-        )
+        outputs = {"dZ": ((M, N), "padded"), "flags": (4,)}
+        out = run_op(ops.layernorm_bwd, inp, outputs, M=M, N=N, path=path, gpu=default_gpu())
         return inp, out
 
     @kernel_case(_n + "/wgrad")
@@ -321,16 +293,8 @@ for _n in LN_NAMES:
         M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
         _, stats = ref.layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"])
         inp = {"dY": rand_h(rng, (M, N), path), "Z": inp["Z"], "stats": stats.astype(np.float32)}
-        out = run_kernel(
-            ["columns.wgsl", "layernorm_wgrad.wgsl"],
-            "layernorm_wgrad",
-            {"M": M, "N": N},
-            inp,
-            {"dgamma": (N,), "dbeta": (N,)},
-            cdiv(N, 64),
-            path=path,
-            gpu=default_gpu(),
-        )
+        outputs = {"dgamma": (N,), "dbeta": (N,)}
+        out = run_op(ops.layernorm_wgrad, inp, outputs, M=M, N=N, path=path, gpu=default_gpu())
         return inp, out
 
 
@@ -396,13 +360,12 @@ SOFTMAX_NAMES = ["softmax/70x1", "softmax/70x10", "softmax/9x13"]
 
 def _softmax_run(logits, labels, scale, path):
     B, C = logits.shape
-    return run_kernel(
-        ["softmax_xent.wgsl"],
-        "softmax_xent",
-        {"B": B, "C": C},
+    return run_op(
+        ops.softmax_xent,
         {"logits": logits.astype(np.float32), "labels": labels.astype(np.uint32), "state": {"scale": scale}},
         {"loss_rows": (B,), "dlogits": ((B, C), "padded"), "flags": (4,)},
-        cdiv(B, 64),
+        B=B,
+        C=C,
         path=path,
         gpu=default_gpu(),
     )
@@ -468,11 +431,9 @@ BASE = 2
 
 def _grad_stats_run(G, scale, path):
     N = G.size
-    nwg = min(16, cdiv(N, 256))
-    return run_kernel(
-        ["reduce.wgsl", "grad_stats.wgsl"],
-        "grad_stats",
-        {"N": N, "BASE": BASE, "NWG": nwg},
+    nwg = ops.grad_stats_workgroups(N)
+    return run_op(
+        ops.grad_stats,
         {
             "G": G.astype(np.float32),
             "state": {"scale": scale},
@@ -480,7 +441,8 @@ def _grad_stats_run(G, scale, path):
             "flags": np.zeros(4, np.uint32),
         },
         ["partials", "flags"],
-        nwg,
+        N=N,
+        BASE=BASE,
         path=path,
         gpu=default_gpu(),
     )
@@ -499,7 +461,7 @@ for _n in GRAD_STATS_NAMES:
 def test_grad_stats(name, path):
     inp, out = run(name, path)
     N = inp["G"].size
-    nwg = min(16, cdiv(N, 256))
+    nwg = ops.grad_stats_workgroups(N)
     partials, bad = ref.grad_stats(inp["G"], inp["scale"], nwg)
     got = out["partials"]
     assert (got[:BASE] == -7.0).all() and got[BASE + nwg] == -7.0, "only this tensor's slots are written"
@@ -571,10 +533,8 @@ for _n in SCALER_SCENARIOS:
             "partials": np.abs(rng.standard_normal(c["NUM_PARTIALS"])).astype(np.float32),
             "loss_rows": np.abs(rng.standard_normal(c["B"])).astype(np.float32),
         }
-        out = run_kernel(
-            ["reduce.wgsl", "scaler.wgsl"],
-            "scaler_step",
-            c,
+        out = run_op(
+            ops.scaler_step,
             {
                 "state": inp["state"],
                 "flags": np.array([found, 0, 0, 0], np.uint32),
@@ -583,7 +543,7 @@ for _n in SCALER_SCENARIOS:
                 "metrics": np.full(c["RING"] * 8, 0xDEADBEEF, np.uint32),
             },
             ["state", "flags", "metrics"],
-            1,
+            constants=c,
             path=path,
             gpu=default_gpu(),
         )
@@ -645,24 +605,15 @@ for _apply in (1, 0):
             "V": (0.01 * rng.random(n) + 1e-4).astype(np.float32),
             "state": {**ADAM_STATE, "apply": int(name.endswith("1"))},
         }
-        out = run_kernel(
-            ["adamw.wgsl"],
-            "adamw",
-            {"N": n, **ADAM_CONSTS},
-            inp,
-            ["P", "Mo", "V"],
-            cdiv(n, 64),
-            path=path,
-            gpu=default_gpu(),
-        )
+        out = run_op(ops.adamw, inp, ["P", "Mo", "V"], N=n, **ADAM_CONSTS, path=path, gpu=default_gpu())
         sentinel = np.full((ROWS, COLS), 3.0)
-        copy = run_kernel(
-            ["adamw.wgsl", "adamw_copy.wgsl"],
-            "adamw_copy",
-            {"N": n, **ADAM_CONSTS, "ROWS": ROWS, "COLS": COLS},
+        copy = run_op(
+            ops.adamw_copy,
             {**inp, "Wh": sentinel},
             {"P": None, "Mo": None, "V": None, "Wh": ((ROWS, COLS), "padded")},
-            cdiv(ROWS * cdiv(COLS, 2), 64),
+            ROWS=ROWS,
+            COLS=COLS,
+            **ADAM_CONSTS,
             path=path,
             gpu=default_gpu(),
         )
@@ -717,26 +668,10 @@ def _eval_case(name, path):
     labels = rng.integers(0, C, B).astype(np.uint32)
     labels[[3, 50, 69]] = NO_LABEL
     io = {"logits": logits, "labels": labels}
-    reset = run_kernel(
-        ["eval.wgsl"],
-        "eval_reset",
-        {"B": B, "C": C},
-        {**io, "result": np.array([5, 9], np.uint32)},
-        ["result"],
-        1,
-        path=path,
-        gpu=default_gpu(),
-    )
-    count = run_kernel(
-        ["eval.wgsl"],
-        "eval_count",
-        {"B": B, "C": C},
-        {**io, "result": np.array([100, 200], np.uint32)},
-        ["result"],
-        cdiv(B, 64),
-        path=path,
-        gpu=default_gpu(),
-    )
+    inputs = {**io, "result": np.array([5, 9], np.uint32)}
+    reset = run_op(ops.eval_reset, inputs, ["result"], B=B, C=C, path=path, gpu=default_gpu())
+    inputs = {**io, "result": np.array([100, 200], np.uint32)}
+    count = run_op(ops.eval_count, inputs, ["result"], B=B, C=C, path=path, gpu=default_gpu())
     return io, {"reset": reset, "count": count}
 
 

@@ -95,7 +95,8 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> None:
         f"webmp/web/{p.name}" for p in (ROOT / "web").iterdir() if p.suffix in (".html", ".js", ".css")
     }
     expected |= {f"webmp/web/node_modules/uplot/dist/{f}" for f in ("uPlot.esm.js", "uPlot.min.css")}
-    expected |= {"webmp/__main__.py", "webmp/resources.py"}
+    # every module of the package, subpackages included
+    expected |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "webmp").rglob("*.py")}
     assert expected <= names, sorted(expected - names)
 
     # a fresh venv; it sees the system's dependencies, but webmp must come from the wheel

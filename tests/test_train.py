@@ -10,7 +10,7 @@ from webmp.checkpoint import load_checkpoint, resume_blob
 from webmp.cli import main as cli
 from webmp.config import TrainConfig
 from webmp.data import load_digits, make_dataset
-from webmp.plan import build_plan
+from webmp.models import build_plan
 from webmp.runtime import GPU, Runtime, default_gpu
 from webmp.state import decode_state
 from webmp.train import ScaleCollapseError, Trainer

@@ -32,7 +32,8 @@ import numpy as np
 from . import tune
 from .config import TrainConfig
 from .data import load_digits, make_dataset
-from .plan import Plan, build_plan, resolve_f16_path
+from .models import build_plan
+from .plan import Plan, resolve_f16_path
 from .tilecache import TileTable, cache_path, load_cache
 
 TARGETS = {

@@ -2,10 +2,12 @@
 
 The tests check shader outputs with it, and it is a tool for debugging numerics by hand:
 
-    from webmp.inspect import run_kernel, run_matmul
+    from webmp import ops
+    from webmp.inspect import run_kernel, run_matmul, run_op
     out = run_matmul("matmul_fwd", A, W, bias=b, path="emulated")   # {"C": ..., "flags": ...}
+    out = run_op(ops.colsum, {"G": g}, {"out": (7,)}, M=5, N=7)     # a launcher, as models use it
     out = run_kernel(["columns.wgsl", "colsum.wgsl"], "colsum", {"M": 5, "N": 7}, inputs={"G": g},
-                     outputs={"out": (7,)}, workgroups=1)
+                     outputs={"out": (7,)}, workgroups=1)          # any entry point, grid by hand
 
 Each call builds a one-program plan with `webmp.plan.PlanBuilder` and executes it with
 `webmp.runtime.Runtime`, so kernels run through exactly the code path training uses (the last 32
@@ -15,18 +17,20 @@ says how numpy data is converted:
   'h'               2-D float arrays in the activation layout (`pack_h` / `unpack_h`), returned as float32
   'f32'             float32 arrays
   'u32', 'atomic'   uint32 arrays
-  'State'           a {field: value} dict over `webmp.plan.STATE_FIELDS` (missing fields are 0) or an
+  'State'           a {field: value} dict over `webmp.state.STATE_FIELDS` (missing fields are 0) or an
                     array of state words; returned as a dict
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .plan import KernelPlan, PlanBuilder, matmul_sources, op_matmul, pack_h, unpack_h
+from . import ops
+from .plan import KernelPlan, PlanBuilder, pack_h, unpack_h
 from .runtime import GPU, Runtime, default_gpu
 from .state import STATE_FIELDS, decode_state, encode_state
 from .wgsl import PRELUDES, parse_bindings
@@ -117,10 +121,10 @@ def run_matmul(
     gpu: GPU | None = None,
 ) -> dict:
     """One matmul kernel ('matmul_fwd', 'matmul_logits', 'matmul_wgrad', 'matmul_dgrad') dispatched
-    by `webmp.plan.op_matmul`, as training does. A is [M, K] ([K, M] with trans_a), B is [K, N]
+    by `webmp.ops.matmul`, as training does. A is [M, K] ([K, M] with trans_a), B is [K, N]
     ([N, K] with trans_b). Returns {"C": [M, N]} plus "flags" for the variants that have them;
     padded=True returns an h output C with its zero-padding column when N is odd. tiles: the tile
-    shape constants (WG_X, WG_Y, TM, TN, BK); default: what op_matmul picks for training."""
+    shape constants (WG_X, WG_Y, TM, TN, BK); default: DEFAULT_TILES."""
     A, B = np.atleast_2d(A), np.atleast_2d(B)
     M, K = (A.shape[1], A.shape[0]) if trans_a else A.shape
     N = B.shape[0] if trans_b else B.shape[1]
@@ -128,7 +132,7 @@ def run_matmul(
         raise ValueError(
             f"inner dimensions differ: A {A.shape} (trans_a={trans_a}), B {B.shape} (trans_b={trans_b})"
         )
-    bindings = parse_bindings((PRELUDES[path], "common.wgsl", *matmul_sources(variant)))
+    bindings = parse_bindings((PRELUDES[path], "common.wgsl", *ops.matmul_sources(variant)))
     names = {b["name"] for b in bindings}
     inputs = {"A": A, "B": B}
     if "bias" in names:
@@ -142,25 +146,57 @@ def run_matmul(
         inputs["flags"] = np.zeros(4, np.uint32) if flags is None else flags
         outputs["flags"] = None
 
+    return run_op(
+        ops.matmul,
+        inputs,
+        outputs,
+        path=path,
+        gpu=gpu,
+        variant=variant,
+        M=M,
+        N=N,
+        K=K,
+        a_act=a_act,
+        trans_a=trans_a,
+        trans_b=trans_b,
+        out_act=out_act,
+        **({"tiles": tiles} if tiles else {}),
+    )
+
+
+class _Recorder(PlanBuilder):
+    """Takes a launcher's dispatch without checking buffers (they are made once the kernel's
+    bindings are known)."""
+
+    def dispatch(self, program, files, entry, constants, binds, workgroups) -> None:
+        self.recorded = (list(files), entry, dict(constants), dict(binds), list(workgroups))
+
+
+def run_op(
+    launcher: Callable[..., None],
+    inputs: dict[str, Any],
+    outputs: Any,
+    *,
+    path: str = "native",
+    gpu: GPU | None = None,
+    **params: Any,
+) -> dict:
+    """Dispatch one launcher of webmp.ops (as a model does) on numpy inputs and return the requested
+    outputs. Buffers are named like the kernel's bindings: every name in inputs and outputs is
+    passed to the launcher as that buffer argument; `params` are its other arguments (sizes,
+    constants; a positional-only first argument such as matmul's variant goes in as `variant`).
+    inputs/outputs as for `run_kernel`."""
+    names = set(inputs) | set(outputs)
+    buffers = {n: n for n in names}
+    args = [params.pop("variant")] if "variant" in params else []
+    args += [params.pop("constants")] if "constants" in params else []
+    probe = _Recorder(path)
+    launcher(probe, PROGRAM, *args, **buffers, **params)
+    files, entry, constants, binds, workgroups = probe.recorded
+    bindings = parse_bindings((PRELUDES[path], "common.wgsl", *files))
+
     def dispatch(pb):
-        op_matmul(
-            pb,
-            PROGRAM,
-            variant,
-            A="A",
-            B="B",
-            out="C",
-            M=M,
-            N=N,
-            K=K,
-            a_act=a_act,
-            trans_a=trans_a,
-            trans_b=trans_b,
-            bias="bias" if "bias" in names else None,
-            zprev="Zprev" if "Zprev" in names else None,
-            out_act=out_act,
-            **({"tiles": tiles} if tiles else {}),
-        )
+        pb.dispatch(PROGRAM, files, entry, constants, binds, workgroups)
 
     return _run(path, bindings, inputs, outputs, dispatch, gpu)
 

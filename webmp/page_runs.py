@@ -20,7 +20,8 @@ from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
 from .config import TrainConfig
 from .data import Dataset, load_dataset
 from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
-from .plan import Plan, build_plan, describe_f16, resolve_f16_path
+from .models import build_plan
+from .plan import Plan, describe_f16, resolve_f16_path
 from .rundir import Record, RunDir, new_run_dir, run_summary
 from .state import decode_state
 

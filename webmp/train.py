@@ -17,7 +17,8 @@ import numpy as np
 from .checkpoint import checkpoint_buffers, load_checkpoint, resume_blob, save_checkpoint
 from .config import TrainConfig
 from .data import Dataset, load_dataset
-from .plan import build_plan, describe_f16, resolve_f16_path
+from .models import build_plan
+from .plan import describe_f16, resolve_f16_path
 from .rundir import RunDir, RunSummary, new_run_dir, run_summary
 from .runtime import GPU, Runtime, default_gpu
 from .state import decode_records, decode_state

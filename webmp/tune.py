@@ -15,7 +15,9 @@ import numpy as np
 
 from .config import TrainConfig
 from .data import load_digits
-from .plan import Plan, PlanBuilder, build_plan, op_matmul, pack_h, resolve_f16_path, unpack_h
+from .models import build_plan
+from .ops import matmul
+from .plan import Plan, PlanBuilder, pack_h, resolve_f16_path, unpack_h
 from .runtime import Runtime, default_gpu
 from .tilecache import DEFAULT_TILES, Tiles, cache_path, load_cache, save_cache, shape_class
 
@@ -111,20 +113,20 @@ class MatmulCase:
             pb.h("C", M, N)
         else:
             pb.f32("C", (M, N), "activations")
-        op_matmul(
+        matmul(
             pb,
             "mm",
             variant,
             A="A",
             B="B",
-            out="C",
+            C="C",
             M=M,
             N=N,
             K=K,
             trans_a=trans_a,
             trans_b=trans_b,
             bias="bias",
-            zprev="Zprev",
+            Zprev="Zprev",
             out_act=1,
             tiles=self.tiles,
         )

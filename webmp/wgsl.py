@@ -3,7 +3,8 @@
 A kernel is a list of files from shaders/ joined in order with "\n" (`join_sources`): a precision
 prelude, common.wgsl, then the family's file(s), shared ones first and the file with the entry
 point last (runtimes label the module with the last file). The lists are spelled out in
-webmp/plan.py (`PlanBuilder.kernel` adds the first two; `matmul_sources` for the matmul variants).
+webmp/ops.py, one launcher per family (`PlanBuilder.kernel` adds the first two; `matmul_sources`
+for the matmul variants).
 Bindings are read from the `@group(0) @binding(i) var<storage, ...>` declarations of all the
 files (`parse_bindings`), so the plan can carry explicit bind group layouts that both runtimes
 create without further logic.

@@ -1,0 +1,199 @@
+"""What every model's plan shares: the data and bookkeeping buffers, parameters with their master
+copy, gradient, moments and optional working copy, the optimizer program (overflow check, loss
+scaler, AdamW) and the plan dictionary itself. A model (mlp.py, ...) adds its activations and its
+forward, backward and evaluation dispatches in between."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, TypedDict
+
+import numpy as np
+
+from .. import ops
+from ..config import TrainConfig
+from ..plan import (
+    CATEGORIES,
+    PLAN_FORMAT,
+    EvalSpec,
+    ParamSpec,
+    Plan,
+    PlanBuilder,
+    pack_h,
+    required_limits,
+)
+from ..state import METRIC_FIELDS, NO_STEP, STATE_BYTES, STATE_FIELDS, initial_state
+from ..tilecache import TileTable
+
+TRAIN_STEP = "train_step"
+EVAL = "eval"
+
+
+class Param(TypedDict):
+    name: str
+    shape: list[int]
+    master: str
+    grad: str
+    m: str
+    v: str
+    copy: str | None
+    decay: bool  # AdamW weight decay applies (weight matrices; not biases or LayerNorm parameters)
+
+
+def pytorch_linear_init(
+    fan_in: int, fan_out: int, rng: np.random.Generator, gain: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """nn.Linear's default init (uniform in +-1/sqrt(fan_in)) times gain; weight stored [in, out]."""
+    bound = gain / math.sqrt(fan_in)
+    w = rng.uniform(-bound, bound, size=(fan_in, fan_out)).astype(np.float32)
+    b = rng.uniform(-bound, bound, size=fan_out).astype(np.float32)
+    return w, b
+
+
+class ModelBuilder:
+    """A PlanBuilder plus the parameter list and the parts of a training plan every model has."""
+
+    def __init__(self, cfg: TrainConfig, path: str, tiles: TileTable | None = None):
+        self.cfg = cfg
+        self.path = path
+        self.pb = PlanBuilder(path)
+        self.tiles = tiles or TileTable()
+        self.params: list[Param] = []
+
+    def bookkeeping(self, batch: int) -> None:
+        """The GPU state, the overflow flags, per-row losses, the metrics ring, the eval counters."""
+        cfg, pb = self.cfg, self.pb
+        state0 = initial_state(cfg.init_scale if cfg.loss_scaling else 1.0, cfg.hysteresis)
+        pb.buffer("state", STATE_BYTES, "other", "state", (len(STATE_FIELDS),), state0)
+        pb.u32("flags", (4,), "other")
+        pb.f32("loss_rows", (batch,), "activations")
+        # unwritten ring slots hold step 0xFFFFFFFF, so readers can tell them from step 0
+        ring = (cfg.log_every, len(METRIC_FIELDS))
+        pb.u32("metrics", ring, "other", np.full(ring, NO_STEP))
+        pb.u32("eval_result", (2,), "other")
+
+    def param(self, name: str, init: np.ndarray, copy_shape: tuple[int, int] | None = None) -> Param:
+        """A trained tensor: f32 master, gradient and both Adam moments; with copy_shape also a
+        working copy in the activation format (what the matmuls read), and weight decay."""
+        pb, shape = self.pb, list(init.shape)
+        entry: Param = {
+            "name": name,
+            "shape": shape,
+            "master": pb.f32(name, shape, "master_weights", init),
+            "grad": pb.f32("g_" + name, shape, "gradients"),
+            "m": pb.f32("m_" + name, shape, "optimizer_state"),
+            "v": pb.f32("v_" + name, shape, "optimizer_state"),
+            "copy": None,
+            "decay": copy_shape is not None,
+        }
+        if copy_shape is not None:
+            rows, cols = copy_shape
+            entry["copy"] = pb.h(
+                "h_" + name, rows, cols, category="working_weights", init=pack_h(init, self.path)
+            )
+        self.params.append(entry)
+        return entry
+
+    def matmul(self, program: str, variant: str, **kw: Any) -> None:
+        """ops.matmul with the tile shape the table gives this shape."""
+        shape = (self.path, kw["M"], kw["N"], kw["K"], kw.get("trans_a", 0), kw.get("trans_b", 0))
+        ops.matmul(self.pb, program, variant, tiles=self.tiles.for_shape(*shape), **kw)
+
+    def optimizer(self, program: str, batch: int) -> None:
+        """After the backward pass: overflow check and norm partials over every master gradient,
+        the scaler's verdict and metrics record, then AdamW on every parameter."""
+        cfg, pb = self.cfg, self.pb
+        bases, total = [], 0
+        for p in self.params:
+            bases.append(total)
+            total += ops.grad_stats_workgroups(int(np.prod(p["shape"])))
+        pb.f32("norm_partials", (total,), "other")
+        for p, base in zip(self.params, bases, strict=True):
+            ops.grad_stats(
+                pb, program, G=p["grad"], partials="norm_partials", N=int(np.prod(p["shape"])), BASE=base
+            )
+        ops.scaler_step(
+            pb,
+            program,
+            scaler_constants(cfg, total, batch),
+            partials="norm_partials",
+            loss_rows="loss_rows",
+            metrics="metrics",
+        )
+        for p in self.params:
+            wd = cfg.weight_decay if p["decay"] else 0.0
+            hyper: dict[str, Any] = {"WD": wd, "BETA1": cfg.beta1, "BETA2": cfg.beta2, "EPS": cfg.eps}
+            moments: dict[str, Any] = {"P": p["master"], "G": p["grad"], "Mo": p["m"], "V": p["v"]}
+            if p["copy"]:
+                rows, cols = p["shape"]
+                ops.adamw_copy(pb, program, Wh=p["copy"], ROWS=rows, COLS=cols, **moments, **hyper)
+            else:
+                ops.adamw(pb, program, N=int(np.prod(p["shape"])), **moments, **hyper)
+
+    def finish(self, layers: list[int], evaluation: EvalSpec) -> tuple[Plan, bytes]:
+        cfg, pb, path = self.cfg, self.pb, self.path
+        memory = {c: 0 for c in CATEGORIES}
+        for b in pb.buffers.values():
+            memory[b["category"]] += b["bytes"]
+        params = self.params
+        plan: Plan = {
+            "format": PLAN_FORMAT,
+            "config": cfg.model_dump(),
+            "precision": cfg.precision,
+            "f16_path": None if path == "fp32" else path,
+            "prelude": pb.prelude,
+            "required_features": ["shader-f16"] if path == "native" else [],
+            "layers": layers,
+            "buffers": list(pb.buffers.values()),
+            "blob_bytes": len(pb.blob),
+            "kernels": list(pb.kernels.values()),
+            "programs": pb.programs,
+            "params": [
+                ParamSpec(
+                    name=p["name"],
+                    shape=p["shape"],
+                    master=p["master"],
+                    grad=p["grad"],
+                    m=p["m"],
+                    v=p["v"],
+                    copy=p["copy"],
+                )
+                for p in params
+            ],
+            "state": {"buffer": "state", "fields": STATE_FIELDS},
+            "checkpoint_buffers": [n for p in params for n in (p["master"], p["m"], p["v"], p["copy"]) if n]
+            + ["state"],
+            "schedule": {
+                "steps": cfg.steps,
+                "log_every": cfg.log_every,
+                "checkpoint_every": cfg.checkpoint_every,
+            },
+            "metrics": {"buffer": "metrics", "ring": cfg.log_every, "fields": METRIC_FIELDS},
+            "eval": evaluation,
+            "memory": memory,
+            "required_limits": required_limits(list(pb.buffers.values()), list(pb.kernels.values())),
+        }
+        return plan, bytes(pb.blob)
+
+
+def scaler_constants(cfg: TrainConfig, num_partials: int, batch: int) -> dict[str, Any]:
+    """scaler.wgsl's overrides: the loss scaler (GradScaler semantics), clipping, the lr schedule."""
+    return {
+        "NUM_PARTIALS": num_partials,
+        "B": batch,
+        "SCALING": int(cfg.loss_scaling),
+        "GROWTH": cfg.growth_factor,
+        "BACKOFF": cfg.backoff_factor,
+        "INTERVAL": cfg.growth_interval,
+        "HYSTERESIS": cfg.hysteresis,
+        "MIN_SCALE": cfg.min_scale,
+        "CLIP": cfg.clip_norm,
+        "LR": cfg.lr,
+        "LR_MIN": cfg.min_lr,
+        "WARMUP": cfg.warmup,
+        "TOTAL": cfg.steps,
+        "SCHEDULE": int(cfg.schedule == "cosine"),
+        "BETA1": cfg.beta1,
+        "BETA2": cfg.beta2,
+        "RING": cfg.log_every,
+    }

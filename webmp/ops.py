@@ -1,0 +1,386 @@
+"""One launcher per kernel family: its shader files, entry point, override constants, bindings and
+workgroup counts, in one place.
+
+A launcher adds one dispatch to a program of a `PlanBuilder`. Its buffer arguments are named like
+the kernel's WGSL bindings (and take buffer names); its other arguments are the sizes and constants
+the kernel needs. Models (webmp/models/), `webmp.inspect` and the tests all dispatch through these
+functions, so a grid or a constant is computed in one place only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .plan import PlanBuilder
+from .tilecache import DEFAULT_TILES, Tiles
+
+MAX_WORKGROUPS = 4096  # for grid-stride kernels
+GRAD_STATS_WG = 256  # grad_stats.wgsl's workgroup size
+GRAD_STATS_MAX_WG = 16
+ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}  # common.wgsl's ACT_*
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def grid(n: int, per: int = 64) -> list[int]:
+    """Workgroups for a grid-stride loop over n items, `per` a workgroup, capped at MAX_WORKGROUPS."""
+    return [min(MAX_WORKGROUPS, max(1, cdiv(n, per)))]
+
+
+# --- matmuls ---------------------------------------------------------------------------------------
+
+MATMUL_VARIANTS = ("matmul_fwd", "matmul_logits", "matmul_wgrad", "matmul_dgrad")
+
+
+def matmul_sources(variant: str) -> list[str]:
+    """The shader files of a matmul variant after the prelude and common.wgsl: the core, the shared
+    f16-output epilogue for the variants that store h, the variant's own file."""
+    h_out = ["matmul_h_out.wgsl"] if variant in ("matmul_fwd", "matmul_dgrad") else []
+    return ["matmul.wgsl", *h_out, f"{variant}.wgsl"]
+
+
+def matmul(
+    pb: PlanBuilder,
+    program: str,
+    variant: str,
+    *,
+    A: str,
+    B: str,
+    C: str,
+    M: int,
+    N: int,
+    K: int,
+    a_act: int = 0,
+    trans_a: int = 0,
+    trans_b: int = 0,
+    bias: str | None = None,
+    Zprev: str | None = None,
+    out_act: int = 0,
+    flags: str = "flags",
+    tiles: Tiles = DEFAULT_TILES,
+) -> None:
+    """C = act_in(op(A)) op(B) (+ bias, or times act'(Zprev)): one tiled dispatch with tile shape
+    `tiles` (WG_X, WG_Y, TM, TN, BK). A is [M, K] ([K, M] with trans_a), B [K, N] ([N, K])."""
+    if variant not in MATMUL_VARIANTS:
+        raise ValueError(f"unknown matmul variant {variant!r}; one of {MATMUL_VARIANTS}")
+    consts: dict[str, Any] = {"M": M, "N": N, "K": K, "TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
+    consts.update(tiles)
+    binds = {"A": A, "B": B, "C": C}
+    if variant in ("matmul_fwd", "matmul_logits"):
+        binds["bias"] = _given(bias, "bias", variant)
+    if variant == "matmul_dgrad":
+        binds["Zprev"] = _given(Zprev, "Zprev", variant)
+        consts["OUT_ACT"] = out_act
+    if variant in ("matmul_fwd", "matmul_dgrad"):
+        binds["flags"] = flags
+    workgroups = [cdiv(N, tiles["WG_X"] * tiles["TN"]), cdiv(M, tiles["WG_Y"] * tiles["TM"])]
+    pb.dispatch(program, matmul_sources(variant), variant, consts, binds, workgroups)
+
+
+def _given(buffer: str | None, what: str, variant: str) -> str:
+    if buffer is None:
+        raise ValueError(f"{variant} needs a {what} buffer")
+    return buffer
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+def gather_train(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    xs: str,
+    ys: str,
+    X: str,
+    y: str,
+    n_rows: int,
+    features: int,
+    batch: int,
+    seed: int,
+    perm_bits: int,
+    state: str = "state",
+) -> None:
+    """The next batch of the seeded per-epoch permutation (at state.data_pos) into X (h) and y."""
+    pb.dispatch(
+        program,
+        ["gather.wgsl"],
+        "gather_train",
+        {"N_ROWS": n_rows, "F": features, "B": batch, "SEED": seed, "PERM_BITS": perm_bits},
+        {"xs": xs, "ys": ys, "state": state, "X": X, "y": y},
+        grid(batch * cdiv(features, 2)),
+    )
+
+
+def gather_eval(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    xs: str,
+    ys: str,
+    X: str,
+    y: str,
+    n_rows: int,
+    features: int,
+    batch: int,
+    offset: int,
+    state: str = "state",
+) -> None:
+    """Rows offset .. offset + batch - 1 in order; rows past the end get the label NO_LABEL."""
+    pb.dispatch(
+        program,
+        ["gather.wgsl"],
+        "gather_eval",
+        {"N_ROWS": n_rows, "F": features, "B": batch, "OFFSET": offset, "SEED": 0, "PERM_BITS": 1},
+        {"xs": xs, "ys": ys, "state": state, "X": X, "y": y},
+        grid(batch * cdiv(features, 2)),
+    )
+
+
+# --- loss, reductions, normalisation ---------------------------------------------------------------
+
+
+def softmax_xent(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    logits: str,
+    labels: str,
+    loss_rows: str,
+    dlogits: str,
+    B: int,
+    C: int,
+    state: str = "state",
+    flags: str = "flags",
+) -> None:
+    """Per-row loss and dlogits = (softmax - onehot) * scale / B, fused, in f32; one thread a row."""
+    pb.dispatch(
+        program,
+        ["softmax_xent.wgsl"],
+        "softmax_xent",
+        {"B": B, "C": C},
+        {
+            "logits": logits,
+            "labels": labels,
+            "state": state,
+            "loss_rows": loss_rows,
+            "dlogits": dlogits,
+            "flags": flags,
+        },
+        [cdiv(B, 64)],
+    )
+
+
+def colsum(pb: PlanBuilder, program: str, *, G: str, out: str, M: int, N: int) -> None:
+    """out[c] = sum over the M rows of G[:, c] (a bias gradient), in f32."""
+    pb.dispatch(
+        program,
+        ["columns.wgsl", "colsum.wgsl"],
+        "colsum",
+        {"M": M, "N": N},
+        {"G": G, "out": out},
+        [cdiv(N, 64)],
+    )
+
+
+def layernorm_fwd(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    Z: str,
+    gamma: str,
+    beta: str,
+    Y: str,
+    stats: str,
+    M: int,
+    N: int,
+    flags: str = "flags",
+) -> None:
+    """Y = LayerNorm(Z) * gamma + beta over rows of N, keeping (mean, rstd) per row; a workgroup a row."""
+    pb.dispatch(
+        program,
+        ["reduce.wgsl", "layernorm_fwd.wgsl"],
+        "layernorm_fwd",
+        {"M": M, "N": N},
+        {"Z": Z, "gamma": gamma, "beta": beta, "Y": Y, "stats": stats, "flags": flags},
+        [M],
+    )
+
+
+def layernorm_wgrad(
+    pb: PlanBuilder, program: str, *, dY: str, Z: str, stats: str, dgamma: str, dbeta: str, M: int, N: int
+) -> None:
+    """dgamma, dbeta: column sums over the M rows; a thread a column."""
+    pb.dispatch(
+        program,
+        ["columns.wgsl", "layernorm_wgrad.wgsl"],
+        "layernorm_wgrad",
+        {"M": M, "N": N},
+        {"dY": dY, "Z": Z, "stats": stats, "dgamma": dgamma, "dbeta": dbeta},
+        [cdiv(N, 64)],
+    )
+
+
+def layernorm_bwd(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    dY: str,
+    Z: str,
+    stats: str,
+    gamma: str,
+    dZ: str,
+    M: int,
+    N: int,
+    flags: str = "flags",
+) -> None:
+    """dZ from dY through the LayerNorm; a workgroup a row."""
+    pb.dispatch(
+        program,
+        ["reduce.wgsl", "layernorm_bwd.wgsl"],
+        "layernorm_bwd",
+        {"M": M, "N": N},
+        {"dY": dY, "Z": Z, "stats": stats, "gamma": gamma, "dZ": dZ, "flags": flags},
+        [M],
+    )
+
+
+# --- the overflow check, the loss scaler, the optimizer ---------------------------------------------
+
+
+def grad_stats_workgroups(n: int) -> int:
+    """Workgroups (and so norm partial sums) grad_stats uses for a tensor of n values."""
+    return min(GRAD_STATS_MAX_WG, cdiv(n, GRAD_STATS_WG))
+
+
+def grad_stats(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    G: str,
+    partials: str,
+    N: int,
+    BASE: int,
+    state: str = "state",
+    flags: str = "flags",
+) -> None:
+    """Overflow bits of G and its unscaled sum of squares into partials[BASE : BASE + workgroups]."""
+    nwg = grad_stats_workgroups(N)
+    pb.dispatch(
+        program,
+        ["reduce.wgsl", "grad_stats.wgsl"],
+        "grad_stats",
+        {"N": N, "BASE": BASE, "NWG": nwg},
+        {"G": G, "state": state, "partials": partials, "flags": flags},
+        [nwg],
+    )
+
+
+def scaler_step(
+    pb: PlanBuilder,
+    program: str,
+    constants: dict[str, Any],
+    *,
+    partials: str,
+    loss_rows: str,
+    metrics: str,
+    state: str = "state",
+    flags: str = "flags",
+) -> None:
+    """The step's verdict, loss scale update and metrics record (one workgroup); `constants` are
+    scaler.wgsl's overrides (NUM_PARTIALS, B, SCALING, GROWTH, ..., RING)."""
+    pb.dispatch(
+        program,
+        ["reduce.wgsl", "scaler.wgsl"],
+        "scaler_step",
+        constants,
+        {"state": state, "flags": flags, "partials": partials, "loss_rows": loss_rows, "metrics": metrics},
+        [1],
+    )
+
+
+def adamw(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    P: str,
+    G: str,
+    Mo: str,
+    V: str,
+    N: int,
+    WD: float,
+    BETA1: float,
+    BETA2: float,
+    EPS: float,
+    state: str = "state",
+) -> None:
+    """AdamW on N f32 master values (skipped when state.apply is 0)."""
+    pb.dispatch(
+        program,
+        ["adamw.wgsl"],
+        "adamw",
+        {"N": N, "WD": WD, "BETA1": BETA1, "BETA2": BETA2, "EPS": EPS},
+        {"state": state, "P": P, "G": G, "Mo": Mo, "V": V},
+        grid(N),
+    )
+
+
+def adamw_copy(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    P: str,
+    G: str,
+    Mo: str,
+    V: str,
+    Wh: str,
+    ROWS: int,
+    COLS: int,
+    WD: float,
+    BETA1: float,
+    BETA2: float,
+    EPS: float,
+    state: str = "state",
+) -> None:
+    """AdamW on a [ROWS, COLS] weight matrix that also writes its working copy Wh (h format)."""
+    pb.dispatch(
+        program,
+        ["adamw.wgsl", "adamw_copy.wgsl"],
+        "adamw_copy",
+        {"N": ROWS * COLS, "WD": WD, "BETA1": BETA1, "BETA2": BETA2, "EPS": EPS, "ROWS": ROWS, "COLS": COLS},
+        {"state": state, "P": P, "G": G, "Mo": Mo, "V": V, "Wh": Wh},
+        grid(ROWS * cdiv(COLS, 2)),
+    )
+
+
+# --- evaluation ------------------------------------------------------------------------------------
+
+
+def eval_reset(
+    pb: PlanBuilder, program: str, *, logits: str, labels: str, result: str, B: int, C: int
+) -> None:
+    """Zero the (correct, counted) counters."""
+    pb.dispatch(
+        program,
+        ["eval.wgsl"],
+        "eval_reset",
+        {"B": B, "C": C},
+        {"logits": logits, "labels": labels, "result": result},
+        [1],
+    )
+
+
+def eval_count(
+    pb: PlanBuilder, program: str, *, logits: str, labels: str, result: str, B: int, C: int
+) -> None:
+    """Count the rows whose argmax is the label (rows labelled NO_LABEL are not counted)."""
+    pb.dispatch(
+        program,
+        ["eval.wgsl"],
+        "eval_count",
+        {"B": B, "C": C},
+        {"logits": logits, "labels": labels, "result": result},
+        [cdiv(B, 64)],
+    )
