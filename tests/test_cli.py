@@ -58,6 +58,7 @@ def test_every_field_is_settable(name: str) -> None:
         "beta2": "0.5",
         "backoff_factor": "0.25",
         "growth_factor": "4.0",
+        "data": "mine.csv",
     }.get(name)
     if value is None:
         if get_origin(field.annotation) is Literal:

@@ -18,6 +18,7 @@ from starlette.websockets import WebSocketDisconnect
 from webmp.browser import LocalServer
 from webmp.config import TrainConfig
 from webmp.messages import MAX_MESSAGE_BYTES
+from webmp.page_runs import RunStore
 from webmp.rundir import RunDir
 from webmp.server import UPLOT_DIR, cli_serve, create_app, server_token
 from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_state, encode_state
@@ -214,6 +215,26 @@ def test_runs_rest_api(client):
     for unknown in ("nope", "..", "a%2F..%2Fb", "x" * 100):
         assert client.get(f"/api/runs/{unknown}").status_code == 404
     assert len(client.get("/api/runs").json()) == 1
+
+
+def test_data_files_are_refused_for_browser_runs(client, tmp_path):
+    """A data path in POST /api/runs would let any client read a server file through the plan's blob."""
+    secret = tmp_path / "secret.csv"
+    secret.write_text("1,2,0\n3,4,1\n")
+    before = sorted(p.name for p in client.app.state.store.root.glob("*"))
+    r = client.post("/api/runs", json={**SMALL, "data": str(secret)})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert "browser runs train on the built-in datasets" in detail and "webmp train" in detail
+    assert str(secret) not in detail
+    assert sorted(p.name for p in client.app.state.store.root.glob("*")) == before  # no run directory
+    assert client.get("/api/runs").json() == []
+
+    # nor is a run directory edited on disk to name a file served after a restart
+    run = create(client)
+    config_file = client.app.state.store.get(run["id"]).dir.path / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "data": str(secret)}))
+    assert run["id"] not in RunStore(client.app.state.store.root).runs
 
 
 def test_plan_for_each_f16_path(client):

@@ -2,9 +2,9 @@
 
 `webmp train`'s configuration flags are generated from TrainConfig (webmp/config.py): one flag per
 field, named after it (underscores as dashes), typed by its annotation (int, float, str, bool,
-list[...] as comma-separated values, Literal[...] as choices), defaulting to its default and helped
-by its docstring. A new field is a new flag with nothing to add here. `serve` and `bench` parse
-their own arguments (webmp/server.py, webmp/bench.py).
+list[...] as comma-separated values, Literal[...] as choices, `T | None` as T), defaulting to its
+default and helped by its docstring. A new field is a new flag with nothing to add here. `serve` and
+`bench` parse their own arguments (webmp/server.py, webmp/bench.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any, Literal, get_args, get_origin
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -26,6 +27,7 @@ COMMANDS = {
     "bench": "benchmark kernels, step overhead and memory",
 }
 SCALARS: dict[type, str] = {int: "INT", float: "FLOAT", str: "TEXT"}  # flag types and their metavars
+METAVARS = {"data": "PATH"}  # fields whose metavar says more than their type's
 
 
 def flag_name(field: str) -> str:
@@ -53,6 +55,14 @@ def _list_type(elem: type, example: str) -> Callable[[str], list[Any]]:
     return parse
 
 
+def _optional(ann: Any) -> Any:
+    """T of `T | None` (either spelling), else None."""
+    args = get_args(ann)
+    if get_origin(ann) in (Union, UnionType) and len(args) == 2 and type(None) in args:
+        return next(a for a in args if a is not type(None))
+    return None
+
+
 def _flag_spec(name: str, field: FieldInfo, default: object) -> dict[str, Any]:
     """add_argument keywords for one config field, from its annotation."""
     ann = field.annotation
@@ -65,6 +75,9 @@ def _flag_spec(name: str, field: FieldInfo, default: object) -> dict[str, Any]:
         return {"action": argparse.BooleanOptionalAction}
     elif isinstance(ann, type) and ann in SCALARS:
         return {"type": ann, "metavar": SCALARS[ann]}
+    elif _optional(ann) in SCALARS:  # `str | None = None`: the flag sets it, leaving it out keeps None
+        scalar = _optional(ann)
+        return {"type": scalar, "metavar": SCALARS[scalar]}
     elif get_origin(ann) is list and len(get_args(ann)) == 1 and get_args(ann)[0] in SCALARS:
         elem = get_args(ann)[0]
         metavar = SCALARS[elem]
@@ -81,7 +94,10 @@ def add_train_flags(p: argparse.ArgumentParser, model: type[BaseModel] = TrainCo
             flag_name(name),
             dest=name,
             default=default,
-            **_flag_spec(f"{model.__qualname__}.{name}", field, default),
+            **{
+                **_flag_spec(f"{model.__qualname__}.{name}", field, default),
+                **({"metavar": METAVARS[name]} if name in METAVARS else {}),
+            },
         )
         # set after add_argument, so that no action (BooleanOptionalAction) adds a default of its own
         text = " ".join((field.description or "").split())

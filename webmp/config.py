@@ -25,7 +25,10 @@ class TrainConfig(BaseModel):
     init_gain: float = 1.0
     """multiplies PyTorch's default Linear init"""
     dataset: Literal["digits"] = "digits"
-    """training data: scikit-learn's 8x8 digits (10 classes), a fixed train/test split"""
+    """built-in training data (without --data): scikit-learn's 8x8 digits (10 classes), a fixed split"""
+    data: str | None = None
+    """training data file: .npz (arrays x, y) or .csv (last column the label) for the MLP, split 80/20
+    like digits; without it the built-in dataset"""
     input_scale: float = 1.0
     """multiplies the normalised features"""
     # precision
@@ -107,6 +110,13 @@ class TrainConfig(BaseModel):
     def _non_negative_float(cls, v, info):
         if not v >= 0 or v == float("inf"):
             raise ValueError(f"{info.field_name} must be a finite number >= 0, got {v}")
+        return v
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, v):
+        if v is not None and not v.strip():
+            raise ValueError("data must be the path of a data file, got an empty string")
         return v
 
     @field_validator("hidden")

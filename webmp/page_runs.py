@@ -47,6 +47,23 @@ class InvalidUpload(PageRunError):
     pass
 
 
+class InvalidConfig(PageRunError):
+    """A valid TrainConfig that a browser run cannot train."""
+
+
+# The plan's blob, training data included, goes to whichever client asks for it over HTTP: a data
+# path chosen by that client would let it read any file the server can.
+BROWSER_DATA = (
+    "browser runs train on the built-in datasets (the dataset field); data files (--data) are for "
+    "native `webmp train`"
+)
+
+
+def check_browser_config(cfg: TrainConfig) -> None:
+    if cfg.data is not None:
+        raise InvalidConfig(BROWSER_DATA)
+
+
 @lru_cache(maxsize=4)
 def _dataset(name: str, input_scale: float) -> Dataset:
     return load_dataset(name, input_scale)
@@ -56,6 +73,7 @@ class PageRun:
     """One run trained by a page: its directory, its status and the records stored so far."""
 
     def __init__(self, path: Path, cfg: TrainConfig, state: dict[str, Any] | None = None):
+        check_browser_config(cfg)
         self.id = path.name
         self.dir = RunDir(path)
         self.cfg = cfg
@@ -315,7 +333,8 @@ class RunStore:
         try:
             state = json.loads((path / STATE_FILE).read_text())
             cfg = RunDir(path).read_config()
-        except (OSError, ValueError) as e:
+            check_browser_config(cfg)
+        except (OSError, ValueError, InvalidConfig) as e:
             print(f"webmp serve: skipping {path}: {e}", file=sys.stderr)
             return
         if state.get("status") == "running":  # the server stopped while a page was training
@@ -323,6 +342,7 @@ class RunStore:
         self.runs[path.name] = PageRun(path, cfg, state)
 
     def create(self, cfg: TrainConfig) -> PageRun:
+        check_browser_config(cfg)  # before the run directory exists
         run = PageRun(new_run_dir(self.root, prefix="browser"), cfg)
         run.save()
         self.runs[run.id] = run

@@ -1,6 +1,6 @@
 """A run directory: the files every run writes, native or browser, in one format, written here only.
 
-  config.json     the TrainConfig plus runtime facts (f16 path, adapter, runtime)
+  config.json     the TrainConfig plus runtime facts (f16 path, adapter, runtime, data file's sha256)
   metrics.jsonl   one JSON object per logged step, the fields of webmp.state.METRIC_FIELDS in order
   summary.json    final figures (`RunSummary`: train loss, test accuracy, steps, skipped, memory, ...)
   curves.png      loss and loss-scale curves on log axes, skipped steps marked
@@ -137,11 +137,17 @@ class RunDir:
         return json.loads((self.path / name).read_text())
 
     def write_config(
-        self, cfg: TrainConfig, *, f16_path: str | None, adapter: str | None, runtime: Runtime
+        self,
+        cfg: TrainConfig,
+        *,
+        f16_path: str | None,
+        adapter: str | None,
+        runtime: Runtime,
+        data_sha256: str | None = None,
     ) -> None:
-        self.write_json(
-            CONFIG, {**cfg.model_dump(), "f16_path": f16_path, "adapter": adapter, "runtime": runtime}
-        )
+        """config.json; data_sha256 is the data file's (webmp.data.Dataset.sha256), None when built in."""
+        facts = {"f16_path": f16_path, "adapter": adapter, "runtime": runtime, "data_sha256": data_sha256}
+        self.write_json(CONFIG, {**cfg.model_dump(), **facts})
 
     def read_config(self) -> TrainConfig:
         """The TrainConfig of config.json (the runtime facts beside it are left out)."""

@@ -39,11 +39,19 @@ from pydantic import ValidationError
 
 from .config import TrainConfig, config_error_message
 from .messages import MAX_MESSAGE_BYTES, RUN_ID_RE, RunInfo, json_safe, parse_page_message
-from .page_runs import InvalidUpload, PageRun, PageRunError, RunStateConflict, RunStore, UnknownRun
+from .page_runs import (
+    InvalidConfig,
+    InvalidUpload,
+    PageRun,
+    PageRunError,
+    RunStateConflict,
+    RunStore,
+    UnknownRun,
+)
 from .resources import SHADER_DIR, UPLOT_DIR, WEB_DIR
 
 WS_PROTOCOL_MAX_BYTES = 4 * 2**20  # frames above this are cut by uvicorn itself (connection closed)
-HTTP_STATUS = {UnknownRun: 404, RunStateConflict: 409, InvalidUpload: 400}
+HTTP_STATUS = {UnknownRun: 404, RunStateConflict: 409, InvalidUpload: 400, InvalidConfig: 422}
 F16 = Query(..., pattern="^(native|emulated)$", description="does the page's adapter have shader-f16")
 Offer = Literal["native", "emulated"]
 

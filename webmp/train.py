@@ -16,7 +16,7 @@ import numpy as np
 
 from .checkpoint import checkpoint_buffers, load_checkpoint, resume_blob, save_checkpoint
 from .config import TrainConfig
-from .data import Dataset, load_dataset
+from .data import Dataset, load_mlp_data
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
 from .rundir import RunDir, RunSummary, new_run_dir, run_summary
@@ -30,6 +30,7 @@ RESUME_LOCKED = (
     "hidden",
     "act",
     "dataset",
+    "data",
     "input_scale",
     "precision",
     "batch_size",
@@ -69,7 +70,12 @@ class Trainer:
                     "cannot resume: the config differs from the checkpoint's in " + "; ".join(clash)
                 )
         self.cfg = cfg
-        self.data = dataset or load_dataset(cfg.dataset, cfg.input_scale)
+        self.data = dataset or load_mlp_data(cfg)
+        if meta is not None and meta.get("data_sha256") != self.data.sha256:
+            raise ValueError(
+                f"cannot resume: the data file {cfg.data} changed since the checkpoint "
+                f"(sha256 {meta.get('data_sha256')} then, {self.data.sha256} now)"
+            )
         self.gpu = gpu or default_gpu()
         self.path = resolve_f16_path(cfg.precision, cfg.f16, self.gpu.has_f16)
         self.tiles = TileTable.for_adapter(self.gpu.name)  # `webmp bench --tune`'s choices, else defaults
@@ -97,7 +103,13 @@ class Trainer:
             self.run_dir.truncate_metrics_after(self.step - 1)
         self.last_checkpoint: tuple[Path, int] | None = (self.run_dir.path, self.step) if resume else None
         self.f16_description = describe_f16(self.path, cfg.f16)
-        self.run_dir.write_config(cfg, f16_path=plan["f16_path"], adapter=self.gpu.name, runtime="native")
+        self.run_dir.write_config(
+            cfg,
+            f16_path=plan["f16_path"],
+            adapter=self.gpu.name,
+            runtime="native",
+            data_sha256=self.data.sha256,
+        )
         self.records: list[dict] = []
         self.skipped_total = 0
         self.warned_min_scale = False
@@ -109,7 +121,8 @@ class Trainer:
 
     def checkpoint(self) -> Path:
         contents = {n: self.runtime.read(n) for n in checkpoint_buffers(self.plan)}
-        path = save_checkpoint(self.run_dir.path, self.plan, contents, {"adapter": self.gpu.name})
+        extra = {"adapter": self.gpu.name, "data_sha256": self.data.sha256}
+        path = save_checkpoint(self.run_dir.path, self.plan, contents, extra)
         self.last_checkpoint = (self.run_dir.path, self.step)
         return path
 
@@ -155,6 +168,12 @@ class Trainer:
         end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
         self.log(f"webmp: {cfg.precision}, {self.f16_description}, adapter {self.gpu.name}")
         self.log(f"webmp: run directory {self.run_dir.path}")
+        if cfg.data is not None:
+            d = self.data
+            self.log(
+                f"webmp: data {d.source}: {len(d.train_x)} train / {len(d.test_x)} test rows, "
+                f"{d.features} features, {d.classes} classes"
+            )
         bar = None
         if self.progress:
             from tqdm import tqdm
