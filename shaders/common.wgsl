@@ -1,5 +1,6 @@
 // Contract (webmp/wgsl.py): second file of every kernel; no bindings; uses the prelude's names.
-// Shared by every kernel: the training state word layout, overflow tests and activations.
+// Shared by every kernel: the training state word layout, overflow tests, activations and the
+// seeded data order (its position, state.data_pos, lives here too).
 
 // The whole training state lives on the GPU in this struct; the host reads it only for
 // checkpoints. Field order is the word order the host sees (see webmp/plan.py STATE_FIELDS).
@@ -27,6 +28,8 @@ struct State {
 const FLAG_H_STORE: u32 = 1u;
 const FLAG_MASTER_GRAD: u32 = 2u;
 const FLAG_LOSS: u32 = 4u;
+
+const NO_LABEL: u32 = 0xffffffffu;  // the label of a padding row: no loss, no gradient, not counted
 
 // Implementations may assume Inf/NaN never occur, so `x != x` or comparisons with infinity can
 // be optimised away. Test the bits instead: an integer compare of |bits| is never folded.
@@ -74,4 +77,30 @@ fn act_grad(x: f32, kind: u32) -> f32 {
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * x * x);
   }
   return 1.0;
+}
+
+fn pcg_hash(x: u32) -> u32 {
+  let s = x * 747796405u + 2891336453u;
+  let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
+  return (w >> 22u) ^ w;
+}
+
+// The seeded data order (numpy twin: webmp.data.permute): a bijection of [0, n) for one epoch,
+// rounds of (odd multiply, xorshift, add) on `bits` bits (the smallest b >= 1 with 2^b >= n),
+// cycle-walking until the value falls inside the range. Integer arithmetic only, so every
+// adapter computes the same order.
+fn seeded_permute(j: u32, epoch: u32, n: u32, bits: u32, seed: u32) -> u32 {
+  let mask = (1u << bits) - 1u;
+  let shift = (bits + 1u) / 2u;
+  var x = j;
+  loop {
+    for (var r = 0u; r < 4u; r++) {
+      let k = pcg_hash(seed ^ pcg_hash(epoch * 4u + r));
+      x = (x * (k | 1u)) & mask;
+      x = x ^ (x >> shift);
+      x = (x + (k >> 7u)) & mask;
+    }
+    if (x < n) { break; }
+  }
+  return x;
 }

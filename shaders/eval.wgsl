@@ -16,7 +16,7 @@ fn eval_reset() {
 @compute @workgroup_size(64)
 fn eval_count(@builtin(global_invocation_id) gid: vec3<u32>) {
   let r = gid.x;
-  if (r >= B || labels[r] == 0xffffffffu) { return; }
+  if (r >= B || labels[r] == NO_LABEL) { return; }
   var best = 0u;
   for (var c = 1u; c < C; c++) {
     if (logits[r * C + c] > logits[r * C + best]) { best = c; }

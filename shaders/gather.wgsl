@@ -14,31 +14,8 @@ override SEED: u32 = 0u;
 override PERM_BITS: u32 = 1u;  // smallest b >= 1 with 2^b >= N_ROWS
 override OFFSET: u32 = 0u;     // gather_eval: first dataset row of this chunk
 
-const NO_LABEL: u32 = 0xffffffffu;
-
-fn pcg_hash(x: u32) -> u32 {
-  let s = x * 747796405u + 2891336453u;
-  let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
-  return (w >> 22u) ^ w;
-}
-
-// Bijection of [0, N_ROWS) for one epoch: rounds of (odd multiply, xorshift, add) on PERM_BITS
-// bits, cycle-walking until the value falls inside the range.
-fn permute(j: u32, epoch: u32) -> u32 {
-  let mask = (1u << PERM_BITS) - 1u;
-  let shift = (PERM_BITS + 1u) / 2u;
-  var x = j;
-  loop {
-    for (var r = 0u; r < 4u; r++) {
-      let k = pcg_hash(SEED ^ pcg_hash(epoch * 4u + r));
-      x = (x * (k | 1u)) & mask;
-      x = x ^ (x >> shift);
-      x = (x + (k >> 7u)) & mask;
-    }
-    if (x < N_ROWS) { break; }
-  }
-  return x;
-}
+// Row of stream position j (< N_ROWS) in the given epoch (common.wgsl's seeded order).
+fn permute(j: u32, epoch: u32) -> u32 { return seeded_permute(j, epoch, N_ROWS, PERM_BITS, SEED); }
 
 fn copy_row(dst_row: u32, src_row: u32, wc: u32, valid: bool) {
   let fw = (F + 1u) / 2u;

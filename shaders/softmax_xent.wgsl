@@ -1,7 +1,12 @@
 // Fused softmax cross-entropy, forward and backward, in f32. One thread per row.
 //   loss_r = logsumexp(l_r) - l_r[y_r]
-//   dlogits = (softmax(l_r) - onehot(y_r)) * scale / B   (mean over the batch, times the loss scale)
+//   dlogits = (softmax(l_r) - onehot(y_r)) * scale / COUNTED   (the mean over the counted rows,
+//   times the loss scale)
 // dlogits is stored in the activation format; a value that does not fit raises the overflow flag.
+// A padding row (label NO_LABEL) gets loss 0 and a zero gradient and raises no flag; it is not
+// one of the COUNTED rows.
+override COUNTED: u32 = 0u;  // the rows the mean is over (B minus the padding rows); 0: all B
+
 @group(0) @binding(0) var<storage, read> logits: array<f32>;     // [B, C]
 @group(0) @binding(1) var<storage, read> labels: array<u32>;     // [B]
 @group(0) @binding(2) var<storage, read> state: State;
@@ -17,17 +22,22 @@ fn softmax_xent(@builtin(global_invocation_id) gid: vec3<u32>) {
   let r = gid.x;
   if (r >= B) { return; }
   let row = r * C;
+  let cw = (C + 1u) / 2u;
+  let label = labels[r];
+  if (label == NO_LABEL) {
+    loss_rows[r] = 0.0;
+    for (var w = 0u; w < cw; w++) { dlogits[r * cw + w] = h_pack(vec2<f32>(0.0)); }
+    return;
+  }
   var mx = logits[row];
   for (var c = 1u; c < C; c++) { mx = max(mx, logits[row + c]); }
   var sum = 0.0;
   for (var c = 0u; c < C; c++) { sum += exp(logits[row + c] - mx); }
-  let label = labels[r];
   let loss = mx + log(sum) - logits[row + label];
   loss_rows[r] = loss;
   var bad = f32_nonfinite(loss);
   if (bad) { atomicOr(&flags[0], FLAG_LOSS); }
-  let k = state.scale / f32(B);
-  let cw = (C + 1u) / 2u;
+  let k = state.scale / f32(select(COUNTED, B, COUNTED == 0u));
   var hbad = false;
   for (var w = 0u; w < cw; w++) {
     var v = vec2<f32>(0.0);

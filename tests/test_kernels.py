@@ -12,16 +12,14 @@ So in the f16 paths the store term, ~1e-3 relative, dominates; in fp32 the bound
 
 from __future__ import annotations
 
-import functools
-import zlib
-
 import numpy as np
 import pytest
+from kernel_cases import Cases, assert_same_bits, rand_h, rng_for, stored_bound
 
 from webmp import ops
 from webmp import reference as ref
 from webmp.inspect import run_matmul, run_op
-from webmp.reference import U32, check_close, dot_error, store_error, store_tiny
+from webmp.reference import U32, check_close, dot_error
 from webmp.runtime import default_gpu
 from webmp.state import decode_records
 
@@ -29,38 +27,9 @@ FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS = 1, 2, 4
 NO_LABEL = 0xFFFFFFFF
 
 
-def rng_for(name: str, path: str) -> np.random.Generator:
-    """Inputs depend on the case and on f16 vs fp32 only, so both f16 paths see the same data."""
-    return np.random.default_rng(zlib.crc32(f"{name}/{path == 'fp32'}".encode()))
-
-
-def rand_h(rng, shape, path, scale=1.0):
-    """Normal values representable in the path's activation format."""
-    return ref.round_h(scale * rng.standard_normal(shape), path)
-
-
-def stored_bound(exact, f32_err, path):
-    """Bound for a value computed in f32 (error f32_err) and then stored in the activation format."""
-    return f32_err * (1 + store_error(path)) + store_error(path) * np.abs(exact) + store_tiny(path)
-
-
-# Every kernel run is a registered function of the path, cached, so the reference tests and the
-# native-vs-emulated comparison share one GPU run per (case, path).
-RUNS = {}
-
-
-def kernel_case(name):
-    def register(fn):
-        RUNS[name] = functools.partial(fn, name)
-        return fn
-
-    return register
-
-
-@functools.cache
-def run(name: str, path: str):
-    """(inputs, outputs) of the registered case on this path."""
-    return RUNS[name](path)
+# Every kernel run is a registered case, cached per path (kernel_cases.Cases).
+CASES = Cases()
+RUNS, kernel_case, run = CASES.runs, CASES.case, CASES.run
 
 
 # --- matmuls -----------------------------------------------------------------------------------
@@ -392,16 +361,8 @@ def test_softmax_xent(name, path):
     B, C = z.shape
     loss, dl, bad = ref.softmax_xent(z, labels, scale)
     assert not bad
-    # WGSL exp is good to (3 + 2|x|) ulps, log to 2^-21 absolute near 1 (the sum is in [1, C]),
-    # division to 2.5 ulps: the row sum errs by sum_rel, each probability by p_rel.
-    span = z.max(1) - z.min(1)
-    sum_rel = ((3 + 2 * span) * 2 + 2 * (C + 1)) * U32
-    mx, zy = z.max(1), z[np.arange(B), labels]
-    loss_err = sum_rel + 2.0**-21 + 4 * U32 * (np.abs(mx) + np.abs(zy) + np.abs(loss))
+    loss_err, f32_err = ref.softmax_xent_error(z, labels, scale)  # exp, log, division in f32
     check_close(out["loss_rows"], loss, loss_err, f"{name} loss")
-    p_rel = (2 * sum_rel + (3 + 2 * span + 5) * 2 * U32)[:, None]
-    p = np.exp(z - mx[:, None]) / np.exp(z - mx[:, None]).sum(1, keepdims=True)
-    f32_err = (p_rel * p + 4 * U32 * np.abs(dl) * B / scale) * scale / B
     check_close(out["dlogits"][:, :C], dl, stored_bound(dl, f32_err, path), f"{name} dlogits")
     if C % 2:
         assert not out["dlogits"][:, C].any(), "padding stays zero"
@@ -688,14 +649,6 @@ def test_eval_counters(path):
 # --- native and emulated f16 agree bit for bit ---------------------------------------------------
 
 
-def _flatten(out, prefix=""):
-    for k, v in out.items():
-        if isinstance(v, dict) and not any(isinstance(x, (float, int)) for x in v.values()):
-            yield from _flatten(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v
-
-
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_native_matches_emulated(name, gpu):
     """Both f16 paths do the same f32 arithmetic in the same order on the same f16 values; they
@@ -705,17 +658,4 @@ def test_native_matches_emulated(name, gpu):
     each conversion pick either neighbour, so an adapter could differ by 1 f16 ulp in stores.)"""
     if not gpu.has_f16:
         pytest.skip("this adapter lacks 'shader-f16': nothing to compare the emulated path with")
-    native, emulated = dict(_flatten(run(name, "native")[1])), dict(_flatten(run(name, "emulated")[1]))
-    assert native.keys() == emulated.keys()
-    for key in native:
-        a, b = native[key], emulated[key]
-        if isinstance(a, dict):
-            assert a == b, f"{name} {key}"
-            continue
-        if a.dtype == np.float32:  # compare bits (also tells -0 from +0)
-            diff = a.view(np.uint32) != b.view(np.uint32)
-            if diff.any():
-                worst = np.abs(a[diff].astype(np.float64) - b[diff]).max()
-                raise AssertionError(f"{name} {key}: {int(diff.sum())} values differ, by up to {worst:.3g}")
-        else:
-            assert np.array_equal(a, b), f"{name} {key}"
+    assert_same_bits(name, run(name, "native")[1], run(name, "emulated")[1])

@@ -6,8 +6,9 @@ mean and standard deviation, times `input_scale`. A file that cannot be used rai
 ValueError whose message is one line naming the file and what is wrong (row and column 1-based, as
 a spreadsheet shows them). Text files are read by webmp/corpus.py (the coming character GPT).
 
-The training order is computed on the GPU (shaders/gather.wgsl); `permute` here is its numpy
-twin, used by tests and by references that need the same batches.
+The training order is computed on the GPU (common.wgsl's seeded_permute, used by gather.wgsl for
+dataset rows and windows.wgsl for token windows); `permute` here is its numpy twin, used by tests
+and by references that need the same batches (`batch_rows`, `window_starts`).
 """
 
 from __future__ import annotations
@@ -378,3 +379,32 @@ def batch_rows(data_pos: int, batch: int, n: int, seed: int) -> np.ndarray:
         sel = pos // n == epoch
         out[sel] = permute(pos[sel] % n, int(epoch), n, seed)
     return out
+
+
+# --- token streams (character-level language models), as windows.wgsl reads them ------------------
+
+
+def check_tokens(tokens: np.ndarray, vocab: int, context: int, what: str) -> np.ndarray:
+    """The stream as uint32, after checking every id is below `vocab` (embed.wgsl reads wte rows by
+    id unchecked) and that it holds at least one window of `context` tokens plus a target."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1 or len(tokens) <= context:
+        raise ValueError(f"{what}: expected a 1-D stream of more than {context} tokens, got {tokens.shape}")
+    if tokens.min() < 0 or tokens.max() >= vocab:
+        raise ValueError(
+            f"{what}: token ids must lie in 0 .. {vocab - 1}, got {tokens.min()} .. {tokens.max()}"
+        )
+    return tokens.astype(np.uint32)
+
+
+def window_starts(data_pos: int, batch: int, n_positions: int, seed: int) -> np.ndarray:
+    """First token of each of the `batch` training windows from window number data_pos on: the seeded
+    per-epoch order over the n_positions = n_tokens - context start positions, the same order as
+    the rows of a dataset (batch_rows). data_pos counts windows (the GPU's state.data_pos divided
+    by the launcher's pos_per_window)."""
+    return batch_rows(data_pos, batch, n_positions, seed)
+
+
+def eval_windows(n_tokens: int, context: int) -> int:
+    """Consecutive evaluation windows covering a stream: each token but the first is a target once."""
+    return -(-(n_tokens - 1) // context)

@@ -152,15 +152,23 @@ def softmax_xent(
     dlogits: str,
     B: int,
     C: int,
+    counted: int | None = None,
     state: str = "state",
     flags: str = "flags",
 ) -> None:
-    """Per-row loss and dlogits = (softmax - onehot) * scale / B, fused, in f32; one thread a row."""
+    """Per-row loss and dlogits = (softmax - onehot) * scale / counted, fused, in f32; one thread a
+    row. Rows labelled NO_LABEL (padding) get loss 0 and a zero gradient; `counted` is the number
+    of the other rows (default: all B; the constant is left out then, as before it existed)."""
+    consts = {"B": B, "C": C}
+    if counted is not None:
+        if not 0 < counted <= B:
+            raise ValueError(f"counted rows {counted} not in 1 .. B = {B}")
+        consts["COUNTED"] = counted
     pb.dispatch(
         program,
         ["softmax_xent.wgsl"],
         "softmax_xent",
-        {"B": B, "C": C},
+        consts,
         {
             "logits": logits,
             "labels": labels,
@@ -383,4 +391,146 @@ def eval_count(
         {"B": B, "C": C},
         {"logits": logits, "labels": labels, "result": result},
         [cdiv(B, 64)],
+    )
+
+
+# --- token models ----------------------------------------------------------------------------------
+
+
+def gather_windows(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    tokens: str,
+    idx: str,
+    targets: str,
+    n_tokens: int,
+    T: int,
+    batch: int,
+    seed: int,
+    perm_bits: int,
+    pos_per_window: int,
+    state: str = "state",
+) -> None:
+    """The next `batch` training windows of T tokens: idx [batch * T] the inputs, targets the next
+    tokens. Window b starts at window_starts' position (webmp.data) for window number
+    state.data_pos / pos_per_window + b, in the seeded per-epoch order over the n_tokens - T start
+    positions (perm_bits = webmp.data.perm_bits(n_tokens - T)). The scaler advances data_pos by
+    its B, the number of loss rows: with batch * T loss rows, pass pos_per_window = T."""
+    if n_tokens <= T:
+        raise ValueError(f"a stream of {n_tokens} tokens has no window of {T} tokens plus a target")
+    pb.dispatch(
+        program,
+        ["windows.wgsl"],
+        "gather_windows",
+        {
+            "N_TOKENS": n_tokens,
+            "T": T,
+            "B": batch,
+            "SEED": seed,
+            "PERM_BITS": perm_bits,
+            "POS_PER_WINDOW": pos_per_window,
+        },
+        {"tokens": tokens, "state": state, "idx": idx, "targets": targets},
+        grid(batch * T),
+    )
+
+
+def gather_windows_eval(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    tokens: str,
+    idx: str,
+    targets: str,
+    n_tokens: int,
+    T: int,
+    batch: int,
+    offset: int,
+    state: str = "state",
+) -> None:
+    """Windows offset .. offset + batch - 1 of the consecutive, non-overlapping windows (window w
+    starts at token w * T); rows without a next token get token 0 and the label NO_LABEL
+    (webmp.data.eval_windows counts the windows)."""
+    pb.dispatch(
+        program,
+        ["windows.wgsl"],
+        "gather_windows_eval",
+        {"N_TOKENS": n_tokens, "T": T, "B": batch, "OFFSET": offset},
+        {"tokens": tokens, "state": state, "idx": idx, "targets": targets},
+        grid(batch * T),
+    )
+
+
+def embed_fwd(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    idx: str,
+    wte: str,
+    wpe: str,
+    X: str,
+    R: int,
+    T: int,
+    D: int,
+    flags: str = "flags",
+) -> None:
+    """X [R, D] (h) = wte[idx] + wpe[row % T], in f32 from the f32 tables; a thread a stored word."""
+    pb.dispatch(
+        program,
+        ["embed.wgsl"],
+        "embed_fwd",
+        {"R": R, "T": T, "D": D},
+        {"idx": idx, "wte": wte, "wpe": wpe, "X": X, "flags": flags},
+        grid(R * cdiv(D, 2)),
+    )
+
+
+def token_rows(pb: PlanBuilder, program: str, *, idx: str, spans: str, order: str, R: int, V: int) -> None:
+    """Each token's rows in row order (a stable counting sort of idx [R]): order [R] lists them
+    token by token, spans [V, 2] gives each token's (start, count); a workgroup a token."""
+    pb.dispatch(
+        program,
+        ["token_rows.wgsl"],
+        "token_rows",
+        {"R": R, "V": V},
+        {"idx": idx, "spans": spans, "order": order},
+        [V],
+    )
+
+
+def embed_wgrad(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    spans: str,
+    order: str,
+    dX: str,
+    dwte: str,
+    dwpe: str,
+    R: int,
+    T: int,
+    V: int,
+    D: int,
+    accumulate: bool = False,
+) -> None:
+    """dwte [V, D] and dwpe [T, D] (f32) from dX [R, D] (h), summed in row order (after token_rows
+    on the same idx); accumulate=True adds into dwte (a tied head's gradient) instead of writing."""
+    if R % T:
+        raise ValueError(f"rows {R} are not whole windows of {T}")
+    pb.dispatch(
+        program,
+        ["embed_wgrad.wgsl"],
+        "embed_wgrad",
+        {"R": R, "T": T, "V": V, "D": D, "ACCUMULATE": int(accumulate)},
+        {"spans": spans, "order": order, "dX": dX, "dwte": dwte, "dwpe": dwpe},
+        grid((V + T) * cdiv(D, 2)),
+    )
+
+
+def add_h(pb: PlanBuilder, program: str, *, A: str, Y: str, M: int, N: int, flags: str = "flags") -> None:
+    """Y += A on [M, N] matrices in the activation format (residual connections, both directions)."""
+    words = M * cdiv(N, 2)
+    pb.dispatch(
+        program, ["add.wgsl"], "add_h", {"WORDS": words}, {"A": A, "Y": Y, "flags": flags}, grid(words)
     )

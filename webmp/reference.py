@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .data import batch_rows
+from .data import batch_rows, window_starts
 
 U16 = 2.0**-11  # f16 unit roundoff
 U32 = 2.0**-24  # f32 unit roundoff
@@ -27,6 +27,7 @@ F16_TINY = 2.0**-24  # smallest f16 subnormal = f16 ulp below 2^-14
 GELU_K = math.sqrt(2.0 / math.pi)
 GELU_C = 0.044715
 ACT = {"none": 0, "relu": 1, "gelu": 2}
+NO_LABEL = 0xFFFFFFFF  # common.wgsl's label of padding rows
 
 
 # --- rounding ----------------------------------------------------------------------------------
@@ -171,19 +172,46 @@ def matmul_dgrad(dZ, W, zprev, out_act, *, path="native"):
 # --- other kernel families ---------------------------------------------------------------------
 
 
-def softmax_xent(logits, labels, scale: float = 1.0):
+def softmax_xent(logits, labels, scale: float = 1.0, counted: int | None = None):
     """(loss per row, dlogits before the store, loss is non-finite) for the fused kernel:
-    dlogits = (softmax - onehot) * scale / B."""
+    dlogits = (softmax - onehot) * scale / counted (default B). Rows labelled NO_LABEL get loss 0
+    and a zero gradient."""
     z = np.asarray(logits, np.float64)
     labels = np.asarray(labels, np.int64)
     B = len(z)
+    pad = labels == NO_LABEL
+    lab = np.where(pad, 0, labels)
     mx = z.max(1, keepdims=True)
     e = np.exp(z - mx)
     s = e.sum(1, keepdims=True)
-    loss = (mx + np.log(s))[:, 0] - z[np.arange(B), labels]
+    loss = (mx + np.log(s))[:, 0] - z[np.arange(B), lab]
     p = e / s
-    p[np.arange(B), labels] -= 1.0
-    return loss, p * scale / B, bool(~np.isfinite(loss).all())
+    p[np.arange(B), lab] -= 1.0
+    loss[pad], p[pad] = 0.0, 0.0
+    return loss, p * scale / (counted or B), bool(~np.isfinite(loss).all())
+
+
+def softmax_xent_error(logits, labels, scale: float = 1.0, counted: int | None = None):
+    """(loss bound, dlogits bound before the store) for the kernel's f32 evaluation: WGSL exp is good
+    to (3 + 2|x|) ulps, log to 2^-21 absolute near 1 (the row sum is in [1, C]), division to 2.5
+    ulps; the row sum errs by sum_rel, each probability by p_rel; the loss's final additions err by
+    f32 rounding of the magnitudes involved (|max|, |logit of the label|, |loss|). Padding rows are
+    exact (0)."""
+    z = np.asarray(logits, np.float64)
+    labels = np.asarray(labels, np.int64)
+    B, C = z.shape
+    pad = labels == NO_LABEL
+    loss, dl, _ = softmax_xent(z, labels, scale, counted)
+    n = counted or B
+    span = z.max(1) - z.min(1)
+    sum_rel = ((3 + 2 * span) * 2 + 2 * (C + 1)) * U32
+    mx, zy = z.max(1), z[np.arange(B), np.where(pad, 0, labels)]
+    loss_err = sum_rel + 2.0**-21 + 4 * U32 * (np.abs(mx) + np.abs(zy) + np.abs(loss))
+    p_rel = (2 * sum_rel + (3 + 2 * span + 5) * 2 * U32)[:, None]
+    p = np.exp(z - mx[:, None]) / np.exp(z - mx[:, None]).sum(1, keepdims=True)
+    dl_err = (p_rel * p + 4 * U32 * np.abs(dl) * n / scale) * scale / n
+    loss_err[pad], dl_err[pad] = 0.0, 0.0
+    return loss_err, dl_err
 
 
 def colsum(G) -> np.ndarray:
@@ -410,3 +438,73 @@ def mlp_loss_and_grads(
             grads[f"ln_g{l - 1}"], grads[f"ln_b{l - 1}"] = layernorm_wgrad(d, z, stats)
             d = rnd(layernorm_bwd(d, z, stats, params[f"ln_g{l - 1}"]))
     return float(loss_rows.mean()), grads
+
+
+# --- token models ----------------------------------------------------------------------------------
+
+
+def gather_windows(tokens, data_pos: int, batch: int, T: int, seed: int):
+    """(idx, targets) [batch * T] of gather_windows at window number data_pos (in windows)."""
+    tokens = np.asarray(tokens, np.uint32)
+    starts = window_starts(data_pos, batch, len(tokens) - T, seed)
+    rows = (starts[:, None] + np.arange(T)[None, :]).ravel()
+    return tokens[rows], tokens[rows + 1]
+
+
+def gather_windows_eval(tokens, batch: int, T: int, offset: int):
+    """(idx, targets) of gather_windows_eval: windows offset .. offset + batch - 1, consecutive;
+    rows without a next token hold token 0 and NO_LABEL."""
+    tokens = np.asarray(tokens, np.uint32)
+    p = offset * T + np.arange(batch * T)
+    valid = p + 1 < len(tokens)
+    idx = np.where(valid, tokens[np.minimum(p, len(tokens) - 1)], 0).astype(np.uint32)
+    targets = np.where(valid, tokens[np.minimum(p + 1, len(tokens) - 1)], NO_LABEL).astype(np.uint32)
+    return idx, targets
+
+
+def embed_fwd(idx, wte, wpe) -> np.ndarray:
+    """X before the store: wte[idx[r]] + wpe[r % T]."""
+    wpe = np.asarray(wpe, np.float64)
+    idx = np.asarray(idx, np.int64)
+    return np.asarray(wte, np.float64)[idx] + wpe[np.arange(len(idx)) % len(wpe)]
+
+
+def token_rows(idx, V: int):
+    """(spans [V, 2] = (start, count), order [R]) of the stable counting sort of idx by token."""
+    idx = np.asarray(idx, np.int64)
+    counts = np.bincount(idx, minlength=V)[:V]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return np.stack([starts, counts], 1).astype(np.uint32), np.argsort(idx, kind="stable").astype(np.uint32)
+
+
+def embed_wgrad(idx, dX, V: int, T: int, dwte0=None):
+    """(dwte, dwpe) exactly: dwte[v] = dwte0[v] (if accumulating) + sum of dX[r] over rows of token
+    v, dwpe[t] = sum of dX[r] over rows r % T == t; and (abs_dwte, abs_dwpe), the same sums of
+    |terms| (what the f32 error bounds scale with)."""
+    idx = np.asarray(idx, np.int64)
+    dX = np.asarray(dX, np.float64)
+    D = dX.shape[1]
+    dwte, abs_te = np.zeros((V, D)), np.zeros((V, D))
+    np.add.at(dwte, idx, dX)
+    np.add.at(abs_te, idx, np.abs(dX))
+    if dwte0 is not None:
+        dwte += np.asarray(dwte0, np.float64)
+        abs_te += np.abs(np.asarray(dwte0, np.float64))
+    dwpe = dX.reshape(-1, T, D).sum(0)
+    abs_pe = np.abs(dX).reshape(-1, T, D).sum(0)
+    return dwte, dwpe, abs_te, abs_pe
+
+
+def embed_wgrad_f32(idx, dX, V: int, T: int, dwte0=None):
+    """(dwte, dwpe) as float32 sums in row order, each started at 0 (dwte0 added last): what the
+    kernel computes when every f32 addition rounds to nearest, bit for bit."""
+    idx = np.asarray(idx, np.int64)
+    dX = np.asarray(dX, np.float32)
+    D = dX.shape[1]
+    dwte, dwpe = np.zeros((V, D), np.float32), np.zeros((T, D), np.float32)
+    for r in range(len(idx)):
+        dwte[idx[r]] += dX[r]
+        dwpe[r % T] += dX[r]
+    if dwte0 is not None:
+        dwte += np.asarray(dwte0, np.float32)
+    return dwte, dwpe

@@ -14,8 +14,9 @@ after it to define):
 
 - prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, H_OVERFLOW_BITS, h_unpack,
   h_pack, h_round. The f16 preludes' h_round uses common.wgsl's f16_round.
-- common.wgsl: no bindings. Defines State, FLAG_*, f32_nonfinite, h_overflows, f16_round,
-  h_index, ACT_*, act_fwd, act_grad.
+- common.wgsl: no bindings. Defines State, FLAG_*, NO_LABEL, f32_nonfinite, h_overflows,
+  f16_round, h_index, ACT_*, act_fwd, act_grad, and the seeded data order pcg_hash and
+  seeded_permute (used by gather.wgsl and windows.wgsl; numpy twin webmp.data.permute).
 - columns.wgsl (before colsum, layernorm_wgrad): no bindings; overrides M, N. Defines h_element and
   column_sums. Expects `fn column_terms(r: u32, c: u32) -> vec2<f32>` (what row r adds to the
   two sums of column c) and an entry point that calls column_sums.
@@ -35,6 +36,11 @@ after it to define):
 - The files with the entry points own the rest: matmul_fwd 2 bias; matmul_dgrad 2 Zprev;
   matmul_logits 2 bias, 3 C (f32); matmul_wgrad 2 C (f32); the other families (colsum, eval,
   gather, layernorm_*, softmax_xent, grad_stats, scaler) all of theirs, from 0.
+- Token-model families, each one file after the prelude and common.wgsl, all bindings their own:
+  windows.wgsl (gather_windows, gather_windows_eval: 0 tokens, 1 state, 2 idx, 3 targets),
+  embed.wgsl (embed_fwd: 0 idx, 1 wte, 2 wpe, 3 X (h), 4 flags), token_rows.wgsl (token_rows:
+  0 idx, 1 spans, 2 order), embed_wgrad.wgsl (embed_wgrad: 0 spans, 1 order, 2 dX (h), 3 dwte,
+  4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags).
 
 Rules:
 - The prelude comes first: `enable f16;` (prelude_native) must precede every declaration.
