@@ -1,16 +1,18 @@
-// Contract (webmp/wgsl.py): owns bindings 3 (C), 4 (flags); goes after matmul.wgsl, before the variant.
-// The f16 (h) output of matmul_fwd and matmul_dgrad: stores and the overflow flag.
-@group(0) @binding(3) var<storage, read_write> C: array<HW>;
-@group(0) @binding(4) var<storage, read_write> flags: array<atomic<u32>>;
+// Contract (webmp/wgsl.py): no bindings; the variant declares C (array<HW>) and flags; after matmul.wgsl.
+// The f16 (h) output of matmul_fwd, matmul_dgrad and matmul_plain: stores and the overflow flag.
+// The variant owns the bindings C: array<HW> and flags: array<atomic<u32>> because their numbers
+// differ (3 and 4 after fwd's bias or dgrad's Zprev, 2 and 3 in matmul_plain).
 
 fn h_overflows4(v: vec4<f32>) -> bool {
   return h_overflows(v.x) || h_overflows(v.y) || h_overflows(v.z) || h_overflows(v.w);
 }
 
-// Stores the 4-column group v (zero beyond N) of row r from column c; true when a value does not
-// fit the storage format.
+// Stores the 4-column group v (zero beyond N) of row r from column c (of batch mm_z); true when a
+// value does not fit the storage format. c is a multiple of 4 and C's offsets are even, so the
+// group is two whole words (one when c + 2 >= N): columns of a neighbouring batch sharing C's rows
+// (another head's) are never written.
 fn store_h4(r: u32, c: u32, v: vec4<f32>) -> bool {
-  let w = h_index(r, c, N);
+  let w = out_index(r, c, N + (N & 1u)) / 2u;
   C[w] = h_pack(v.xy);
   if (c + 2u < N) { C[w + 1u] = h_pack(v.zw); }
   return h_overflows4(v);

@@ -12,8 +12,8 @@ The tests check shader outputs with it, and it is a tool for debugging numerics 
 Each call builds a one-program plan with `webmp.plan.PlanBuilder` and executes it with
 `webmp.runtime.Runtime`, so kernels run through exactly the code path training uses (the last 32
 runtimes are kept and reused for identical plans: compiling pipelines is the slow part). Every binding
-of the kernel is a buffer named like the binding; its element kind (from `webmp.wgsl.parse_bindings`)
-says how numpy data is converted:
+of the kernel is a buffer named like the binding (run_op: the buffer the launcher binds to it); its
+element kind (from `webmp.wgsl.parse_bindings`) says how numpy data is converted:
   'h'               2-D float arrays in the activation layout (`pack_h` / `unpack_h`), returned as float32
   'f32'             float32 arrays
   'u32', 'atomic'   uint32 arrays
@@ -96,11 +96,12 @@ def run_kernel(
     """
     bindings = parse_bindings((PRELUDES[path], "common.wgsl", *files))
     wg = [workgroups] if np.isscalar(workgroups) else list(workgroups)
+    binds = {b["name"]: b["name"] for b in bindings}
 
     def dispatch(pb):
-        pb.dispatch(PROGRAM, files, entry, constants, {b["name"]: b["name"] for b in bindings}, wg)
+        pb.dispatch(PROGRAM, files, entry, constants, binds, wg)
 
-    return _run(path, bindings, inputs, outputs, dispatch, gpu)
+    return _run(path, bindings, binds, inputs, outputs, dispatch, gpu)
 
 
 def run_matmul(
@@ -182,10 +183,11 @@ def run_op(
     **params: Any,
 ) -> dict:
     """Dispatch one launcher of webmp.ops (as a model does) on numpy inputs and return the requested
-    outputs. Buffers are named like the kernel's bindings: every name in inputs and outputs is
-    passed to the launcher as that buffer argument; `params` are its other arguments (sizes,
+    outputs. Every name in inputs and outputs is passed to the launcher as that buffer argument
+    (a buffer of that name); the launcher binds them, one buffer possibly to several bindings (the
+    attention launchers bind qkv as both A and B). `params` are its other arguments (sizes,
     constants; a positional-only first argument such as matmul's variant goes in as `variant`).
-    inputs/outputs as for `run_kernel`."""
+    inputs/outputs as for `run_kernel`, by buffer name."""
     names = set(inputs) | set(outputs)
     buffers = {n: n for n in names}
     args = [params.pop("variant")] if "variant" in params else []
@@ -198,13 +200,20 @@ def run_op(
     def dispatch(pb):
         pb.dispatch(PROGRAM, files, entry, constants, binds, workgroups)
 
-    return _run(path, bindings, inputs, outputs, dispatch, gpu)
+    return _run(path, bindings, binds, inputs, outputs, dispatch, gpu)
 
 
-def _run(path, bindings, inputs, outputs, dispatch, gpu) -> dict:
+def _run(path, bindings, binds, inputs, outputs, dispatch, gpu) -> dict:
+    """Make a buffer for each buffer name in `binds` ({binding: buffer}), of the element kind of the
+    binding(s) it is bound to, run `dispatch` and read `outputs` back."""
     if not isinstance(outputs, dict):
         outputs = {name: None for name in outputs}
-    names = [b["name"] for b in bindings]
+    kinds: dict[str, str] = {}
+    for b in bindings:
+        buf = binds[b["name"]]
+        if kinds.setdefault(buf, b["element"]) != b["element"]:
+            raise ValueError(f"buffer {buf} is bound as {kinds[buf]} and as {b['element']} ({b['name']})")
+    names = list(kinds)
     unknown = (set(inputs) | set(outputs)) - set(names)
     missing = set(names) - set(inputs) - set(outputs)
     if unknown or missing:
@@ -212,8 +221,7 @@ def _run(path, bindings, inputs, outputs, dispatch, gpu) -> dict:
 
     pb = PlanBuilder(path)
     reads = {}
-    for b in bindings:
-        name, kind = b["name"], b["element"]
+    for name, kind in kinds.items():
         data = inputs.get(name)
         shape, view = _shape_and_view(name, kind, data, outputs.get(name))
         if kind == "h":

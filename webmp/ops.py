@@ -2,14 +2,17 @@
 workgroup counts, in one place.
 
 A launcher adds one dispatch to a program of a `PlanBuilder`. Its buffer arguments are named like
-the kernel's WGSL bindings (and take buffer names); its other arguments are the sizes and constants
-the kernel needs. Models (webmp/models/), `webmp.inspect` and the tests all dispatch through these
-functions, so a grid or a constant is computed in one place only.
+the kernel's WGSL bindings (and take buffer names) — except attention_matmul's, named by their role
+in attention (qkv, P, S, ...) because one buffer may be bound twice (qkv as A and B); its other
+arguments are the sizes and constants the kernel needs. Models (webmp/models/), `webmp.inspect` and
+the tests all dispatch through these functions, so a grid or a constant is computed in one place
+only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import struct
+from typing import Any, NamedTuple
 
 from .plan import PlanBuilder
 from .tilecache import DEFAULT_TILES, Tiles
@@ -31,13 +34,27 @@ def grid(n: int, per: int = 64) -> list[int]:
 
 # --- matmuls ---------------------------------------------------------------------------------------
 
-MATMUL_VARIANTS = ("matmul_fwd", "matmul_logits", "matmul_wgrad", "matmul_dgrad")
+MATMUL_VARIANTS = ("matmul_fwd", "matmul_logits", "matmul_wgrad", "matmul_dgrad", "matmul_plain")
+H_OUT_VARIANTS = ("matmul_fwd", "matmul_dgrad", "matmul_plain")  # C in the activation format
+MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension
+
+
+class Layout(NamedTuple):
+    """Where each batch of a batched matmul operand lives in its buffer, in elements (matmul.wgsl's
+    X_OFF, X_SB, X_SH, X_LD): batch z = b * z_inner + h starts at off + b * sb + h * sh, and its rows
+    are ld apart (0: the natural stride, the column count rounded up to whole words, or N for an
+    f32 C). For h matrices (two values a word) every field must be even."""
+
+    off: int = 0
+    sb: int = 0
+    sh: int = 0
+    ld: int = 0
 
 
 def matmul_sources(variant: str) -> list[str]:
     """The shader files of a matmul variant after the prelude and common.wgsl: the core, the shared
     f16-output epilogue for the variants that store h, the variant's own file."""
-    h_out = ["matmul_h_out.wgsl"] if variant in ("matmul_fwd", "matmul_dgrad") else []
+    h_out = ["matmul_h_out.wgsl"] if variant in H_OUT_VARIANTS else []
     return ["matmul.wgsl", *h_out, f"{variant}.wgsl"]
 
 
@@ -60,22 +77,52 @@ def matmul(
     out_act: int = 0,
     flags: str = "flags",
     tiles: Tiles = DEFAULT_TILES,
+    batch: int = 1,
+    z_inner: int = 1,
+    a_layout: Layout | None = None,
+    b_layout: Layout | None = None,
+    c_layout: Layout | None = None,
 ) -> None:
     """C = act_in(op(A)) op(B) (+ bias, or times act'(Zprev)): one tiled dispatch with tile shape
-    `tiles` (WG_X, WG_Y, TM, TN, BK). A is [M, K] ([K, M] with trans_a), B [K, N] ([N, K])."""
+    `tiles` (WG_X, WG_Y, TM, TN, BK). A is [M, K] ([K, M] with trans_a), B [K, N] ([N, K]).
+
+    Batched: `batch` products in one dispatch (workgroup z = b * z_inner + h), each operand placed in
+    its buffer by its Layout (default: the whole buffer, natural strides). Without these arguments
+    the constants are exactly the unbatched kernel's."""
     if variant not in MATMUL_VARIANTS:
         raise ValueError(f"unknown matmul variant {variant!r}; one of {MATMUL_VARIANTS}")
     consts: dict[str, Any] = {"M": M, "N": N, "K": K, "TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
     consts.update(tiles)
+    if not 1 <= batch <= MAX_WORKGROUPS_PER_DIM or z_inner < 1:
+        raise ValueError(
+            f"batch {batch} (z_inner {z_inner}): 1 .. {MAX_WORKGROUPS_PER_DIM} products a dispatch"
+        )
+    if z_inner != 1:
+        consts["Z_INNER"] = z_inner
+    c_is_h = variant in H_OUT_VARIANTS
+    for X, lay, is_h in (("A", a_layout, True), ("B", b_layout, True), ("C", c_layout, c_is_h)):
+        if lay is None:
+            continue
+        if is_h and any(v % 2 for v in lay):
+            raise ValueError(
+                f"{variant}: operand {X}'s layout {lay} has an odd element offset or stride; h "
+                "matrices hold two values a word and batched operands must start on whole words"
+            )
+        if X == "C" and is_h and lay.ld and N % 2:
+            raise ValueError(
+                f"{variant}: an h C with an odd N ({N}) and an explicit row stride would "
+                "write the padding half of its last word, another operand's column"
+            )
+        consts.update({f"{X}_OFF": lay.off, f"{X}_SB": lay.sb, f"{X}_SH": lay.sh, f"{X}_LD": lay.ld})
     binds = {"A": A, "B": B, "C": C}
     if variant in ("matmul_fwd", "matmul_logits"):
         binds["bias"] = _given(bias, "bias", variant)
     if variant == "matmul_dgrad":
         binds["Zprev"] = _given(Zprev, "Zprev", variant)
         consts["OUT_ACT"] = out_act
-    if variant in ("matmul_fwd", "matmul_dgrad"):
+    if c_is_h:
         binds["flags"] = flags
-    workgroups = [cdiv(N, tiles["WG_X"] * tiles["TN"]), cdiv(M, tiles["WG_Y"] * tiles["TM"])]
+    workgroups = [cdiv(N, tiles["WG_X"] * tiles["TN"]), cdiv(M, tiles["WG_Y"] * tiles["TM"]), batch]
     pb.dispatch(program, matmul_sources(variant), variant, consts, binds, workgroups)
 
 
@@ -83,6 +130,158 @@ def _given(buffer: str | None, what: str, variant: str) -> str:
     if buffer is None:
         raise ValueError(f"{variant} needs a {what} buffer")
     return buffer
+
+
+# --- attention -------------------------------------------------------------------------------------
+#
+# Causal self-attention of a GPT layer: for batch b < B and head h < H (head size d, D = H * d),
+#   S = Q K^T,  P = softmax_causal(S / sqrt(d)),  O = P V;
+#   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)) / sqrt(d),  dQ = dS K,  dK = dS^T Q.
+# Every product is one dispatch of a matmul variant for all Z = B * H batch-heads (workgroup
+# z = b * H + h, matmul.wgsl's batch constants; attention_matmul); each softmax is one dispatch of
+# a workgroup per row (grid [T, Z]: attn_softmax_fwd, attn_softmax_bwd). Order in a layer: forward
+# scores, attn_softmax_fwd, values; backward dv, dp, attn_softmax_bwd, dq, dk. Buffers (h: the
+# activation format, two values a word, rows padded to whole words):
+#   qkv, dqkv  h [B*T, 3D]  rows b*T + t; columns [q | k | v], head h owning h*d .. h*d + d - 1 of
+#                           each third (dqkv: dQ, dK, dV in the same places)
+#   O, dO      h [B*T, D]   the same head columns
+#   S, dP      f32 [Z*T, T] row z*T + i: query i of batch-head z; all T columns are computed
+#                           (j > i is masked later, never used)
+#   P, dS      h [Z*T, T]   the same rows, masked entries 0
+# The head size d must be even, so that every head starts on a whole word (ValueError otherwise).
+# Memory per layer (f16 paths, Z*T*T values): S 4 bytes each, transient (its buffer can be reused for
+# dP in the backward pass); P 2 bytes each, kept for the backward pass; dS 2 bytes each.
+
+
+def attention_scale(d: int) -> float:
+    """The softmax's SCALE: 1/sqrt(d) rounded to the nearest f32 (the value the kernel holds)."""
+    return struct.unpack("f", struct.pack("f", d**-0.5))[0]
+
+
+def _attention_check(B: int, T: int, H: int, d: int) -> None:
+    if d % 2:
+        raise ValueError(
+            f"attention needs an even head size d (got {d}): head h starts at column h*d of rows of "
+            "packed f16 pairs, and the batched matmuls load and store whole words"
+        )
+    if min(B, T, H, d) < 1 or T > MAX_WORKGROUPS_PER_DIM or B * H > MAX_WORKGROUPS_PER_DIM:
+        raise ValueError(f"attention shape B={B} T={T} H={H} d={d} out of range")
+
+
+# product: (matmul variant, (A's buffer argument, layout), B's, C's, trans_a, trans_b). Layouts:
+# "q", "k", "v": that third's head columns of qkv or dqkv; "o": the head columns of O or dO;
+# "rows": batch-head z's [T, T] block of S, P, dP or dS. With C in "rows" the product is [T, T]
+# with K = d (f32 out: matmul_wgrad), otherwise [T, d] with K = T (h out: matmul_plain).
+ATTENTION_PRODUCTS: dict[str, tuple[str, tuple[str, str], tuple[str, str], tuple[str, str], int, int]] = {
+    "scores": ("matmul_wgrad", ("qkv", "q"), ("qkv", "k"), ("S", "rows"), 0, 1),  # S = Q K^T
+    "values": ("matmul_plain", ("P", "rows"), ("qkv", "v"), ("O", "o"), 0, 0),  # O = P V
+    "dv": ("matmul_plain", ("P", "rows"), ("dO", "o"), ("dqkv", "v"), 1, 0),  # dV = P^T dO
+    "dp": ("matmul_wgrad", ("dO", "o"), ("qkv", "v"), ("dP", "rows"), 0, 1),  # dP = dO V^T
+    "dq": ("matmul_plain", ("dS", "rows"), ("qkv", "k"), ("dqkv", "q"), 0, 0),  # dQ = dS K
+    "dk": ("matmul_plain", ("dS", "rows"), ("qkv", "q"), ("dqkv", "k"), 1, 0),  # dK = dS^T Q
+}
+HEAD_PARTS = {"q": 0, "k": 1, "v": 2}  # thirds of qkv / dqkv
+
+
+def _attention_layout(kind: str, h: bool, T: int, H: int, d: int) -> Layout:
+    """Batch-head z = b * H + h's block, in elements (see ATTENTION_PRODUCTS for the kinds)."""
+    if kind == "rows":  # [Z*T, T]; h rows are padded to whole words
+        per = T * (T + (T & 1) if h else T)
+        return Layout(off=0, sb=H * per, sh=per, ld=0)
+    parts, part = (1, 0) if kind == "o" else (3, HEAD_PARTS[kind])
+    ld = parts * H * d
+    return Layout(off=part * H * d, sb=T * ld, sh=d, ld=ld)
+
+
+def attention_matmul(
+    pb: PlanBuilder,
+    program: str,
+    variant: str,
+    *,
+    B: int,
+    T: int,
+    H: int,
+    d: int,
+    qkv: str | None = None,
+    P: str | None = None,
+    dO: str | None = None,
+    dS: str | None = None,
+    S: str | None = None,
+    O: str | None = None,
+    dP: str | None = None,
+    dqkv: str | None = None,
+    flags: str = "flags",
+    tiles: Tiles = DEFAULT_TILES,
+) -> None:
+    """One attention product (`variant`, a key of ATTENTION_PRODUCTS) for all B * H batch-heads in
+    one dispatch; pass exactly the buffers it reads and writes, e.g.
+        attention_matmul(pb, prog, "scores", qkv="qkv", S="S", B=B, T=T, H=H, d=d)
+    S and dP are f32 (dP feeds the softmax backward's f32 reduction and, under loss scaling, may
+    exceed the f16 range); O and dqkv's thirds are stored h with the overflow flag."""
+    if variant not in ATTENTION_PRODUCTS:
+        raise ValueError(f"unknown attention product {variant!r}; one of {list(ATTENTION_PRODUCTS)}")
+    _attention_check(B, T, H, d)
+    mm_variant, a, b, c, trans_a, trans_b = ATTENTION_PRODUCTS[variant]
+    given = {"qkv": qkv, "P": P, "dO": dO, "dS": dS, "S": S, "O": O, "dP": dP, "dqkv": dqkv}
+    used = {a[0], b[0], c[0]}
+    if any(given[n] is None for n in used) or any(given[n] is not None for n in set(given) - used):
+        raise ValueError(f"attention product {variant!r} takes the buffers {sorted(used)}")
+    c_h = mm_variant in H_OUT_VARIANTS
+    N, K = (T, d) if c[1] == "rows" else (d, T)
+    matmul(
+        pb,
+        program,
+        mm_variant,
+        A=str(given[a[0]]),
+        B=str(given[b[0]]),
+        C=str(given[c[0]]),
+        M=T,
+        N=N,
+        K=K,
+        trans_a=trans_a,
+        trans_b=trans_b,
+        flags=flags,
+        tiles=tiles,
+        batch=B * H,
+        z_inner=H,
+        a_layout=_attention_layout(a[1], True, T, H, d),
+        b_layout=_attention_layout(b[1], True, T, H, d),
+        c_layout=_attention_layout(c[1], c_h, T, H, d),
+    )
+
+
+def _attn_softmax(
+    pb: PlanBuilder, program: str, entry: str, binds: dict, B: int, T: int, H: int, d: int
+) -> None:
+    _attention_check(B, T, H, d)
+    sources = ["reduce.wgsl", "attn_softmax.wgsl", f"{entry}.wgsl"]
+    pb.dispatch(program, sources, entry, {"T": T, "SCALE": attention_scale(d)}, binds, [T, B * H])
+
+
+def attn_softmax_fwd(
+    pb: PlanBuilder, program: str, *, S: str, P: str, B: int, T: int, H: int, d: int, flags: str = "flags"
+) -> None:
+    """P = causal softmax(S / sqrt(d)) row-wise in f32, stored h (masked entries 0, overflow
+    flagged); a workgroup a row (grid [T, B * H])."""
+    _attn_softmax(pb, program, "attn_softmax_fwd", {"S": S, "P": P, "flags": flags}, B, T, H, d)
+
+
+def attn_softmax_bwd(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    P: str,
+    dP: str,
+    dS: str,
+    B: int,
+    T: int,
+    H: int,
+    d: int,
+    flags: str = "flags",
+) -> None:
+    """dS = P * (dP - rowsum(dP * P)) / sqrt(d) in f32 (masked entries 0), stored h (overflow
+    flagged); a workgroup a row (grid [T, B * H])."""
+    _attn_softmax(pb, program, "attn_softmax_bwd", {"P": P, "dP": dP, "dS": dS, "flags": flags}, B, T, H, d)
 
 
 # --- data ----------------------------------------------------------------------------------------

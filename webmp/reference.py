@@ -169,6 +169,174 @@ def matmul_dgrad(dZ, W, zprev, out_act, *, path="native"):
     return matmul(dZ, W, trans_b=1, path=path) * act_grad(zprev, out_act)
 
 
+# --- attention ---------------------------------------------------------------------------------
+#
+# The buffers of webmp.ops' attention section as arrays per batch and head: "heads" [B, H, T, d]
+# (q, k, v from qkv [B*T, 3D]; O, dO [B*T, D]) and "squares" [B, H, T, T] (S, P, dP, dS
+# [B*H*T, T]). Row i of a square is query i; keys j > i are masked (causal).
+
+
+def attn_heads(x, B: int, T: int, H: int, d: int, part: int = 0) -> np.ndarray:
+    """[B, H, T, d] view of the head columns of third `part` of x [B*T, n*H*d] (q, k, v: 0, 1, 2)."""
+    D = H * d
+    x = np.asarray(x, np.float64)
+    return x[:, part * D : (part + 1) * D].reshape(B, T, H, d).transpose(0, 2, 1, 3)
+
+
+def attn_merge(*heads) -> np.ndarray:
+    """[B*T, n*H*d] from n head arrays [B, H, T, d] (attn_heads' inverse: qkv from q, k, v)."""
+    B, H, T, d = heads[0].shape
+    return np.concatenate([h.transpose(0, 2, 1, 3).reshape(B * T, H * d) for h in heads], 1)
+
+
+def attn_squares(x, B: int, H: int, T: int) -> np.ndarray:
+    """[B, H, T, T] view of a [B*H*T, T] matrix (S, P, dP, dS); `.reshape(-1, T)` is its inverse."""
+    return np.asarray(x, np.float64).reshape(B, H, T, T)
+
+
+def causal(T: int) -> np.ndarray:
+    """[T, T] bool: key j visible from query i (j <= i)."""
+    return np.tril(np.ones((T, T), bool))
+
+
+def _t(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def attention_operands(product: str, bufs: dict, B: int, T: int, H: int, d: int):
+    """(op(A), op(B)) per batch-head, [B, H, M, K] and [B, H, K, N], of an attention product as its
+    launcher reads them from the named buffers (qkv, P, dO, dS):
+      scores S = Q K^T, values O = P V, dv = P^T dO, dp = dO V^T, dq = dS K, dk = dS^T Q."""
+
+    def head(name, part=0):
+        return attn_heads(bufs[name], B, T, H, d, part)
+
+    def square(name):
+        return attn_squares(bufs[name], B, H, T)
+
+    ops = {
+        "scores": lambda: (head("qkv", 0), _t(head("qkv", 1))),
+        "values": lambda: (square("P"), head("qkv", 2)),
+        "dv": lambda: (_t(square("P")), head("dO")),
+        "dp": lambda: (head("dO"), _t(head("qkv", 2))),
+        "dq": lambda: (square("dS"), head("qkv", 1)),
+        "dk": lambda: (_t(square("dS")), head("qkv", 0)),
+    }
+    return ops[product]()
+
+
+def bmm(a, b) -> np.ndarray:
+    """Batched a @ b in float64 (exact for f16 operands and the sizes used here)."""
+    return np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+
+
+def bmm_error(a, b, da=0.0, db=0.0) -> np.ndarray:
+    """Bound on |f32-accumulated product of a' and b' - a @ b| when the kernel's operands a', b'
+    differ from a, b by at most da, db elementwise (0 for the values a kernel reads): the exact
+    perturbation |da||b| + |a||db| + |da||db|, plus dot_error(K) times |a'| @ |b'|."""
+    a, b = np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64))
+    da, db = np.broadcast_to(da, a.shape), np.broadcast_to(db, b.shape)
+    k = a.shape[-1]
+    return dot_error(k) * ((a + da) @ (b + db)) + da @ b + a @ db + da @ db
+
+
+def attn_softmax_fwd(S, scale: float) -> np.ndarray:
+    """P before the store: causal softmax(S * scale) of each row of S [..., T, T], masked entries 0."""
+    S = np.asarray(S, np.float64)
+    vis = causal(S.shape[-1])
+    z = np.where(vis, S, -np.inf)
+    e = np.where(vis, np.exp(scale * (z - z.max(-1, keepdims=True))), 0.0)
+    return e / e.sum(-1, keepdims=True)
+
+
+def attn_softmax_fwd_error(S, scale: float, S_err=0.0, scale_rel: float = 0.0) -> np.ndarray:
+    """Bound on |attn_softmax_fwd kernel's f32 P (before the store) - attn_softmax_fwd(S, scale)|.
+
+    The kernel reads S' (|S' - S| <= S_err) and uses a scale within scale_rel of `scale` (0 when
+    `scale` is the kernel's SCALE). Per row of n = i + 1 visible scores:
+    - inputs: p_j = exp(c s_j) / sum_k exp(c s_k) moves by a factor within exp(+-(c (E_j + E_max)))
+      when each s_k moves by at most E_k (exact: the numerator and the denominator's weighted mean);
+    - the kernel forms a_k = fl(fl(s_k - m) * SCALE) with m the exact maximum: two roundings,
+      |a' - a| <= 4.01 U32 |a| (plus scale_rel |a|), then exp good to (3 + 2|a|) ulps (WGSL), an ulp
+      being <= 2 U32 relative: each e_k errs by theta_k <= (6 + 8.1 |a_k|) U32 relative;
+    - the sum of the e_k errs by sum_k p_k theta_k relative (before its own rounding: the f32 sum of
+      n positive terms, dot_error(n)); the division: 2.5 ulps = 5 U32.
+    So p_j errs by theta_j + sum_k p_k theta_k + dot_error(n) + 5 U32 relative, times 1.01 for the
+    second-order terms (the total is asserted < 1e-2), plus 2^-125 absolute for results in f32's
+    subnormal range.
+    """
+    S = np.asarray(S, np.float64)
+    vis = causal(S.shape[-1])
+    E = np.where(vis, np.broadcast_to(np.asarray(S_err, np.float64), S.shape), 0.0)
+    Emax = E.max(-1, keepdims=True)
+    p = attn_softmax_fwd(S, scale)
+    z = np.where(vis, S, -np.inf)
+    a = np.where(vis, scale * (z.max(-1, keepdims=True) - S + E + Emax), 0.0)  # bounds |a'_k|
+    theta = (6 + 8.1 * a) * U32 + scale_rel * a
+    rel_in = np.expm1(scale * (1 + scale_rel) * (E + Emax))
+    n = vis.sum(-1, keepdims=True)
+    dot = np.vectorize(dot_error)(n)
+    # the kernel's weights p'_k are within (1 + rel_in) of p_k, up to the small terms of rel
+    rel = 1.01 * (theta + (p * (1 + rel_in) * theta).sum(-1, keepdims=True) + dot + 5 * U32)
+    assert rel[..., vis].max() < 1e-2, "the first-order bound needs small relative errors"
+    return np.where(vis, p * ((1 + rel_in) * (1 + rel) - 1) + 2.0**-125, 0.0)
+
+
+def attn_softmax_bwd(P, dP, scale: float) -> np.ndarray:
+    """dS before the store: P * (dP - rowsum(dP * P)) * scale over the visible entries, 0 masked."""
+    P, dP = np.asarray(P, np.float64), np.asarray(dP, np.float64)
+    vis = causal(P.shape[-1])
+    P, dP = np.where(vis, P, 0.0), np.where(vis, dP, 0.0)
+    c = (P * dP).sum(-1, keepdims=True)
+    return np.where(vis, P * (dP - c) * scale, 0.0)
+
+
+def attn_softmax_bwd_error(P, dP, scale: float, P_err=0.0, dP_err=0.0, scale_rel: float = 0.0) -> np.ndarray:
+    """Bound on |attn_softmax_bwd kernel's f32 dS (before the store) - attn_softmax_bwd(P, dP, scale)|
+    when it reads P' and dP' within P_err, dP_err of P, dP (0 for the values a kernel reads).
+    - inputs (exact): c moves by e_c = sum_k (eP_k |g_k| + p_k eg_k + eP_k eg_k), and
+      p_j (g_j - c) by eP_j (|g_j - c| + eg_j + e_c) + p_j (eg_j + e_c) (g = dP);
+    - the kernel: c' = f32 sum of the n products, |c' - c| <= dot_error(n) sum_k |p_k g_k|; then
+      (p_j * (g_j - c')) * SCALE, three roundings: gamma_3 <= 6.01 U32 relative on |p_j (g_j - c')|;
+    - a scale within scale_rel of `scale`: scale_rel of the magnitude; 2^-126 absolute for f32
+      subnormals."""
+    P, g = np.asarray(P, np.float64), np.asarray(dP, np.float64)
+    vis = causal(P.shape[-1])
+    eP = np.where(vis, np.broadcast_to(np.asarray(P_err, np.float64), P.shape), 0.0)
+    eg = np.where(vis, np.broadcast_to(np.asarray(dP_err, np.float64), P.shape), 0.0)
+    P, g = np.where(vis, P, 0.0), np.where(vis, g, 0.0)
+    c = (P * g).sum(-1, keepdims=True)
+    e_c = (eP * np.abs(g) + P * eg + eP * eg).sum(-1, keepdims=True)
+    diff = np.abs(g - c)
+    e_in = eP * (diff + eg + e_c) + P * (eg + e_c)
+    Pm, gm = P + eP, np.abs(g) + eg  # bounds on what the kernel reads
+    n = vis.sum(-1, keepdims=True)
+    e_dot = np.vectorize(dot_error)(n) * (Pm * gm).sum(-1, keepdims=True)
+    e_kernel = Pm * (e_dot + 6.01 * U32 * (diff + eg + e_c + e_dot))
+    mag = Pm * (diff + eg + e_c + e_dot)
+    return np.where(vis, scale * ((1 + scale_rel) * (e_in + e_kernel) + scale_rel * mag) + 2.0**-126, 0.0)
+
+
+def attention(qkv, dO, *, B: int, T: int, H: int, d: int) -> dict:
+    """Causal multi-head attention and its backward pass in float64 with the exact 1/sqrt(d): the
+    heads' S, P, O and, for the output gradient dO, dP, dS and dqkv ([B*T, 3D]: dQ | dK | dV)."""
+    q, k, v = (attn_heads(qkv, B, T, H, d, i) for i in range(3))
+    g = attn_heads(dO, B, T, H, d)
+    scale = 1 / math.sqrt(d)
+    S = q @ _t(k)
+    P = attn_softmax_fwd(S, scale)
+    dP = g @ _t(v)
+    dS = attn_softmax_bwd(P, dP, scale)
+    return {
+        "S": S,
+        "P": P,
+        "O": attn_merge(P @ v),
+        "dP": dP,
+        "dS": dS,
+        "dqkv": attn_merge(dS @ k, _t(dS) @ q, _t(P) @ g),
+    }
+
+
 # --- other kernel families ---------------------------------------------------------------------
 
 

@@ -20,22 +20,31 @@ after it to define):
 - columns.wgsl (before colsum, layernorm_wgrad): no bindings; overrides M, N. Defines h_element and
   column_sums. Expects `fn column_terms(r: u32, c: u32) -> vec2<f32>` (what row r adds to the
   two sums of column c) and an entry point that calls column_sums.
-- reduce.wgsl (before layernorm_fwd, layernorm_bwd, grad_stats, scaler): no bindings. Defines the
-  workgroup array `red` and workgroup_sum. Expects `alias RedT` (f32 or vec2<f32>) and
-  `const WG: u32` (the workgroup size, a power of two).
+- reduce.wgsl (before layernorm_fwd, layernorm_bwd, grad_stats, scaler, attn_softmax): no
+  bindings. Defines the workgroup array `red`, RED_SUM, RED_MAX, workgroup_reduce, workgroup_sum
+  and workgroup_max. Expects `alias RedT` (f32 or vec2<f32>) and `const WG: u32` (the workgroup
+  size, a power of two).
 - matmul.wgsl: bindings 0 A, 1 B. Defines every override of the matmul kernels (M, N, K, TRANS_A,
-  TRANS_B, A_ACT, OUT_ACT, the tile shape), the tiles, mm_tile, mm_run, out_row, out_col,
-  mask_cols. Expects `fn col4(c: u32) -> vec4<f32>`,
-  `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool` and an entry point that calls
-  mm_run (see mm_run).
-- matmul_h_out.wgsl (between matmul.wgsl and matmul_fwd / matmul_dgrad): bindings 3 C (h),
-  4 flags. Defines h_overflows4, store_h4, mm_run_h.
+  TRANS_B, A_ACT, OUT_ACT, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}, the tile
+  shape), the tiles, mm_z, batch_start, out_index, mm_tile, mm_run, out_row, out_col, mask_cols.
+  Expects `fn col4(c: u32) -> vec4<f32>`,
+  `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool` (storing at out_index) and an
+  entry point that calls mm_run (see mm_run).
+- matmul_h_out.wgsl (between matmul.wgsl and matmul_fwd / matmul_dgrad / matmul_plain): no
+  bindings. Defines h_overflows4, store_h4, mm_run_h. Expects the bindings `C: array<HW>` and
+  `flags: array<atomic<u32>>` from the variant (their numbers differ between variants).
+- attn_softmax.wgsl (after reduce.wgsl, before attn_softmax_fwd / attn_softmax_bwd): no bindings;
+  overrides T, SCALE. Defines WG and RedT (for reduce.wgsl) and causal_word. Expects
+  `fn causal_value(j: u32) -> f32` (the output at visible column j of the workgroup's row) and an
+  entry point that stores rows with causal_word.
 - adamw.wgsl: bindings 0 state, 1 P, 2 G, 3 Mo, 4 V; overrides N, WD, BETA1, BETA2, EPS; defines
   adamw_update and the entry point adamw. adamw_copy.wgsl adds binding 5 Wh, ROWS, COLS and the
   entry point adamw_copy.
-- The files with the entry points own the rest: matmul_fwd 2 bias; matmul_dgrad 2 Zprev;
-  matmul_logits 2 bias, 3 C (f32); matmul_wgrad 2 C (f32); the other families (colsum, eval,
-  gather, layernorm_*, softmax_xent, grad_stats, scaler) all of theirs, from 0.
+- The files with the entry points own the rest: matmul_fwd 2 bias, 3 C, 4 flags; matmul_dgrad
+  2 Zprev, 3 C, 4 flags; matmul_plain 2 C, 3 flags; matmul_logits 2 bias, 3 C (f32); matmul_wgrad
+  2 C (f32); attn_softmax_fwd 0 S, 1 P, 2 flags; attn_softmax_bwd 0 P, 1 dP, 2 dS, 3 flags; the
+  other families (colsum, eval, gather, layernorm_*, softmax_xent, grad_stats, scaler) all of
+  theirs, from 0.
 - Token-model families, each one file after the prelude and common.wgsl, all bindings their own:
   windows.wgsl (gather_windows, gather_windows_eval: 0 tokens, 1 state, 2 idx, 3 targets),
   embed.wgsl (embed_fwd: 0 idx, 1 wte, 2 wpe, 3 X (h), 4 flags), token_rows.wgsl (token_rows:
@@ -45,7 +54,7 @@ after it to define):
 Rules:
 - The prelude comes first: `enable f16;` (prelude_native) must precede every declaration.
 - Otherwise module-scope declarations are order-independent, which is what lets a shared file use
-  names that a later file defines (RedT, WG, col4, store4, column_terms).
+  names that a later file defines (RedT, WG, col4, store4, C, flags, column_terms, causal_value).
 - The bindings of all the files are 0..n-1, each declared once (checked by parse_bindings), and
   names are unique across the files of a kernel.
 - Every function in the module is validated, called or not, so a shared file may only use names
@@ -56,7 +65,7 @@ Rules:
   after a workgroup array sized by an override expression (matmul's tile_a, tile_b). Hence every
   override of the matmul kernels, OUT_ACT (matmul_dgrad's) included, is declared in matmul.wgsl
   before those arrays, and the files after it declare none. reduce.wgsl's array has a const size,
-  so its families may declare overrides anywhere.
+  so its families may declare overrides anywhere (attn_softmax.wgsl declares T and SCALE).
 """
 
 from __future__ import annotations
