@@ -15,6 +15,7 @@ Rounding facts the bounds rest on (WGSL spec, "Floating Point Accuracy"):
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -676,3 +677,230 @@ def embed_wgrad_f32(idx, dX, V: int, T: int, dwte0=None):
     if dwte0 is not None:
         dwte += np.asarray(dwte0, np.float32)
     return dwte, dwpe
+
+
+# --- the whole GPT, float64 ------------------------------------------------------------------------
+#
+# A pre-LayerNorm GPT-2-style character model. Parameter names (per layer l = 0 .. n_layer - 1):
+#   wte [V, D], wpe [Tmax, D]                      token and position embeddings (f32 tables)
+#   ln1_g{l}, ln1_b{l} [D]                         LayerNorm before attention
+#   Wqkv{l} [D, 3D], bqkv{l} [3D]                  qkv = a @ Wqkv + bqkv, columns [q | k | v]
+#   Wo{l} [D, D], bo{l} [D]                        attention output projection (residual branch)
+#   ln2_g{l}, ln2_b{l} [D]                         LayerNorm before the MLP
+#   W1{l} [D, 4D], b1{l} [4D], W2{l} [4D, D], b2{l} [D]   MLP (GELU, tanh approximation)
+#   lnf_g, lnf_b [D]                               final LayerNorm
+#   Whead [D, V], bhead [V]                        the head, absent when tied (logits = xf @ wte^T)
+# Matrices are stored [in, out] as the MLP's, so a GPU weight buffer is the same array.
+
+GPT_DECAY = ("wte", "wpe", "Whead", "Wqkv{l}", "Wo{l}", "W1{l}", "W2{l}")
+"""Names of the parameters AdamW decays ({l}: any layer number): every 2-D parameter, embeddings
+included, as nanoGPT does; biases and LayerNorm gains/shifts are not decayed. Embeddings decay
+because with a tied head wte *is* the head's matrix (excluding it would leave the tied head
+undecayed, and make decay depend on tie_head), and one rule ("matrices decay") is simpler to state
+and to check than minGPT's per-module list."""
+
+
+def gpt_decays(name: str) -> bool:
+    """Whether parameter `name` gets weight decay (it matches a pattern of GPT_DECAY)."""
+    pats = [re.escape(p).replace(r"\{l\}", r"\d+") for p in GPT_DECAY]
+    return any(re.fullmatch(p, name) for p in pats)
+
+
+def gpt_param_shapes(V: int, D: int, n_layer: int, Tmax: int, tie_head: bool) -> dict:
+    """{name: shape} of the GPT's parameters, in a fixed order (embeddings, layers, final LN, head)."""
+    shapes: dict[str, tuple[int, ...]] = {"wte": (V, D), "wpe": (Tmax, D)}
+    for l in range(n_layer):
+        shapes |= {
+            f"ln1_g{l}": (D,),
+            f"ln1_b{l}": (D,),
+            f"Wqkv{l}": (D, 3 * D),
+            f"bqkv{l}": (3 * D,),
+            f"Wo{l}": (D, D),
+            f"bo{l}": (D,),
+            f"ln2_g{l}": (D,),
+            f"ln2_b{l}": (D,),
+            f"W1{l}": (D, 4 * D),
+            f"b1{l}": (4 * D,),
+            f"W2{l}": (4 * D, D),
+            f"b2{l}": (D,),
+        }
+    shapes |= {"lnf_g": (D,), "lnf_b": (D,)}
+    if not tie_head:
+        shapes |= {"Whead": (D, V), "bhead": (V,)}
+    return shapes
+
+
+def gpt_init(V: int, D: int, n_layer: int, n_head: int, Tmax: int, rng, tie_head: bool) -> dict:
+    """float32 parameters with GPT-2's initialisation: every matrix (wte, wpe, Wqkv, W1, Whead)
+    normal(0, 0.02), except the residual projections Wo and W2, normal(0, 0.02 / sqrt(2 n_layer))
+    (each layer adds two branches to the residual stream); biases 0; LayerNorm gains 1, shifts 0.
+    Drawn in gpt_param_shapes' order from `rng` (a numpy Generator), one rng.normal per matrix."""
+    if D % n_head:
+        raise ValueError(f"D = {D} is not a multiple of n_head = {n_head}")
+    params = {}
+    for name, shape in gpt_param_shapes(V, D, n_layer, Tmax, tie_head).items():
+        if len(shape) == 2:
+            std = 0.02 / math.sqrt(2 * n_layer) if name.startswith(("Wo", "W2")) else 0.02
+            params[name] = rng.normal(0.0, std, shape).astype(np.float32)
+        elif name.startswith(("ln1_g", "ln2_g", "lnf_g")):
+            params[name] = np.ones(shape, np.float32)
+        else:
+            params[name] = np.zeros(shape, np.float32)
+    return params
+
+
+def gpt_loss_and_grads(
+    params: dict,
+    idx,
+    targets,
+    *,
+    n_layer: int,
+    n_head: int,
+    tie_head: bool,
+    store: str | None = None,
+    counted: int | None = None,
+    attn_scale: float | None = None,
+    loss_scale: float = 1.0,
+    eps: float = 1e-5,
+    grads: bool = True,
+):
+    """(loss, grads, cache) of the character GPT on idx, targets [B, T] (ints), in float64.
+
+    Model: x = wte[idx] + wpe[:T]; per layer x += attn(LN1(x)) @ Wo + bo, x += gelu(LN2(x) @ W1
+    + b1) @ W2 + b2, causal multi-head attention with softmax(Q K^T * attn_scale) (default
+    1/sqrt(d); pass ops.attention_scale(d) for the GPU's f32 constant); logits = LNf(x) @ wte^T
+    (tie_head) or @ Whead + bhead. LayerNorm: eps, biased variance. loss: mean cross-entropy over
+    `counted` rows (default: the rows whose target is not NO_LABEL; NO_LABEL rows add nothing).
+
+    grads: {param name: gradient} by hand-written backprop, multiplied by `loss_scale` (as the
+    engine's g_* buffers hold them); a tied wte's gradient is the embedding's plus the head's.
+    grads=False skips the backward pass (returns None). cache: the forward values ("x0", "xf",
+    "logits" [B*T, V], "layers": per-layer dicts of a, qkv, S, P, O, x_mid, m, z, h, x) and, with
+    grads, the backward deltas ("dlogits", "dxf", per-layer dx_out, dO, dS, dqkv, dz, ...).
+    Rows are r = b * T + t throughout.
+
+    store=None: exact float64. store="native"/"emulated" (f16) or "fp32": values are rounded to
+    the activation format where the GPU stores them, every other operation exact:
+      forward
+      1. working copies of the matrices read by matmuls: Wqkv, Wo, W1, W2, Whead, and wte as the
+         tied head's matrix (the embedding reads the f32 tables; biases, LN params f32);
+      2. x0 = rnd(wte[idx] + wpe[t]);
+      3. a = rnd(LN1(x)), m = rnd(LN2(x)), xf = rnd(LNf(x)) (LN statistics exact, from stored x);
+      4. qkv = rnd(a @ Wqkv + bqkv);
+      5. S exact (f32 buffer), P = rnd(causal softmax(S * attn_scale));
+      6. O = rnd(P @ V);
+      7. attention branch y = rnd(O @ Wo + bo), then x = rnd(x + y) (the residual add);
+      8. MLP pre-activation z = rnd(m @ W1 + b1), its activation rnd(gelu(z)) as W2's operand
+         (A_ACT on load), u = rnd(h @ W2 + b2), then x = rnd(x + u);
+      9. logits exact (f32 buffer).
+      backward
+      10. dlogits = rnd(softmax_xent's gradient * loss_scale / counted);
+      11. dxf = rnd(dlogits @ Whead^T) (tied: wte's working copy);
+      12. every LayerNorm input gradient rnd(layernorm_bwd(...)), from the stored upstream delta;
+      13. MLP: dz = rnd((dx @ W2^T) * gelu'(z)) (dgrad epilogue), dm = rnd(dz @ W1^T);
+      14. attention: dO = rnd(dx @ Wo^T), dP exact (f32), dS = rnd(softmax backward),
+          dqkv = rnd([dS K | dS^T Q | P^T dO]), da = rnd(dqkv @ Wqkv^T);
+      15. the residual stream's gradient after each branch: dx = rnd(dx + rnd(LN input grad));
+      16. weight gradients (A^T dZ, column sums, LN wgrads, embedding sums) exact, from the stored
+          operands (f32 accumulators).
+    """
+    rnd = (lambda v: v) if store is None else (lambda v: round_h(v, store))
+    idx = np.asarray(idx, np.int64)
+    Bn, T = idx.shape
+    R = Bn * T
+    wte = np.asarray(params["wte"], np.float64)
+    V, D = wte.shape
+    H = n_head
+    if D % H:
+        raise ValueError(f"D = {D} is not a multiple of n_head = {H}")
+    d = D // H
+    sc = 1.0 / math.sqrt(d) if attn_scale is None else float(attn_scale)
+    labels = np.asarray(targets, np.int64).reshape(R)
+    n_rows = int((labels != NO_LABEL).sum()) if counted is None else int(counted)
+    n_rows = max(n_rows, 1)
+
+    def p64(name):
+        return np.asarray(params[name], np.float64)
+
+    def wcopy(name):
+        return rnd(p64(name))
+
+    def heads(v, part=0):
+        return attn_heads(v, Bn, T, H, d, part)
+
+    # forward
+    rows = idx.reshape(R)
+    x = rnd(wte[rows] + p64("wpe")[np.tile(np.arange(T), Bn)])
+    cache: dict = {"x0": x, "layers": []}
+    for l in range(n_layer):
+        c: dict = {"x_in": x}
+        a, c["ln1_stats"] = layernorm_fwd(x, p64(f"ln1_g{l}"), p64(f"ln1_b{l}"), eps)
+        c["a"] = a = rnd(a)
+        c["qkv"] = qkv = rnd(a @ wcopy(f"Wqkv{l}") + p64(f"bqkv{l}"))
+        q, k, v = (heads(qkv, i) for i in range(3))
+        c["S"] = S = q @ _t(k)
+        c["P"] = P = rnd(attn_softmax_fwd(S, sc))
+        c["O"] = O = rnd(attn_merge(P @ v))
+        y = rnd(O @ wcopy(f"Wo{l}") + p64(f"bo{l}"))
+        c["x_mid"] = x = rnd(x + y)
+        m, c["ln2_stats"] = layernorm_fwd(x, p64(f"ln2_g{l}"), p64(f"ln2_b{l}"), eps)
+        c["m"] = m = rnd(m)
+        c["z"] = z = rnd(m @ wcopy(f"W1{l}") + p64(f"b1{l}"))
+        c["h"] = h = rnd(act_fwd(z, "gelu"))
+        u = rnd(h @ wcopy(f"W2{l}") + p64(f"b2{l}"))
+        c["x"] = x = rnd(x + u)
+        cache["layers"].append(c)
+    xf, cache["lnf_stats"] = layernorm_fwd(x, p64("lnf_g"), p64("lnf_b"), eps)
+    cache["x_final"] = x
+    cache["xf"] = xf = rnd(xf)
+    Wh = rnd(wte.T) if tie_head else wcopy("Whead")
+    logits = xf @ Wh
+    if not tie_head:
+        logits = logits + p64("bhead")
+    cache["logits"] = logits
+    loss_rows, dlogits, _ = softmax_xent(logits, labels, loss_scale, n_rows)
+    loss = float(loss_rows.sum() / n_rows)
+    if not grads:
+        return loss, None, cache
+
+    # backward
+    g: dict[str, np.ndarray] = {}
+    cache["dlogits"] = dl = rnd(dlogits)
+    if tie_head:
+        g["wte"] = dl.T @ xf
+    else:
+        g["Whead"], g["bhead"] = xf.T @ dl, dl.sum(0)
+    cache["dxf"] = dxf = rnd(dl @ Wh.T)
+    g["lnf_g"], g["lnf_b"] = layernorm_wgrad(dxf, cache["x_final"], cache["lnf_stats"])
+    dx = rnd(layernorm_bwd(dxf, cache["x_final"], cache["lnf_stats"], p64("lnf_g")))
+    for l in reversed(range(n_layer)):
+        c = cache["layers"][l]
+        c["dx_out"] = dx
+        # MLP branch: u = h @ W2 + b2 receives dx
+        g[f"W2{l}"], g[f"b2{l}"] = c["h"].T @ dx, dx.sum(0)
+        c["dz"] = dz = rnd((dx @ wcopy(f"W2{l}").T) * act_grad(c["z"], "gelu"))
+        g[f"W1{l}"], g[f"b1{l}"] = c["m"].T @ dz, dz.sum(0)
+        c["dm"] = dm = rnd(dz @ wcopy(f"W1{l}").T)
+        g[f"ln2_g{l}"], g[f"ln2_b{l}"] = layernorm_wgrad(dm, c["x_mid"], c["ln2_stats"])
+        dx = rnd(dx + rnd(layernorm_bwd(dm, c["x_mid"], c["ln2_stats"], p64(f"ln2_g{l}"))))
+        c["dx_mid"] = dx
+        # attention branch: y = O @ Wo + bo receives dx
+        g[f"Wo{l}"], g[f"bo{l}"] = c["O"].T @ dx, dx.sum(0)
+        c["dO"] = dO = rnd(dx @ wcopy(f"Wo{l}").T)
+        q, k, v = (heads(c["qkv"], i) for i in range(3))
+        P, gO = c["P"], heads(dO)
+        c["dP"] = dP = gO @ _t(v)
+        c["dS"] = dS = rnd(attn_softmax_bwd(P, dP, sc))
+        c["dqkv"] = dqkv = rnd(attn_merge(dS @ k, _t(dS) @ q, _t(P) @ gO))
+        g[f"Wqkv{l}"], g[f"bqkv{l}"] = c["a"].T @ dqkv, dqkv.sum(0)
+        c["da"] = da = rnd(dqkv @ wcopy(f"Wqkv{l}").T)
+        g[f"ln1_g{l}"], g[f"ln1_b{l}"] = layernorm_wgrad(da, c["x_in"], c["ln1_stats"])
+        dx = rnd(dx + rnd(layernorm_bwd(da, c["x_in"], c["ln1_stats"], p64(f"ln1_g{l}"))))
+    cache["dx0"] = dx
+    dwte = np.zeros((V, D))
+    np.add.at(dwte, rows, dx)
+    g["wte"] = g.get("wte", 0.0) + dwte
+    dwpe = np.zeros_like(p64("wpe"))
+    dwpe[:T] = dx.reshape(Bn, T, D).sum(0)
+    g["wpe"] = dwpe
+    return loss, {name: g[name] for name in params}, cache
