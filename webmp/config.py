@@ -16,8 +16,9 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
     # model and data
-    model: Literal["mlp", "mlp-ln"] = "mlp"
-    """mlp: Linear layers with an activation between them; mlp-ln adds LayerNorm after each hidden Linear"""
+    model: Literal["mlp", "mlp-ln", "gpt"] = "mlp"
+    """mlp: Linear layers with an activation between them; mlp-ln adds LayerNorm after each hidden Linear;
+    gpt: a character-level transformer on a text corpus (Python API only so far)"""
     hidden: list[int] = Field(default_factory=lambda: [256, 256])
     """hidden layer widths, comma-separated"""
     act: Literal["gelu", "relu"] = "gelu"

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from ..config import TrainConfig
+from ..corpus import TextCorpus
 from ..data import Dataset
 from ..plan import Plan
 from ..tilecache import TileTable
+from .gpt import build_gpt_plan
 from .mlp import build_mlp_plan
 
 
 def build_plan(
-    cfg: TrainConfig, data: Dataset, path: str, tiles: TileTable | None = None
+    cfg: TrainConfig, data: Dataset | TextCorpus, path: str, tiles: TileTable | None = None
 ) -> tuple[Plan, bytes]:
     """The plan and its initial-contents blob for training `cfg` on `data` with prelude `path`
-    ('native', 'emulated' or 'fp32'); matmul tile shapes from `tiles` (default: DEFAULT_TILES)."""
+    ('native', 'emulated' or 'fp32'); matmul tile shapes from `tiles` (default: DEFAULT_TILES).
+    The MLPs take a Dataset, the GPT a TextCorpus (its shape: build_gpt_plan's defaults)."""
     if cfg.model in ("mlp", "mlp-ln"):
+        if isinstance(data, TextCorpus):
+            raise TypeError(f"model {cfg.model!r} trains on a Dataset, not a TextCorpus")
         return build_mlp_plan(cfg, data, path, tiles)
+    if cfg.model == "gpt":
+        if not isinstance(data, TextCorpus):
+            raise TypeError(f"model 'gpt' trains on a TextCorpus, got {type(data).__name__}")
+        return build_gpt_plan(cfg, data, path, tiles)
     raise ValueError(f"unknown model {cfg.model!r}")
