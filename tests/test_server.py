@@ -217,6 +217,12 @@ def test_runs_rest_api(client):
     assert len(client.get("/api/runs").json()) == 1
 
 
+def test_gpt_is_refused_for_browser_runs_until_wired(client):
+    r = client.post("/api/runs", json={"model": "gpt"})
+    assert r.status_code == 422 and "not available in the browser runtime yet" in r.json()["detail"]
+    assert client.get("/api/runs").json() == []
+
+
 def test_data_files_are_refused_for_browser_runs(client, tmp_path):
     """A data path in POST /api/runs would let any client read a server file through the plan's blob."""
     secret = tmp_path / "secret.csv"

@@ -51,6 +51,13 @@ def test_cli_rejects_bad_flag_before_gpu_work(capsys):
     assert "invalid lr" in err
 
 
+def test_gpt_in_webmp_train_says_it_is_not_wired_yet(capsys, tmp_path):
+    assert cli(["train", "--model", "gpt", "--quiet", "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "--model gpt is not available in webmp train yet" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
 def test_nan_or_inf_input_is_rejected():
     x = np.zeros((4, 3))
     x[2, 1] = np.nan

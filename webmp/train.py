@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .checkpoint import checkpoint_buffers, load_checkpoint, resume_blob, save_checkpoint
-from .config import TrainConfig
+from .config import GPT_NOT_WIRED, MLP_MODELS, TrainConfig
 from .data import Dataset, load_mlp_data
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
@@ -56,6 +56,8 @@ class Trainer:
     ):
         self.log = log or (lambda *a, **k: None)
         self.progress = progress
+        if cfg.model not in MLP_MODELS:
+            raise ValueError(GPT_NOT_WIRED)
         contents, meta = (None, None)
         if resume is not None:
             contents, meta = load_checkpoint(resume)
