@@ -78,7 +78,11 @@ def summary_msg(run_id: str, iteration: int) -> dict:
 @pytest.fixture
 def client(tmp_path):
     with TestClient(create_app(tmp_path / "runs")) as c:
-        yield c
+        try:
+            yield c
+        finally:  # a test that failed with a socket open: close it, or TestClient's exit waits forever
+            for ws in list(OPEN_SOCKETS):
+                leave(ws)
 
 
 def create(client, **cfg) -> dict:
@@ -92,15 +96,21 @@ def send(ws, msg) -> dict:
     return ws.receive_json()
 
 
+OPEN_SOCKETS: list = []  # connected and not yet left (closed by the client fixture if a test fails)
+
+
 def connect(client, run_id, **kw):
     ws = client.websocket_connect(f"/api/runs/{run_id}/ws", **kw)
     ws.__enter__()  # left with leave(ws)
+    OPEN_SOCKETS.append(ws)
     assert ws.receive_json()["type"] == "welcome"
     return ws
 
 
 def leave(ws) -> None:
     """The page goes away (closes its socket)."""
+    if ws in OPEN_SOCKETS:
+        OPEN_SOCKETS.remove(ws)
     ws.__exit__(None, None, None)
 
 
