@@ -9,10 +9,11 @@ train:
 test:
 	@bash scripts/setup.sh test && . scripts/env.sh && $(MAKE) --no-print-directory lint && python3 -m pytest $(ARGS)
 
-# before every commit: linters, types, and the tests that are neither slow nor browser (< 2 min)
+# before every commit: linters, types, and the tests that are neither slow nor browser, on two
+# processes (pytest-xdist; each has its own WebGPU device): under a minute here
 check:
 	@bash scripts/setup.sh test && . scripts/env.sh && $(MAKE) --no-print-directory lint && \
-	  python3 -m pytest -q -m "not slow and not browser" $(ARGS)
+	  python3 -m pytest -q -n 2 -m "not slow and not browser" $(ARGS)
 
 lint:
 	python3 -m ruff check .

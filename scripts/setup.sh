@@ -21,9 +21,16 @@ apt_install() {
 
 py=${PYTHON:-python3}
 extra=""; [ "$mode" = test ] && extra="[test]"
-if ! $py -c "import webmp, wgpu, fastapi, safetensors, sklearn" 2>/dev/null || [ "$mode" = test ]; then
+# pip runs again only when pyproject.toml changed since the last install from this checkout, or when
+# webmp (or a test tool) is missing or installed from elsewhere: it costs ~15 s even with nothing to do
+stamp=".webmp-cache/installed-$mode"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $root"
+check="import webmp, wgpu, fastapi, safetensors, sklearn, sys; sys.exit(not webmp.__file__.startswith('$root/'))"
+[ "$mode" = test ] && check="import pytest, playwright, xdist, mypy, ruff; $check"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! $py -c "$check" 2>/dev/null; then
   say "pip install -e .$extra"
   $py -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".$extra"
+  mkdir -p .webmp-cache && echo "$want" > "$stamp"
 fi
 
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
