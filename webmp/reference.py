@@ -15,11 +15,11 @@ Rounding facts the bounds rest on (WGSL spec, "Floating Point Accuracy"):
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
 from .data import batch_rows, window_starts
+from .models.gpt import GPT_DECAY, gpt_decays, gpt_init, gpt_param_shapes  # noqa: F401 (part of the reference API)
 
 U16 = 2.0**-11  # f16 unit roundoff
 U32 = 2.0**-24  # f32 unit roundoff
@@ -692,61 +692,8 @@ def embed_wgrad_f32(idx, dX, V: int, T: int, dwte0=None):
 #   Whead [D, V], bhead [V]                        the head, absent when tied (logits = xf @ wte^T)
 # Matrices are stored [in, out] as the MLP's, so a GPU weight buffer is the same array.
 
-GPT_DECAY = ("wte", "wpe", "Whead", "Wqkv{l}", "Wo{l}", "W1{l}", "W2{l}")
-"""Names of the parameters AdamW decays ({l}: any layer number): every 2-D parameter, embeddings
-included, as nanoGPT does; biases and LayerNorm gains/shifts are not decayed. Embeddings decay
-because with a tied head wte *is* the head's matrix (excluding it would leave the tied head
-undecayed, and make decay depend on tie_head), and one rule ("matrices decay") is simpler to state
-and to check than minGPT's per-module list."""
-
-
-def gpt_decays(name: str) -> bool:
-    """Whether parameter `name` gets weight decay (it matches a pattern of GPT_DECAY)."""
-    pats = [re.escape(p).replace(r"\{l\}", r"\d+") for p in GPT_DECAY]
-    return any(re.fullmatch(p, name) for p in pats)
-
-
-def gpt_param_shapes(V: int, D: int, n_layer: int, Tmax: int, tie_head: bool) -> dict:
-    """{name: shape} of the GPT's parameters, in a fixed order (embeddings, layers, final LN, head)."""
-    shapes: dict[str, tuple[int, ...]] = {"wte": (V, D), "wpe": (Tmax, D)}
-    for l in range(n_layer):
-        shapes |= {
-            f"ln1_g{l}": (D,),
-            f"ln1_b{l}": (D,),
-            f"Wqkv{l}": (D, 3 * D),
-            f"bqkv{l}": (3 * D,),
-            f"Wo{l}": (D, D),
-            f"bo{l}": (D,),
-            f"ln2_g{l}": (D,),
-            f"ln2_b{l}": (D,),
-            f"W1{l}": (D, 4 * D),
-            f"b1{l}": (4 * D,),
-            f"W2{l}": (4 * D, D),
-            f"b2{l}": (D,),
-        }
-    shapes |= {"lnf_g": (D,), "lnf_b": (D,)}
-    if not tie_head:
-        shapes |= {"Whead": (D, V), "bhead": (V,)}
-    return shapes
-
-
-def gpt_init(V: int, D: int, n_layer: int, n_head: int, Tmax: int, rng, tie_head: bool) -> dict:
-    """float32 parameters with GPT-2's initialisation: every matrix (wte, wpe, Wqkv, W1, Whead)
-    normal(0, 0.02), except the residual projections Wo and W2, normal(0, 0.02 / sqrt(2 n_layer))
-    (each layer adds two branches to the residual stream); biases 0; LayerNorm gains 1, shifts 0.
-    Drawn in gpt_param_shapes' order from `rng` (a numpy Generator), one rng.normal per matrix."""
-    if D % n_head:
-        raise ValueError(f"D = {D} is not a multiple of n_head = {n_head}")
-    params = {}
-    for name, shape in gpt_param_shapes(V, D, n_layer, Tmax, tie_head).items():
-        if len(shape) == 2:
-            std = 0.02 / math.sqrt(2 * n_layer) if name.startswith(("Wo", "W2")) else 0.02
-            params[name] = rng.normal(0.0, std, shape).astype(np.float32)
-        elif name.startswith(("ln1_g", "ln2_g", "lnf_g")):
-            params[name] = np.ones(shape, np.float32)
-        else:
-            params[name] = np.zeros(shape, np.float32)
-    return params
+# The parameter table above, its initialisation (gpt_init) and the weight-decay rule (GPT_DECAY)
+# are the model's own, in webmp/models/gpt.py; the reference uses them as they are.
 
 
 def gpt_loss_and_grads(

@@ -17,12 +17,13 @@ a LayerNorm: dxf, dm, da), dln (a LayerNorm's input gradient before the residual
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import numpy as np
 
 from .. import ops
-from .. import reference as ref
 from ..config import TrainConfig
 from ..corpus import TextCorpus
 from ..data import check_tokens, eval_windows, perm_bits
@@ -31,6 +32,63 @@ from ..tilecache import TileTable
 from .common import EVAL, TRAIN_STEP, ModelBuilder
 
 GELU = ops.ACT_CODES["gelu"]
+
+
+GPT_DECAY = ("wte", "wpe", "Whead", "Wqkv{l}", "Wo{l}", "W1{l}", "W2{l}")
+"""Names of the parameters AdamW decays ({l}: any layer number): every 2-D parameter, embeddings
+included, as nanoGPT does; biases and LayerNorm gains/shifts are not decayed. Embeddings decay
+because with a tied head wte *is* the head's matrix (excluding it would leave the tied head
+undecayed, and make decay depend on tie_head), and one rule ("matrices decay") is simpler to state
+and to check than minGPT's per-module list."""
+
+
+def gpt_decays(name: str) -> bool:
+    """Whether parameter `name` gets weight decay (it matches a pattern of GPT_DECAY)."""
+    pats = [re.escape(p).replace(r"\{l\}", r"\d+") for p in GPT_DECAY]
+    return any(re.fullmatch(p, name) for p in pats)
+
+
+def gpt_param_shapes(V: int, D: int, n_layer: int, Tmax: int, tie_head: bool) -> dict:
+    """{name: shape} of the GPT's parameters, in a fixed order (embeddings, layers, final LN, head)."""
+    shapes: dict[str, tuple[int, ...]] = {"wte": (V, D), "wpe": (Tmax, D)}
+    for l in range(n_layer):
+        shapes |= {
+            f"ln1_g{l}": (D,),
+            f"ln1_b{l}": (D,),
+            f"Wqkv{l}": (D, 3 * D),
+            f"bqkv{l}": (3 * D,),
+            f"Wo{l}": (D, D),
+            f"bo{l}": (D,),
+            f"ln2_g{l}": (D,),
+            f"ln2_b{l}": (D,),
+            f"W1{l}": (D, 4 * D),
+            f"b1{l}": (4 * D,),
+            f"W2{l}": (4 * D, D),
+            f"b2{l}": (D,),
+        }
+    shapes |= {"lnf_g": (D,), "lnf_b": (D,)}
+    if not tie_head:
+        shapes |= {"Whead": (D, V), "bhead": (V,)}
+    return shapes
+
+
+def gpt_init(V: int, D: int, n_layer: int, n_head: int, Tmax: int, rng, tie_head: bool) -> dict:
+    """float32 parameters with GPT-2's initialisation: every matrix (wte, wpe, Wqkv, W1, Whead)
+    normal(0, 0.02), except the residual projections Wo and W2, normal(0, 0.02 / sqrt(2 n_layer))
+    (each layer adds two branches to the residual stream); biases 0; LayerNorm gains 1, shifts 0.
+    Drawn in gpt_param_shapes' order from `rng` (a numpy Generator), one rng.normal per matrix."""
+    if D % n_head:
+        raise ValueError(f"D = {D} is not a multiple of n_head = {n_head}")
+    params = {}
+    for name, shape in gpt_param_shapes(V, D, n_layer, Tmax, tie_head).items():
+        if len(shape) == 2:
+            std = 0.02 / math.sqrt(2 * n_layer) if name.startswith(("Wo", "W2")) else 0.02
+            params[name] = rng.normal(0.0, std, shape).astype(np.float32)
+        elif name.startswith(("ln1_g", "ln2_g", "lnf_g")):
+            params[name] = np.ones(shape, np.float32)
+        else:
+            params[name] = np.zeros(shape, np.float32)
+    return params
 
 
 def build_gpt_plan(
@@ -49,8 +107,8 @@ def build_gpt_plan(
     """The GPT's plan: programs train_step (batch_size windows of `context` tokens from the train
     split) and eval (next-character accuracy over the validation split's consecutive windows).
 
-    params: the initial parameters by name (reference.gpt_param_shapes); default
-    reference.gpt_init with numpy's generator seeded by cfg.seed."""
+    params: the initial parameters by name (gpt_param_shapes); default
+    gpt_init with numpy's generator seeded by cfg.seed."""
     mb = ModelBuilder(cfg, path, tiles)
     pb = mb.pb
     V, D, T, H, L = corpus.vocab_size, d_model, context, n_head, n_layer
@@ -61,9 +119,9 @@ def build_gpt_plan(
     R = Bw * T
     train = check_tokens(corpus.train, V, T, f"{corpus.name} (train split)")
     val = np.asarray(corpus.val, np.uint32)
-    shapes = ref.gpt_param_shapes(V, D, L, T, tie_head)
+    shapes = gpt_param_shapes(V, D, L, T, tie_head)
     if params is None:
-        params = ref.gpt_init(V, D, L, H, T, np.random.default_rng(cfg.seed), tie_head)
+        params = gpt_init(V, D, L, H, T, np.random.default_rng(cfg.seed), tie_head)
     if set(params) != set(shapes) or any(tuple(np.shape(params[k])) != s for k, s in shapes.items()):
         raise ValueError(f"params must have exactly the shapes {shapes}")
 
@@ -74,7 +132,7 @@ def build_gpt_plan(
     pb.u32("targets", (R,), "activations")
 
     # parameters, in gpt_param_shapes' order; matrices read by matmuls get a working copy (wte too
-    # when it is the tied head's matrix), decay per reference.gpt_decays
+    # when it is the tied head's matrix), decay per gpt_decays
     copied = {f"{w}{l}" for l in range(L) for w in ("Wqkv", "Wo", "W1", "W2")} | {"Whead"}
     if tie_head:
         copied.add("wte")
@@ -83,7 +141,7 @@ def build_gpt_plan(
         init = np.asarray(params[name], np.float32)
         copy_shape = (shape[0], shape[1]) if name in copied else None
         P[name] = mb.param(name, init, copy_shape)
-        P[name]["decay"] = ref.gpt_decays(name)
+        P[name]["decay"] = gpt_decays(name)
 
     def w(name: str) -> str:
         return str(P[name]["copy"])
