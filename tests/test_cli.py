@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Literal, get_args, get_origin
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 import webmp
 from webmp.cli import add_train_flags, config_from_args, flag_name, format_default, main, train_parser
-from webmp.config import TrainConfig
+from webmp.config import MODEL_DEFAULTS, TrainConfig
 
 FIELDS = list(TrainConfig.model_fields)
 LITERALS = [n for n, f in TrainConfig.model_fields.items() if get_origin(f.annotation) is Literal]
@@ -31,7 +31,11 @@ def train_help(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
 def _flag_help(help_text: str, name: str) -> str:
     """A flag's entry in the help, joined to one line (a long flag puts its help on the next line)."""
     entries = re.split(r"\n(?=  -)", help_text)
-    found = [" ".join(e.split()) for e in entries if e.strip().startswith(flag_name(name) + " ")]
+    found = [
+        " ".join(e.split())
+        for e in entries
+        if e.strip().startswith((flag_name(name) + " ", flag_name(name) + ","))
+    ]
     assert len(found) == 1, f"{flag_name(name)} not shown once in `webmp train --help`"
     return found[0]
 
@@ -42,7 +46,8 @@ def test_every_field_is_a_flag_with_help_and_default(train_help: str, name: str)
     assert field.description, f"TrainConfig.{name} has no docstring (its help text)"
     line = _flag_help(train_help, name)
     default = format_default(field.get_default(call_default_factory=True))
-    assert line.endswith(f"(default: {default})"), line
+    by_model = "".join(f"; {m}: {format_default(d[name])}" for m, d in MODEL_DEFAULTS.items() if name in d)
+    assert line.endswith(f"(default: {default}{by_model})"), line
     assert " ".join(field.description.split())[:30] in line
 
 
@@ -60,6 +65,10 @@ def test_every_field_is_settable(name: str) -> None:
         "growth_factor": "4.0",
         "data": "mine.csv",
     }.get(name)
+    if field.annotation is bool:
+        cfg = config_from_args(train_parser().parse_args([flag_name(name).replace("--", "--no-")]))
+        assert getattr(cfg, name) is False and default is True
+        return
     if value is None:
         if get_origin(field.annotation) is Literal:
             value = (
@@ -76,6 +85,22 @@ def test_every_field_is_settable(name: str) -> None:
 
 def test_defaults_round_trip() -> None:
     assert config_from_args(train_parser().parse_args([])) == TrainConfig()
+
+
+def test_model_defaults_fill_only_the_flags_left_out() -> None:
+    gpt = config_from_args(train_parser().parse_args(["--model", "gpt"]))
+    assert gpt == TrainConfig(model="gpt")
+    for name, value in MODEL_DEFAULTS["gpt"].items():
+        assert getattr(gpt, name) == value != TrainConfig.model_fields[name].default, name
+    mine = config_from_args(train_parser().parse_args(["--model", "gpt", "--steps", "7"]))
+    assert mine.steps == 7 and mine.batch_size == MODEL_DEFAULTS["gpt"]["batch_size"]
+    assert config_from_args(train_parser().parse_args(["--steps", "7"])).batch_size == 64  # the MLP's
+
+
+def test_gpt_shape_is_checked() -> None:
+    with pytest.raises(ValidationError, match="d_model .100. must be n_head .4. times an even head size"):
+        TrainConfig(model="gpt", d_model=100)
+    assert TrainConfig(model="gpt", d_model=96, n_head=6).d_model == 96  # head size 16
 
 
 def test_known_flags_keep_their_spelling() -> None:
@@ -201,7 +226,7 @@ def test_bool_and_unsupported_annotations() -> None:
 
     p = argparse.ArgumentParser()
     add_train_flags(p, Small)
-    assert vars(p.parse_args([])) == {"fast": False, "ratios": [0.5, 0.25]}
+    assert vars(p.parse_args([])) == {}  # left out: the model's defaults apply
     assert vars(p.parse_args(["--fast", "--ratios", "1,2.5"])) == {"fast": True, "ratios": [1.0, 2.5]}
     assert p.parse_args(["--fast", "--no-fast"]).fast is False
     assert "go fast (default: False)" in " ".join(p.format_help().split())

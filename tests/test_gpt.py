@@ -82,12 +82,10 @@ def _run_step(path, gpu, tie_head):
     precision = "fp32" if path == "fp32" else "mixed"
     cfg = TrainConfig(
         model="gpt", batch_size=BATCH, precision=precision, init_scale=1024.0, log_every=1, steps=10,
-        warmup=0, schedule="constant",
+        warmup=0, schedule="constant", n_layer=L, n_head=H, d_model=D, context=T, tie_head=tie_head,
     )  # fmt: skip
     params = tiny_params(tie_head)
-    plan, blob = build_gpt_plan(
-        cfg, corpus, path, n_layer=L, n_head=H, d_model=D, context=T, tie_head=tie_head, params=params
-    )
+    plan, blob = build_gpt_plan(cfg, corpus, path, params=params)
     rt = cached_runtime(plan, blob, gpu)
     scale = decode_state(rt.read("state"))["scale"]
     rt.run("train_step")
@@ -145,7 +143,7 @@ def test_gpt_plan_shape():
     from webmp.models import build_plan
 
     corpus = tiny_corpus()
-    cfg = TrainConfig(model="gpt", batch_size=BATCH)
+    cfg = TrainConfig(model="gpt", batch_size=BATCH, d_model=64, val_tokens=0)
     plan, _ = build_plan(cfg, corpus, "emulated")
     shapes = ref.gpt_param_shapes(V, 64, 2, 64, True)
     assert [p["name"] for p in plan["params"]] == list(shapes)
@@ -164,6 +162,8 @@ def test_gpt_plan_shape():
             assert k["constants"]["POS_PER_WINDOW"] == 64
     assert decayed == {n for n in shapes if ref.gpt_decays(n)}
     assert plan["eval"]["test_rows"] == len(corpus.val) - 1
+    capped, _ = build_plan(cfg.model_copy(update={"val_tokens": 10}), corpus, "emulated")
+    assert capped["eval"]["test_rows"] == 9 < len(corpus.val) - 1
 
 
 @pytest.mark.slow
@@ -176,8 +176,11 @@ def test_gpt_trains(gpu):
 
     text = "the quick brown fox jumps over the lazy dog. " * 20
     corpus = tokenize(text, "fox", "test", "0")
-    cfg = TrainConfig(model="gpt", batch_size=4, lr=1e-2, steps=60, warmup=5, log_every=1, init_scale=1024.0)
-    plan, blob = build_gpt_plan(cfg, corpus, "emulated", n_layer=1, n_head=2, d_model=16, context=8)
+    cfg = TrainConfig(
+        model="gpt", batch_size=4, lr=1e-2, steps=60, warmup=5, log_every=1, init_scale=1024.0, n_layer=1,
+        n_head=2, d_model=16, context=8,
+    )  # fmt: skip
+    plan, blob = build_gpt_plan(cfg, corpus, "emulated")
     rt = cached_runtime(plan, blob, gpu)
     losses = []
     for _ in range(cfg.steps):
@@ -191,3 +194,10 @@ def test_gpt_trains(gpu):
     correct, counted = np.frombuffer(rt.read("eval_result"), np.uint32)[:2]
     assert counted == plan["eval"]["test_rows"]
     assert correct > counted / 3
+    # the validation loss against the float64 reference of the same weights
+    got = float(np.frombuffer(rt.read("val_loss_sum"), np.float32)[0]) / counted
+    params = {p["name"]: np.frombuffer(rt.read(p["master"]), np.float32)[: int(np.prod(p["shape"]))]
+              .reshape(p["shape"]).astype(np.float64) for p in plan["params"]}  # fmt: skip
+    want = ref.gpt_eval_loss(params, corpus.val, n_layer=1, n_head=2, context=8, tie_head=True)
+    print(f"validation loss {got:.5f}, float64 reference {want:.5f}")
+    assert abs(got - want) <= 2e-2 * want

@@ -229,7 +229,7 @@ def test_runs_rest_api(client):
 
 def test_gpt_is_refused_for_browser_runs_until_wired(client):
     r = client.post("/api/runs", json={"model": "gpt"})
-    assert r.status_code == 422 and "not available in the browser runtime yet" in r.json()["detail"]
+    assert r.status_code == 422 and "model gpt trains natively" in r.json()["detail"]
     assert client.get("/api/runs").json() == []
 
 

@@ -51,11 +51,38 @@ def test_cli_rejects_bad_flag_before_gpu_work(capsys):
     assert "invalid lr" in err
 
 
-def test_gpt_in_webmp_train_says_it_is_not_wired_yet(capsys, tmp_path):
-    assert cli(["train", "--model", "gpt", "--quiet", "--out", str(tmp_path / "run")]) == 1
+TINY_GPT = [
+    "--model", "gpt", "--n-layer", "1", "--n-head", "2", "--d-model", "16", "--context", "8",
+    "--batch-size", "4", "--log-every", "10", "--warmup", "5", "--lr", "1e-2", "--init-scale", "1024",
+]  # fmt: skip
+
+
+def test_webmp_train_gpt_on_a_text_file(capsys, tmp_path):
+    """A tiny GPT through the CLI on a repetitive text: the summary's validation loss (from the
+    GPU's summed loss) is the mean of the float64 reference on the saved weights, below the
+    unigram baseline, and the run directory holds the usual files."""
+    text = tmp_path / "fox.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    out = tmp_path / "run"
+    assert cli(["train", *TINY_GPT, "--steps", "40", "--data", str(text), "--quiet", "--out", str(out)]) == 0
+    log = capsys.readouterr().out
+    assert "validation loss" in log and "bits/char" in log
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 40 and summary["test_count"] == len(text.read_text()) // 10 - 1
+    assert summary["val_bits_per_char"] < 0.8 * summary["unigram_bits_per_char"]
+    assert summary["val_bits_per_char"] == pytest.approx(summary["val_loss"] / np.log(2))
+    assert {"config.json", "metrics.jsonl", "curves.png", "checkpoint.safetensors"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert json.loads((out / "config.json").read_text())["model"] == "gpt"
+
+
+def test_gpt_bad_text_file_is_one_line(capsys, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine text then \xff\xfe bad bytes")
+    assert cli(["train", *TINY_GPT, "--data", str(bad), "--quiet", "--out", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err.strip()
-    assert "--model gpt is not available in webmp train yet" in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "run").exists()
+    assert str(bad) in err and "UTF-8" in err and len(err.splitlines()) == 1
 
 
 def test_nan_or_inf_input_is_rejected():

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from . import __version__
-from .config import TrainConfig, config_error_message
+from .config import MODEL_DEFAULTS, TrainConfig, config_error_message
 
 COMMANDS = {
     "train": "train a model natively through wgpu-py",
@@ -93,7 +93,7 @@ def add_train_flags(p: argparse.ArgumentParser, model: type[BaseModel] = TrainCo
         action = group.add_argument(
             flag_name(name),
             dest=name,
-            default=default,
+            default=argparse.SUPPRESS,  # a flag left out stays out: the model's default applies
             **{
                 **_flag_spec(f"{model.__qualname__}.{name}", field, default),
                 **({"metavar": METAVARS[name]} if name in METAVARS else {}),
@@ -101,7 +101,10 @@ def add_train_flags(p: argparse.ArgumentParser, model: type[BaseModel] = TrainCo
         )
         # set after add_argument, so that no action (BooleanOptionalAction) adds a default of its own
         text = " ".join((field.description or "").split())
-        action.help = f"{text} (default: {format_default(default)})".strip().replace("%", "%%")
+        by_model = "".join(
+            f"; {m}: {format_default(d[name])}" for m, d in MODEL_DEFAULTS.items() if name in d
+        )
+        action.help = f"{text} (default: {format_default(default)}{by_model})".strip().replace("%", "%%")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -112,7 +115,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="webmp train",
-        description="Train an MLP in mixed precision on WebGPU",
+        description="Train an MLP or a character-level GPT in mixed precision on WebGPU",
         usage="webmp train [-h] [--out DIR] [--resume RUN] [--quiet] [--FIELD VALUE ...]",
     )
     run = p.add_argument_group("run")

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import MAX_FILE_BYTES, DataError, decode_utf8, read_data_file
+from .config import TrainConfig
+from .data import MAX_FILE_BYTES, DataError, Dataset, decode_utf8, load_mlp_data, read_data_file
 
 VAL_SHARE = 10  # the last 1/10 of the characters (at least one) are the validation split
 DEFAULT_CORPUS_BYTES = 4 << 20  # see the module docstring
@@ -90,6 +91,25 @@ def load_text(path: str | os.PathLike[str] | None = None, max_bytes: int | None 
         raise DataError(f"{p}: empty file")
     text = decode_utf8(raw, str(p))
     return tokenize(text, str(p), str(p.resolve()), hashlib.sha256(raw).hexdigest())
+
+
+def load_training_data(cfg: TrainConfig) -> Dataset | TextCorpus:
+    """What `cfg.model` trains on: the GPT a text corpus (cfg.data or the default corpus), the MLPs
+    a Dataset (webmp.data.load_mlp_data)."""
+    return load_text(cfg.data) if cfg.model == "gpt" else load_mlp_data(cfg)
+
+
+def describe_data(data: Dataset | TextCorpus) -> str:
+    """One line on what a run trains on, for logs."""
+    if isinstance(data, TextCorpus):
+        return (
+            f"{data.source}: {len(data.train)} train / {len(data.val)} validation characters, "
+            f"vocabulary {data.vocab_size}"
+        )
+    return (
+        f"{data.source}: {len(data.train_x)} train / {len(data.test_x)} test rows, {data.features} "
+        f"features, {data.classes} classes"
+    )
 
 
 def stdlib_sources(root: str | os.PathLike[str] | None = None) -> list[tuple[str, Path]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
-from .config import GPT_NOT_WIRED, MLP_MODELS, TrainConfig
+from .config import MLP_MODELS, TrainConfig
 from .data import Dataset, load_dataset
 from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
 from .models import build_plan
@@ -63,7 +63,7 @@ def check_browser_config(cfg: TrainConfig) -> None:
     if cfg.data is not None:
         raise InvalidConfig(BROWSER_DATA)
     if cfg.model not in MLP_MODELS:
-        raise InvalidConfig(GPT_NOT_WIRED.replace("webmp train", "the browser runtime"))
+        raise InvalidConfig("model gpt trains natively (webmp train --model gpt); the page trains the MLPs")
 
 
 @lru_cache(maxsize=4)

@@ -97,8 +97,9 @@ class Schedule(TypedDict):
 
 
 class EvalSpec(TypedDict):
-    result_buffer: str
+    result_buffer: str  # u32 (correct, counted) after program 'eval'
     test_rows: int
+    loss_buffer: str | None  # f32 [1]: the evaluated rows' summed loss (language models), else None
 
 
 class Plan(KernelPlan):

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .data import batch_rows, window_starts
+from .data import batch_rows, eval_windows, window_starts
 from .models.gpt import GPT_DECAY, gpt_decays, gpt_init, gpt_param_shapes  # noqa: F401 (part of the reference API)
 
 U16 = 2.0**-11  # f16 unit roundoff
@@ -851,3 +851,15 @@ def gpt_loss_and_grads(
     dwpe[:T] = dx.reshape(Bn, T, D).sum(0)
     g["wpe"] = dwpe
     return loss, {name: g[name] for name in params}, cache
+
+
+def gpt_eval_loss(params: dict, tokens, *, n_layer: int, n_head: int, context: int, tie_head: bool) -> float:
+    """The mean validation loss of program 'eval' in float64: every next token of `tokens`, predicted
+    from the consecutive windows of `context` tokens (gather_windows_eval)."""
+    n = eval_windows(len(tokens), context)
+    idx, targets = gather_windows_eval(tokens, n, context, 0)
+    loss, _, _ = gpt_loss_and_grads(
+        params, idx.reshape(n, context), targets.reshape(n, context), n_layer=n_layer, n_head=n_head,
+        tie_head=tie_head, grads=False,
+    )  # fmt: skip
+    return loss

@@ -29,9 +29,12 @@ Record = dict[str, Any]  # one metrics record: {field of METRIC_FIELDS: value}
 class RunSummary(TypedDict):
     final_train_loss: float | None  # mean loss over the last log_every records
     last_loss: float | None
-    test_accuracy: float
+    test_accuracy: float  # gpt: next-character accuracy on the evaluated validation characters
     test_correct: int
     test_count: int
+    val_loss: float | None  # gpt: mean cross-entropy (nats) on the evaluated validation characters
+    val_bits_per_char: float | None  # val_loss / ln 2
+    unigram_bits_per_char: float | None  # the baseline (webmp.corpus.unigram_bits_per_char)
     steps: int  # steps attempted, skipped ones included
     optimizer_steps: int
     skipped_steps: int
@@ -57,6 +60,8 @@ def run_summary(
     *,
     test_correct: int,
     test_count: int,
+    val_loss_sum: float | None = None,
+    unigram_bits: float | None = None,
     f16_path: str | None,
     f16_description: str,
     adapter: str,
@@ -68,14 +73,20 @@ def run_summary(
     readbacks: int,
     run_dir: Path,
 ) -> RunSummary:
-    """The summary of a finished run from its records and final GPU state (webmp.state names)."""
+    """The summary of a finished run from its records and final GPU state (webmp.state names).
+    Language models also pass val_loss_sum (program 'eval''s summed loss over test_count
+    characters) and unigram_bits (the corpus's baseline); the MLPs leave the val_* keys None."""
     tail = records[-min(len(records), cfg.log_every) :] if records else []
+    val_loss = val_loss_sum / test_count if val_loss_sum is not None and test_count else None
     return {
         "final_train_loss": math.fsum(r["loss"] for r in tail) / len(tail) if tail else None,
         "last_loss": records[-1]["loss"] if records else None,
         "test_accuracy": test_correct / max(1, test_count),
         "test_correct": int(test_correct),
         "test_count": int(test_count),
+        "val_loss": val_loss,
+        "val_bits_per_char": val_loss / math.log(2) if val_loss is not None else None,
+        "unigram_bits_per_char": unigram_bits,
         "steps": int(state["iteration"]),
         "optimizer_steps": int(state["opt_step"]),
         "skipped_steps": int(state["skipped_total"]),
@@ -93,6 +104,16 @@ def run_summary(
         "readbacks": int(readbacks),
         "run_dir": str(run_dir),
     }
+
+
+def result_line(summary: RunSummary) -> str:
+    """The run's result in words: validation loss for a language model, else test accuracy."""
+    if summary["val_loss"] is not None:
+        return (
+            f"validation loss {summary['val_loss']:.4f} ({summary['val_bits_per_char']:.3f} bits/char, "
+            f"unigram {summary['unigram_bits_per_char']:.3f})"
+        )
+    return f"test accuracy {100 * summary['test_accuracy']:.2f} %"
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from .checkpoint import checkpoint_buffers, load_checkpoint, resume_blob, save_checkpoint
-from .config import GPT_NOT_WIRED, MLP_MODELS, TrainConfig
-from .data import Dataset, load_mlp_data
+from .config import TrainConfig
+from .corpus import TextCorpus, describe_data, load_training_data, unigram_bits_per_char
+from .data import Dataset
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
-from .rundir import RunDir, RunSummary, new_run_dir, run_summary
+from .rundir import RunDir, RunSummary, new_run_dir, result_line, run_summary
 from .runtime import GPU, Runtime, default_gpu
 from .state import decode_records, decode_state
 from .tilecache import TileTable
@@ -36,6 +37,11 @@ RESUME_LOCKED = (
     "batch_size",
     "seed",
     "init_gain",
+    "n_layer",
+    "n_head",
+    "d_model",
+    "context",
+    "tie_head",
 )
 
 
@@ -50,14 +56,12 @@ class Trainer:
         out: str | Path | None = None,
         resume: str | Path | None = None,
         gpu: GPU | None = None,
-        dataset: Dataset | None = None,
+        dataset: Dataset | TextCorpus | None = None,
         progress: bool = True,
         log=print,
     ):
         self.log = log or (lambda *a, **k: None)
         self.progress = progress
-        if cfg.model not in MLP_MODELS:
-            raise ValueError(GPT_NOT_WIRED)
         contents, meta = (None, None)
         if resume is not None:
             contents, meta = load_checkpoint(resume)
@@ -72,7 +76,7 @@ class Trainer:
                     "cannot resume: the config differs from the checkpoint's in " + "; ".join(clash)
                 )
         self.cfg = cfg
-        self.data = dataset or load_mlp_data(cfg)
+        self.data = dataset or load_training_data(cfg)
         if meta is not None and meta.get("data_sha256") != self.data.sha256:
             raise ValueError(
                 f"cannot resume: the data file {cfg.data} changed since the checkpoint "
@@ -129,13 +133,14 @@ class Trainer:
         return path
 
     def evaluate(self) -> dict:
+        """Program 'eval': the test (or validation) counts, and a language model's summed loss."""
         self.runtime.run("eval")
-        correct, counted = np.frombuffer(self.runtime.read(self.plan["eval"]["result_buffer"]), np.uint32)[:2]
-        return {
-            "test_accuracy": float(correct) / max(1, int(counted)),
-            "test_correct": int(correct),
-            "test_count": int(counted),
-        }
+        spec = self.plan["eval"]
+        correct, counted = np.frombuffer(self.runtime.read(spec["result_buffer"]), np.uint32)[:2]
+        loss_sum = None
+        if spec["loss_buffer"] is not None:
+            loss_sum = float(np.frombuffer(self.runtime.read(spec["loss_buffer"]), np.float32)[0])
+        return {"test_correct": int(correct), "test_count": int(counted), "val_loss_sum": loss_sum}
 
     def _new_records(self, raw: bytes, first: int, last: int) -> list[dict]:
         recs = [r for r in decode_records(raw) if first <= r["step"] <= last]
@@ -170,12 +175,8 @@ class Trainer:
         end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
         self.log(f"webmp: {cfg.precision}, {self.f16_description}, adapter {self.gpu.name}")
         self.log(f"webmp: run directory {self.run_dir.path}")
-        if cfg.data is not None:
-            d = self.data
-            self.log(
-                f"webmp: data {d.source}: {len(d.train_x)} train / {len(d.test_x)} test rows, "
-                f"{d.features} features, {d.classes} classes"
-            )
+        if cfg.data is not None or isinstance(self.data, TextCorpus):
+            self.log(f"webmp: data {describe_data(self.data)}")
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -224,6 +225,8 @@ class Trainer:
             state,
             test_correct=ev["test_correct"],
             test_count=ev["test_count"],
+            val_loss_sum=ev["val_loss_sum"],
+            unigram_bits=unigram_bits_per_char(self.data) if isinstance(self.data, TextCorpus) else None,
             f16_path=self.plan["f16_path"],
             f16_description=self.f16_description,
             adapter=self.gpu.name,
@@ -236,12 +239,10 @@ class Trainer:
             run_dir=self.run_dir.path,
         )
         self.run_dir.write_summary(summary)
-        self.run_dir.plot_curves(
-            f"{self.cfg.precision} / {summary['f16_path']} — test acc {summary['test_accuracy']:.3f}"
-        )
+        self.run_dir.plot_curves(f"{self.cfg.precision} / {summary['f16_path']} — {result_line(summary)}")
         self.log(
-            f"webmp: done — train loss {summary['final_train_loss']:.4f}, test accuracy "
-            f"{100 * summary['test_accuracy']:.2f} %, {summary['skipped_steps']} skipped steps"
+            f"webmp: done — train loss {summary['final_train_loss']:.4f}, {result_line(summary)}, "
+            f"{summary['skipped_steps']} skipped steps"
         )
         self.log(f"webmp: run directory {self.run_dir.path}")
         return summary

@@ -27,7 +27,7 @@ from .. import ops
 from ..config import TrainConfig
 from ..corpus import TextCorpus
 from ..data import check_tokens, eval_windows, perm_bits
-from ..plan import Plan
+from ..plan import EvalSpec, Plan
 from ..tilecache import TileTable
 from .common import EVAL, TRAIN_STEP, ModelBuilder
 
@@ -97,21 +97,19 @@ def build_gpt_plan(
     path: str,
     tiles: TileTable | None = None,
     *,
-    n_layer: int = 2,
-    n_head: int = 4,
-    d_model: int = 64,
-    context: int = 64,
-    tie_head: bool = True,
     params: dict[str, np.ndarray] | None = None,
 ) -> tuple[Plan, bytes]:
-    """The GPT's plan: programs train_step (batch_size windows of `context` tokens from the train
-    split) and eval (next-character accuracy over the validation split's consecutive windows).
+    """The GPT's plan (shape: cfg.n_layer, n_head, d_model, context, tie_head): programs train_step
+    (batch_size windows of `context` tokens from the train split) and eval (over the first
+    cfg.val_tokens characters of the validation split, in consecutive windows: next-character
+    accuracy into eval_result, the summed loss into val_loss_sum).
 
     params: the initial parameters by name (gpt_param_shapes); default
     gpt_init with numpy's generator seeded by cfg.seed."""
     mb = ModelBuilder(cfg, path, tiles)
     pb = mb.pb
-    V, D, T, H, L = corpus.vocab_size, d_model, context, n_head, n_layer
+    V, D, T, H, L = corpus.vocab_size, cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer
+    tie_head = cfg.tie_head
     if L < 1 or D % H or (D // H) % 2:
         raise ValueError(f"d_model {D} must be n_head {H} times an even head size, n_layer {L} >= 1")
     d = D // H
@@ -119,6 +117,8 @@ def build_gpt_plan(
     R = Bw * T
     train = check_tokens(corpus.train, V, T, f"{corpus.name} (train split)")
     val = np.asarray(corpus.val, np.uint32)
+    if cfg.val_tokens:
+        val = val[: cfg.val_tokens]
     shapes = gpt_param_shapes(V, D, L, T, tie_head)
     if params is None:
         params = gpt_init(V, D, L, H, T, np.random.default_rng(cfg.seed), tie_head)
@@ -290,15 +290,26 @@ def build_gpt_plan(
     )  # fmt: skip
     mb.optimizer(S, R)
 
-    # --- evaluation: next-character accuracy over the validation split ------------------------
+    # --- evaluation over the validation split: next-character accuracy and the summed loss -----
     E = EVAL
     io: dict[str, Any] = {"logits": "logits", "labels": "targets", "result": "eval_result", "B": R, "C": V}
+    chunks = ops.cdiv(eval_windows(len(val), T), Bw) if len(val) > 1 else 0
+    pb.f32("val_loss_partial", (max(1, chunks),), "other")
+    pb.f32("val_loss_sum", (1,), "other")
+    sums: dict[str, Any] = {"partial": "val_loss_partial", "total": "val_loss_sum", "chunks": max(1, chunks)}
     ops.eval_reset(pb, E, **io)
-    for chunk in range(ops.cdiv(eval_windows(len(val), T), Bw) if len(val) > 1 else 0):
+    for chunk in range(chunks):
         ops.gather_windows_eval(
             pb, E, tokens="val_tokens", idx="idx", targets="targets", n_tokens=len(val), T=T, batch=Bw,
             offset=chunk * Bw,
         )  # fmt: skip
         forward(E)
         ops.eval_count(pb, E, **io)
-    return mb.finish([V, *([D] * L), V], {"result_buffer": "eval_result", "test_rows": max(0, len(val) - 1)})
+        ops.eval_loss_chunk(pb, E, logits="logits", labels="targets", B=R, C=V, chunk=chunk, **sums)
+    ops.eval_loss_total(pb, E, logits="logits", labels="targets", B=R, C=V, **sums)
+    evaluation: EvalSpec = {
+        "result_buffer": "eval_result",
+        "test_rows": max(0, len(val) - 1),
+        "loss_buffer": "val_loss_sum",
+    }
+    return mb.finish([V, *([D] * L), V], evaluation)

@@ -204,4 +204,4 @@ def build_mlp_plan(
         forward(E)
         ops.eval_count(pb, E, **io)
 
-    return mb.finish(dims, {"result_buffer": "eval_result", "test_rows": n_test})
+    return mb.finish(dims, {"result_buffer": "eval_result", "test_rows": n_test, "loss_buffer": None})
