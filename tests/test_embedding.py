@@ -433,3 +433,42 @@ def test_native_matches_emulated(name, gpu):
     if not gpu.has_f16:
         pytest.skip("this adapter lacks 'shader-f16'")
     assert_same_bits(name, run(name, "native")[1], run(name, "emulated")[1])
+
+
+# --- validation loss: summed in a fixed order on the GPU ------------------------------------------
+
+
+def test_eval_loss_chunks_and_total(path):
+    """Three chunks of 21 rows over V = 11 with padding rows (NaN logits among them) into partial,
+    then their total: each partial is the sum of softmax_xent's row losses, within the per-row
+    loss bound plus an f32 sum of 21 terms; the total is the three partials added in order."""
+    rng = rng_for("eval_loss", path)
+    chunks = 3
+    logits = (4 * rng.standard_normal((chunks, R, V))).astype(np.float32)
+    labels = rng.integers(0, V, (chunks, R)).astype(np.uint32)
+    labels[1, [0, 5, 20]] = NO_LABEL
+    logits[1, 5, 2] = np.nan
+    labels[2, :] = NO_LABEL  # a chunk of padding only (the tail of the last window)
+    partial = np.zeros(chunks, np.float32)
+    for c in range(chunks):
+        out = op(
+            ops.eval_loss_chunk,
+            {"logits": logits[c], "labels": labels[c], "partial": partial, "total": np.zeros(1, np.float32)},
+            {"partial": (chunks,)},
+            path, B=R, C=V, chunk=c, chunks=chunks,
+        )  # fmt: skip
+        assert np.array_equal(out["partial"][np.arange(chunks) != c], partial[np.arange(chunks) != c])
+        partial = out["partial"].astype(np.float32)
+        loss, _, _ = ref.softmax_xent(logits[c], labels[c])
+        loss_err, _ = ref.softmax_xent_error(np.nan_to_num(logits[c]), labels[c])
+        bound = loss_err.sum() + dot_error(R) * np.abs(loss).sum()
+        check_close(partial[c], loss.sum(), bound, f"partial[{c}]")
+    assert partial[2] == 0
+    out = op(
+        ops.eval_loss_total,
+        {"logits": logits[0], "labels": labels[0], "partial": partial},
+        {"total": (1,)},
+        path, B=R, C=V, chunks=chunks,
+    )  # fmt: skip
+    want = np.float32(np.float32(partial[0] + partial[1]) + partial[2])
+    assert out["total"][0] == want
