@@ -204,7 +204,7 @@ def test_bad_paths_and_formats(tmp_path):
     assert "unknown data format '.parquet'" in msg and ".npz" in msg and ".csv" in msg
     (tmp_path / "story.txt").write_text("once upon a time\n")
     msg = error(load_table, tmp_path / "story.txt")
-    assert "text data trains the GPT (--model gpt), which is not available yet" in msg
+    assert "text data trains the GPT (--model gpt); the MLP trains on .npz" in msg
     (tmp_path / "big.csv").write_text("1,2,0\n" * 10)
     assert "60 bytes is more than the 59 bytes" in error(read_data_file, tmp_path / "big.csv", 59)
 
@@ -321,3 +321,12 @@ def test_train_on_csv_and_npz_end_to_end(tmp_path, gpu, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "text data trains the GPT (--model gpt)" in err
     assert not (tmp_path / "never").exists()
+
+
+def test_each_model_names_the_other_data_kind(tmp_path):
+    """A table given to the GPT, or text given to the MLP, says which model takes it."""
+    for name in ("t.npz", "t.CSV"):
+        (tmp_path / name).write_bytes(b"1,2,0\n")
+        msg = error(load_text, tmp_path / name)
+        want = f"a {Path(name).suffix} table trains the MLPs (--model mlp); the GPT trains on text"
+        assert msg == f"{tmp_path / name}: {want}"

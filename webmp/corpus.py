@@ -30,7 +30,15 @@ from pathlib import Path
 import numpy as np
 
 from .config import TrainConfig
-from .data import MAX_FILE_BYTES, DataError, Dataset, decode_utf8, load_mlp_data, read_data_file
+from .data import (
+    MAX_FILE_BYTES,
+    TABLE_SUFFIXES,
+    DataError,
+    Dataset,
+    decode_utf8,
+    load_mlp_data,
+    read_data_file,
+)
 
 VAL_SHARE = 10  # the last 1/10 of the characters (at least one) are the validation split
 DEFAULT_CORPUS_BYTES = 4 << 20  # see the module docstring
@@ -86,6 +94,8 @@ def load_text(path: str | os.PathLike[str] | None = None, max_bytes: int | None 
     if path is None:
         return default_corpus(DEFAULT_CORPUS_BYTES if max_bytes is None else max_bytes)
     p = Path(path)
+    if p.suffix.lower() in TABLE_SUFFIXES:
+        raise DataError(f"{p}: a {p.suffix} table trains the MLPs (--model mlp); the GPT trains on text")
     raw = read_data_file(p, MAX_FILE_BYTES if max_bytes is None else max_bytes)
     if not raw:
         raise DataError(f"{p}: empty file")
