@@ -251,16 +251,18 @@ def test_bad_text_files(tmp_path, raw, expect):
 
 
 def test_unigram_baseline_by_hand(tmp_path):
-    # 20 characters: the last 2 are the validation split; V = 4 (a b c d)
+    # 20 characters: the last 2 are the validation split; V = 4 (a b c d); "d" is the one target
     text = "aaaaaaaaaaaabbbbbb" + "cd"
     c = tokenize(text, "t", "", "")
     assert c.decode(c.train) == "aaaaaaaaaaaabbbbbb" and c.decode(c.val) == "cd"
-    # add-one smoothing over V = 4 characters and 18 train characters: p(c) = p(d) = (0 + 1) / 22
+    # add-one smoothing over V = 4 characters and 18 train characters: p(d) = (0 + 1) / 22
     assert unigram_bits_per_char(c) == pytest.approx(math.log2(22))
-    text = "aaab" * 5  # train "aaab" * 4 + "aa" (14 a, 4 b), val "ab"
+    text = "aaab" * 50  # train "aaab" * 45 (135 a, 45 b), val "aaab" * 5: targets "aab" + "aaab" * 4
     c = tokenize(text, "t", "", "")
-    pa, pb = (14 + 1) / (18 + 2), (4 + 1) / (18 + 2)
-    assert unigram_bits_per_char(c) == pytest.approx(-(math.log2(pa) + math.log2(pb)) / 2)
+    pa, pb = (135 + 1) / (180 + 2), (45 + 1) / (180 + 2)
+    assert unigram_bits_per_char(c) == pytest.approx(-(14 * math.log2(pa) + 5 * math.log2(pb)) / 19)
+    # the first 5 validation characters "aaaba": targets "aaba"
+    assert unigram_bits_per_char(c, 5) == pytest.approx(-(3 * math.log2(pa) + math.log2(pb)) / 4)
 
 
 def test_default_corpus_is_deterministic_and_leaves_tests_out():
@@ -278,9 +280,14 @@ def test_default_corpus_is_deterministic_and_leaves_tests_out():
         parts = rel.split("/")
         assert not TEST_SUITE_DIRS & set(parts[:-1]) and not parts[-1].startswith("test_"), rel
         assert "site-packages" not in parts, rel
-    assert text.startswith(separator(rels[0]))
-    taken = [rel for rel in rels if separator(rel) in text]
-    assert taken == rels[: len(taken)] and str(len(taken)) in a.source
+    shuffled = sorted(rels, key=lambda rel: hashlib.sha256(rel.encode()).digest())
+    assert text.startswith(separator(shuffled[0]))
+    taken = [rel for rel in shuffled if separator(rel) in text]
+    assert taken == shuffled[: len(taken)] and str(len(taken)) in a.source
+    # both splits draw on the whole library: files from early and late in the alphabet in each
+    for split in (a.train, a.val):
+        names = [rel for rel in taken if separator(rel) in a.decode(split)]
+        assert min(names) < "e" and max(names) > "t", names[:5]
     assert 2 < unigram_bits_per_char(a) < 7
 
 

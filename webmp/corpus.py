@@ -8,8 +8,10 @@ straddles train and validation except at that one boundary.
 The default corpus (no `--data`) exists wherever Python runs: the `*.py` sources of the running
 interpreter's standard library (`sysconfig.get_paths()["stdlib"]`), its packages descended into
 but not its test suites (`test/`, `tests/`, `idle_test/`, `test_*.py`) nor anything that is not a
-package name (`site-packages`, `lib-dynload`, `config-3.x-...`). Files are taken whole, sorted by
-relative path, each after a separator line naming it, until the next would pass the size cap:
+package name (`site-packages`, `lib-dynload`, `config-3.x-...`). Files are taken whole, in a fixed
+shuffle (sorted by the SHA-256 of their relative path, so every part of the library, not its first
+letters, is in both splits), each after a separator line naming it, until the next would pass the
+size cap:
 
 DEFAULT_CORPUS_BYTES = 4 MiB, because the GPT trains for minutes on a CPU adapter: at a few
 thousand tokens a step, a few thousand steps see about one epoch of 4 MiB; its 10 % validation
@@ -145,7 +147,7 @@ def separator(rel: str) -> str:
 def default_corpus(max_bytes: int = DEFAULT_CORPUS_BYTES) -> TextCorpus:
     """The running Python's standard library sources, whole files in path order, up to max_bytes."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = stdlib_sources(root)
+    files = sorted(stdlib_sources(root), key=lambda f: hashlib.sha256(f[0].encode()).digest())
     parts: list[bytes] = []
     total = taken = undecodable = 0
     for rel, path in files:
@@ -174,13 +176,17 @@ def default_corpus(max_bytes: int = DEFAULT_CORPUS_BYTES) -> TextCorpus:
     return tokenize(raw.decode("utf-8"), "python-stdlib", source, hashlib.sha256(raw).hexdigest())
 
 
-def unigram_bits_per_char(corpus: TextCorpus) -> float:
-    """The unigram baseline in bits per character: the cross-entropy of the validation split under
-    the train split's character frequencies, -mean(log2 p(c)) over validation characters c.
+def unigram_bits_per_char(corpus: TextCorpus, val_tokens: int = 0) -> float:
+    """The unigram baseline in bits per character: the cross-entropy of the validation characters
+    the GPT's eval program predicts under the train split's character frequencies,
+    -mean(log2 p(c)). Those are the targets of the first `val_tokens` characters of the split
+    (0: all of it), every one but the first (which has no context); a one-character split scores
+    that character.
 
     p is add-one (Laplace) smoothed over the whole vocabulary, p(c) = (count_train(c) + 1) /
     (n_train + V), so a character that occurs only in the validation split has probability
     1 / (n_train + V) instead of 0 (an infinite loss)."""
     counts = np.bincount(corpus.train, minlength=corpus.vocab_size).astype(np.float64)
     p = (counts + 1) / (len(corpus.train) + corpus.vocab_size)
-    return float(-np.log2(p)[corpus.val].mean())
+    scored = corpus.val[: val_tokens or len(corpus.val)]
+    return float(-np.log2(p)[scored[1:] if len(scored) > 1 else scored].mean())

@@ -215,6 +215,12 @@ class Trainer:
         self.wall = time.perf_counter() - t0
         return self.finish()
 
+    def unigram_bits(self) -> float | None:
+        """A language model's baseline on the characters eval scores; None for the MLPs."""
+        if isinstance(self.data, TextCorpus):
+            return unigram_bits_per_char(self.data, self.cfg.val_tokens)
+        return None
+
     def finish(self) -> RunSummary:
         state = self.read_state()
         ev = self.evaluate()
@@ -226,7 +232,7 @@ class Trainer:
             test_correct=ev["test_correct"],
             test_count=ev["test_count"],
             val_loss_sum=ev["val_loss_sum"],
-            unigram_bits=unigram_bits_per_char(self.data) if isinstance(self.data, TextCorpus) else None,
+            unigram_bits=self.unigram_bits(),
             f16_path=self.plan["f16_path"],
             f16_description=self.f16_description,
             adapter=self.gpu.name,
