@@ -1,10 +1,11 @@
-"""`webmp train | serve | bench` — the command line.
+"""`webmp train | sample | serve | bench` — the command line.
 
 `webmp train`'s configuration flags are generated from TrainConfig (webmp/config.py): one flag per
 field, named after it (underscores as dashes), typed by its annotation (int, float, str, bool,
 list[...] as comma-separated values, Literal[...] as choices, `T | None` as T), defaulting to its
 default and helped by its docstring. A new field is a new flag with nothing to add here. `serve` and
-`bench` parse their own arguments (webmp/server.py, webmp/bench.py).
+`bench` parse their own arguments (webmp/server.py, webmp/bench.py); `sample`'s are below (the work is
+webmp/sample.py's, imported when the command runs: it loads wgpu).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .config import MODEL_DEFAULTS, TrainConfig, config_error_message
 
 COMMANDS = {
     "train": "train a model natively through wgpu-py",
+    "sample": "generate text with a trained GPT run (on the GPU)",
     "serve": "serve the browser runtime (FastAPI) on 127.0.0.1",
     "bench": "benchmark kernels, step overhead and memory",
 }
@@ -146,6 +148,96 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _temperature(text: str) -> float:
+    try:
+        t = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a number, got {text!r}") from None
+    if not 0 <= t < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return t
+
+
+def _seed(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes an integer, got {text!r}") from None
+    if not 0 <= n < 2**32:
+        raise argparse.ArgumentTypeError(f"must be in 0 .. 4294967295, got {n}")
+    return n
+
+
+def sample_parser() -> argparse.ArgumentParser:
+    # the defaults are webmp.sample's DEFAULT_TOKENS and DEFAULT_TEMPERATURE (that module loads wgpu)
+    p = argparse.ArgumentParser(
+        prog="webmp sample",
+        description="Generate text with the GPT of a run directory (webmp train --model gpt), on the GPU "
+        "with the training kernels. Prints the prompt, the generated characters and a newline.",
+    )
+    p.add_argument("run", metavar="RUN_DIR", help="the run directory (its checkpoint and vocabulary)")
+    p.add_argument(
+        "--prompt",
+        default="",
+        help="text to continue; its characters must be in the run's vocabulary (default: empty, the "
+        "model starts after a newline)",
+    )
+    p.add_argument(
+        "--tokens", type=_positive_int, default=200, metavar="N", help="characters to generate (default: 200)"
+    )
+    p.add_argument(
+        "--temperature",
+        type=_temperature,
+        default=0.8,
+        metavar="T",
+        help="softmax temperature; 0 = greedy, the most likely character (default: 0.8)",
+    )
+    p.add_argument("--seed", type=_seed, default=0, help="seeds the draws (default: 0)")
+    p.add_argument(
+        "--f16",
+        choices=("native", "emulated", "auto"),
+        default=None,
+        help="f16 path instead of the run's (a mixed-precision run; native and emulated give the same text)",
+    )
+    return p
+
+
+def cmd_sample(argv: list[str]) -> int:
+    args = sample_parser().parse_args(argv)
+    from .sample import SampleError, sample
+
+    try:
+        text = sample(
+            args.run,
+            args.prompt,
+            tokens=args.tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+            f16=args.f16,
+        )
+    except (SampleError, RuntimeError) as e:
+        print(f"webmp sample: {e}", file=sys.stderr)
+        return 1
+    try:
+        sys.stdout.write(text + "\n")
+    except UnicodeEncodeError:  # a terminal encoding without some generated character: escape it
+        sys.stdout.flush()
+        enc = sys.stdout.encoding or "utf-8"
+        sys.stdout.buffer.write((text + "\n").encode(enc, errors="backslashreplace"))
+    sys.stdout.flush()
+    return 0
+
+
 def main_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="webmp",
@@ -164,6 +256,8 @@ def _dispatch(argv: list[str]) -> int:
         cmd, rest = argv[0], argv[1:]
         if cmd == "train":
             return cmd_train(rest)
+        if cmd == "sample":
+            return cmd_sample(rest)
         if cmd == "serve":
             from .server import cli_serve
 

@@ -119,6 +119,43 @@ class Plan(KernelPlan):
     memory: dict[str, int]  # bytes by category
 
 
+class SampleSpec(TypedDict):
+    """Text generation: replay `program` once per token, `tokens_per_submit` times a submit, until
+    `tokens` tokens follow the prompt's; then `seq` (u32 [prompt_tokens + tokens], token ids into
+    `vocab`) holds the prompt and the generated tokens, and `seq_len` (u32 [1]) their count."""
+
+    program: str
+    seq: str  # buffer names
+    seq_len: str
+    prompt_tokens: int
+    tokens: int
+    tokens_per_submit: int
+    temperature: float  # as given; the kernel's f32 constants are in its KernelSpec
+    seed: int
+    vocab: list[str]  # token id -> character
+
+
+class SamplePlan(KernelPlan):
+    """A sampling plan (webmp.models.gpt.build_gpt_sample_plan): program 'sample_step'."""
+
+    format: str
+    config: dict[str, Any]
+    precision: str
+    f16_path: str | None  # None for fp32
+    prelude: str
+    blob_bytes: int
+    sample: SampleSpec
+    memory: dict[str, int]  # bytes by category
+
+
+def memory_by_category(buffers: Sequence[BufferSpec]) -> dict[str, int]:
+    """Bytes of the buffers in each of CATEGORIES."""
+    memory = {c: 0 for c in CATEGORIES}
+    for b in buffers:
+        memory[b["category"]] += b["bytes"]
+    return memory
+
+
 def required_limits(buffers: Sequence[BufferSpec], kernels: Sequence[KernelSpec]) -> dict[str, int]:
     largest = max(b["bytes"] for b in buffers)
     return {

@@ -863,3 +863,65 @@ def gpt_eval_loss(params: dict, tokens, *, n_layer: int, n_head: int, context: i
         tie_head=tie_head, grads=False,
     )  # fmt: skip
     return loss
+
+
+# --- text generation (webmp sample) ------------------------------------------------------------------
+
+
+def sample_window(seq, n: int, T: int) -> np.ndarray:
+    """idx [T] of sample_window.wgsl: the last min(n, T) of the n tokens seq holds, then zeros."""
+    seq = np.asarray(seq, np.uint32)
+    n = min(n, len(seq))
+    shown = min(n, T)
+    idx = np.zeros(T, np.uint32)
+    idx[:shown] = seq[n - shown : n]
+    return idx
+
+
+def sample_uniform(seed: int, pos) -> np.ndarray:
+    """sample_next.wgsl's u for the token at position(s) `pos`, bit for bit: the top 24 bits of
+    pcg_hash(seed ^ pcg_hash(pos)) times 2^-24 (float64 holding the f32 value exactly)."""
+    from .data import pcg_hash
+
+    bits = pcg_hash(np.uint64(seed) ^ pcg_hash(pos)) >> np.uint64(8)
+    return bits.astype(np.float64) * 2.0**-24
+
+
+def sample_probs(row, TEMPERATURE: float, CUTOFF: float) -> np.ndarray:
+    """The probabilities sample_next draws from for one logits row (f32 values), exactly in float64:
+    e_c = exp((l_c - m) / TEMPERATURE) (m the row maximum), 0 where m - l_c >= CUTOFF, over their
+    sum. TEMPERATURE and CUTOFF as the kernel's constants (webmp.ops.sample_temperature)."""
+    row = np.asarray(row, np.float64)
+    gap = row.max() - row
+    e = np.where(gap < CUTOFF, np.exp(-gap / TEMPERATURE), 0.0)
+    return e / e.sum()
+
+
+def sample_draw(p, u: float) -> int:
+    """The token sample_next picks in exact arithmetic: the first c with p_0 + ... + p_c > u."""
+    cum = np.cumsum(np.asarray(p, np.float64))
+    above = np.nonzero(cum > u)[0]
+    return int(above[0]) if len(above) else int(np.nonzero(np.asarray(p) > 0)[0][-1])
+
+
+SAMPLE_WG = 64  # sample_next.wgsl's workgroup size
+SAMPLE_CUTOFF = 87.0  # webmp.ops.SAMPLE_CUTOFF: weights at (m - l) / TEMPERATURE >= this are 0
+
+
+def sample_draw_bound(row, TEMPERATURE: float, CUTOFF: float) -> float:
+    """A bound on how far sample_next's f32 comparison "running sum > u * total", divided by the
+    total, can stand from the exact "p_0 + ... + p_c > u": when no cumulative probability of
+    sample_probs lies within it of u, the kernel picks sample_draw's token.
+
+    Per weight: l - m (< 1 ulp), the division (2.5 ulp), so the argument x errs by < 7 U32 |x|,
+    and exp errs by < 3 + 2|x| ulp (WGSL): |e~ - e| < U32 (6 + 11|x|) e. The sums (a thread's
+    columns, then the chunks, <= V + WG additions on any path) err by < dot_error(V + WG) of the
+    total; u * total by one rounding; weights set to 0 at the cutoff by < exp(-87) each."""
+    row = np.asarray(row, np.float64)
+    gap = row.max() - row
+    x = -gap / TEMPERATURE
+    e = np.where(gap < CUTOFF, np.exp(x), 0.0)
+    total = e.sum()
+    weights = float((U32 * (6 + 11 * np.abs(x)) * e).sum()) + len(row) * math.exp(-SAMPLE_CUTOFF)
+    E = weights + dot_error(len(row) + SAMPLE_WG) * total
+    return 1.01 * (2 * E + 2 * U32 * total) / total

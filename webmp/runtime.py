@@ -151,10 +151,12 @@ class Runtime:
             cpass.dispatch_workgroups(x, y, z)
         cpass.end()
 
-    def run(self, program: str, read_metrics: bool = False) -> bytes | None:
-        """One submit of `program`; with read_metrics, also copies and maps the metrics ring."""
+    def run(self, program: str, read_metrics: bool = False, repeat: int = 1) -> bytes | None:
+        """One submit of `program` (`repeat` times over, one compute pass each, in one command
+        buffer: a sampling plan's tokens); with read_metrics, also copies and maps the metrics ring."""
         enc = self.device.create_command_encoder()
-        self.encode(enc, program)
+        for _ in range(repeat):
+            self.encode(enc, program)
         if read_metrics:
             enc.copy_buffer_to_buffer(
                 self.buffers[self.plan["metrics"]["buffer"]], 0, self.staging, 0, self.metrics_bytes

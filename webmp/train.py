@@ -127,7 +127,9 @@ class Trainer:
 
     def checkpoint(self) -> Path:
         contents = {n: self.runtime.read(n) for n in checkpoint_buffers(self.plan)}
-        extra = {"adapter": self.gpu.name, "data_sha256": self.data.sha256}
+        extra: dict[str, Any] = {"adapter": self.gpu.name, "data_sha256": self.data.sha256}
+        if isinstance(self.data, TextCorpus):  # token id -> character, for `webmp sample`
+            extra["vocab"] = self.data.vocab
         path = save_checkpoint(self.run_dir.path, self.plan, contents, extra)
         self.last_checkpoint = (self.run_dir.path, self.step)
         return path

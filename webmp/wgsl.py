@@ -49,7 +49,8 @@ after it to define):
   windows.wgsl (gather_windows, gather_windows_eval: 0 tokens, 1 state, 2 idx, 3 targets),
   embed.wgsl (embed_fwd: 0 idx, 1 wte, 2 wpe, 3 X (h), 4 flags), token_rows.wgsl (token_rows:
   0 idx, 1 spans, 2 order), embed_wgrad.wgsl (embed_wgrad: 0 spans, 1 order, 2 dX (h), 3 dwte,
-  4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags).
+  4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags), sample_window.wgsl (sample_window: 0 seq,
+  1 seq_len, 2 idx), sample_next.wgsl (sample_next: 0 logits (f32), 1 seq, 2 seq_len).
 
 Rules:
 - The prelude comes first: `enable f16;` (prelude_native) must precede every declaration.

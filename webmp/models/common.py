@@ -13,12 +13,12 @@ import numpy as np
 from .. import ops
 from ..config import TrainConfig
 from ..plan import (
-    CATEGORIES,
     PLAN_FORMAT,
     EvalSpec,
     ParamSpec,
     Plan,
     PlanBuilder,
+    memory_by_category,
     pack_h,
     required_limits,
 )
@@ -132,9 +132,7 @@ class ModelBuilder:
 
     def finish(self, layers: list[int], evaluation: EvalSpec) -> tuple[Plan, bytes]:
         cfg, pb, path = self.cfg, self.pb, self.path
-        memory = {c: 0 for c in CATEGORIES}
-        for b in pb.buffers.values():
-            memory[b["category"]] += b["bytes"]
+        memory = memory_by_category(list(pb.buffers.values()))
         params = self.params
         plan: Plan = {
             "format": PLAN_FORMAT,

@@ -13,12 +13,16 @@ Buffers per layer l (h: the activation format; f32 where stated):
 Shared by the layers: S (f32 scores, reused for dP in the backward pass), dS, and the backward
 deltas dx (the residual stream's gradient, updated in place with add_h), dY (the gradient entering
 a LayerNorm: dxf, dm, da), dln (a LayerNorm's input gradient before the residual add), dO, dqkv, dz.
+
+The forward pass (GPTForward: its buffers and dispatches) is shared by the training plan
+(build_gpt_plan) and the sampling plan of `webmp sample` (build_gpt_sample_plan).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +31,7 @@ from .. import ops
 from ..config import TrainConfig
 from ..corpus import TextCorpus
 from ..data import check_tokens, eval_windows, perm_bits
-from ..plan import EvalSpec, Plan
+from ..plan import PLAN_FORMAT, EvalSpec, Plan, SamplePlan, memory_by_category, pack_h
 from ..tilecache import TileTable
 from .common import EVAL, TRAIN_STEP, ModelBuilder
 
@@ -46,6 +50,25 @@ def gpt_decays(name: str) -> bool:
     """Whether parameter `name` gets weight decay (it matches a pattern of GPT_DECAY)."""
     pats = [re.escape(p).replace(r"\{l\}", r"\d+") for p in GPT_DECAY]
     return any(re.fullmatch(p, name) for p in pats)
+
+
+def check_shape(D: int, H: int, L: int) -> None:
+    """ValueError unless d_model D is n_head H times an even head size and n_layer L >= 1."""
+    if L < 1 or D % H or (D // H) % 2:
+        raise ValueError(f"d_model {D} must be n_head {H} times an even head size, n_layer {L} >= 1")
+
+
+def working_copies(n_layer: int, tie_head: bool) -> set[str]:
+    """The parameters with a working copy in the activation format: the matrices read by matmuls
+    (Wqkv, Wo, W1, W2 of every layer, Whead), and wte when it is the tied head's matrix."""
+    copied = {f"{w}{l}" for l in range(n_layer) for w in ("Wqkv", "Wo", "W1", "W2")} | {"Whead"}
+    return copied | {"wte"} if tie_head else copied
+
+
+def check_params(params: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:
+    """ValueError unless `params` has exactly the parameters and shapes of gpt_param_shapes."""
+    if set(params) != set(shapes) or any(tuple(np.shape(params[k])) != s for k, s in shapes.items()):
+        raise ValueError(f"params must have exactly the shapes {shapes}")
 
 
 def gpt_param_shapes(V: int, D: int, n_layer: int, Tmax: int, tie_head: bool) -> dict:
@@ -91,6 +114,110 @@ def gpt_init(V: int, D: int, n_layer: int, n_head: int, Tmax: int, rng, tie_head
     return params
 
 
+class GPTForward:
+    """The GPT's forward pass over R = windows * T rows (r = b * T + t), shared by the training plan
+    (build_gpt_plan: train_step and eval) and the sampling plan (build_gpt_sample_plan): the
+    constructor declares the activation buffers, in this order, and `emit` adds the dispatches from
+    the token ids in `idx` to the f32 logits [R, V] in "logits".
+
+    master(name) / copy(name) give the buffer of a parameter's f32 master and of its working copy in
+    the activation format (the matrices read by matmuls: Wqkv, Wo, W1, W2, Whead, and wte when it
+    is the tied head's matrix)."""
+
+    def __init__(
+        self,
+        mb: ModelBuilder,
+        *,
+        V: int,
+        D: int,
+        T: int,
+        H: int,
+        L: int,
+        windows: int,
+        tie_head: bool,
+        master: Callable[[str], str],
+        copy: Callable[[str], str],
+    ):
+        self.mb, self.pb = mb, mb.pb
+        self.V, self.D, self.T, self.L, self.tie_head = V, D, T, L, tie_head
+        self.R = R = windows * T
+        self.master, self.copy = master, copy
+        self.att: dict[str, Any] = {"B": windows, "T": T, "H": H, "d": D // H}
+        pb, Z = self.pb, windows * H
+        pb.h("X0", R, D)
+        self.lay: list[dict[str, str]] = []
+        for l in range(L):
+            self.lay.append(
+                {
+                    "x_in": "X0" if l == 0 else self.lay[l - 1]["x"],
+                    "a": pb.h(f"a{l}", R, D),
+                    "ln1": pb.f32(f"ln1_stats{l}", (R, 2), "activations"),
+                    "qkv": pb.h(f"qkv{l}", R, 3 * D),
+                    "P": pb.h(f"P{l}", Z * T, T),
+                    "O": pb.h(f"O{l}", R, D),
+                    "x_mid": pb.h(f"x_mid{l}", R, D),
+                    "m": pb.h(f"m{l}", R, D),
+                    "ln2": pb.f32(f"ln2_stats{l}", (R, 2), "activations"),
+                    "z": pb.h(f"z{l}", R, 4 * D),
+                    "x": pb.h(f"x{l}", R, D),
+                }
+            )
+        self.x_final = self.lay[-1]["x"]
+        pb.f32("S", (Z * T, T), "activations")  # scores; dP in the training plan's backward pass
+        pb.h("xf", R, D)
+        pb.f32("lnf_stats", (R, 2), "activations")
+        pb.f32("logits", (R, V), "activations")
+        if tie_head:
+            pb.f32("head_bias", (V,), "other")  # zeros: the tied head has no bias
+
+    def _ln(self, program: str, x: str, gname: str, bname: str, y: str, stats: str) -> None:
+        m = self.master
+        ops.layernorm_fwd(
+            self.pb, program, Z=x, gamma=m(gname), beta=m(bname), Y=y, stats=stats, M=self.R, N=self.D
+        )
+
+    def emit(self, program: str) -> None:
+        """The forward dispatches, idx -> logits, appended to `program`."""
+        pb, mb, m, w, att = self.pb, self.mb, self.master, self.copy, self.att
+        R, D, T, V = self.R, self.D, self.T, self.V
+        ops.embed_fwd(pb, program, idx="idx", wte=m("wte"), wpe=m("wpe"), X="X0", R=R, T=T, D=D)
+        for l, c in enumerate(self.lay):
+            self._ln(program, c["x_in"], f"ln1_g{l}", f"ln1_b{l}", c["a"], c["ln1"])
+            mb.matmul(
+                program, "matmul_fwd", A=c["a"], B=w(f"Wqkv{l}"), C=c["qkv"], bias=m(f"bqkv{l}"),
+                M=R, N=3 * D, K=D,
+            )  # fmt: skip
+            ops.attention_matmul(pb, program, "scores", qkv=c["qkv"], S="S", **att)
+            ops.attn_softmax_fwd(pb, program, S="S", P=c["P"], **att)
+            ops.attention_matmul(pb, program, "values", P=c["P"], qkv=c["qkv"], O=c["O"], **att)
+            mb.matmul(
+                program, "matmul_fwd", A=c["O"], B=w(f"Wo{l}"), C=c["x_mid"], bias=m(f"bo{l}"),
+                M=R, N=D, K=D,
+            )  # fmt: skip
+            ops.add_h(pb, program, A=c["x_in"], Y=c["x_mid"], M=R, N=D)
+            self._ln(program, c["x_mid"], f"ln2_g{l}", f"ln2_b{l}", c["m"], c["ln2"])
+            mb.matmul(
+                program, "matmul_fwd", A=c["m"], B=w(f"W1{l}"), C=c["z"], bias=m(f"b1{l}"),
+                M=R, N=4 * D, K=D,
+            )  # fmt: skip
+            mb.matmul(
+                program, "matmul_fwd", A=c["z"], B=w(f"W2{l}"), C=c["x"], bias=m(f"b2{l}"),
+                M=R, N=D, K=4 * D, a_act=GELU,
+            )  # fmt: skip
+            ops.add_h(pb, program, A=c["x_mid"], Y=c["x"], M=R, N=D)
+        self._ln(program, self.x_final, "lnf_g", "lnf_b", "xf", "lnf_stats")
+        if self.tie_head:  # logits = xf wte^T
+            mb.matmul(
+                program, "matmul_logits", A="xf", B=w("wte"), C="logits", bias="head_bias",
+                M=R, N=V, K=D, trans_b=1,
+            )  # fmt: skip
+        else:
+            mb.matmul(
+                program, "matmul_logits", A="xf", B=w("Whead"), C="logits", bias=m("bhead"),
+                M=R, N=V, K=D,
+            )  # fmt: skip
+
+
 def build_gpt_plan(
     cfg: TrainConfig,
     corpus: TextCorpus,
@@ -110,9 +237,7 @@ def build_gpt_plan(
     pb = mb.pb
     V, D, T, H, L = corpus.vocab_size, cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer
     tie_head = cfg.tie_head
-    if L < 1 or D % H or (D // H) % 2:
-        raise ValueError(f"d_model {D} must be n_head {H} times an even head size, n_layer {L} >= 1")
-    d = D // H
+    check_shape(D, H, L)
     Bw = cfg.batch_size
     R = Bw * T
     train = check_tokens(corpus.train, V, T, f"{corpus.name} (train split)")
@@ -122,8 +247,7 @@ def build_gpt_plan(
     shapes = gpt_param_shapes(V, D, L, T, tie_head)
     if params is None:
         params = gpt_init(V, D, L, H, T, np.random.default_rng(cfg.seed), tie_head)
-    if set(params) != set(shapes) or any(tuple(np.shape(params[k])) != s for k, s in shapes.items()):
-        raise ValueError(f"params must have exactly the shapes {shapes}")
+    check_params(params, shapes)
 
     pb.u32("tokens", (len(train),), "data", train)
     pb.u32("val_tokens", (max(1, len(val)),), "data", val if len(val) else None)
@@ -133,9 +257,7 @@ def build_gpt_plan(
 
     # parameters, in gpt_param_shapes' order; matrices read by matmuls get a working copy (wte too
     # when it is the tied head's matrix), decay per gpt_decays
-    copied = {f"{w}{l}" for l in range(L) for w in ("Wqkv", "Wo", "W1", "W2")} | {"Whead"}
-    if tie_head:
-        copied.add("wte")
+    copied = working_copies(L, tie_head)
     P: dict[str, Any] = {}
     for name, shape in shapes.items():
         init = np.asarray(params[name], np.float32)
@@ -152,82 +274,17 @@ def build_gpt_plan(
     def g(name: str) -> str:
         return str(P[name]["grad"])
 
-    # activations
-    Z = Bw * H
-    pb.h("X0", R, D)
-    lay: list[dict[str, str]] = []
-    for l in range(L):
-        lay.append(
-            {
-                "x_in": "X0" if l == 0 else lay[l - 1]["x"],
-                "a": pb.h(f"a{l}", R, D),
-                "ln1": pb.f32(f"ln1_stats{l}", (R, 2), "activations"),
-                "qkv": pb.h(f"qkv{l}", R, 3 * D),
-                "P": pb.h(f"P{l}", Z * T, T),
-                "O": pb.h(f"O{l}", R, D),
-                "x_mid": pb.h(f"x_mid{l}", R, D),
-                "m": pb.h(f"m{l}", R, D),
-                "ln2": pb.f32(f"ln2_stats{l}", (R, 2), "activations"),
-                "z": pb.h(f"z{l}", R, 4 * D),
-                "x": pb.h(f"x{l}", R, D),
-            }
-        )
-    x_final = lay[-1]["x"]
-    pb.f32("S", (Z * T, T), "activations")  # scores; dP in the backward pass
-    pb.h("xf", R, D)
-    pb.f32("lnf_stats", (R, 2), "activations")
-    pb.f32("logits", (R, V), "activations")
-    if tie_head:
-        pb.f32("head_bias", (V,), "other")  # zeros: the tied head has no bias
+    fw = GPTForward(mb, V=V, D=D, T=T, H=H, L=L, windows=Bw, tie_head=tie_head, master=m, copy=w)
+    lay, x_final = fw.lay, fw.x_final
     # backward
     pb.h("dlogits", R, V)
     for name, cols in (("dx", D), ("dY", D), ("dln", D), ("dO", D), ("dqkv", 3 * D), ("dz", 4 * D)):
         pb.h(name, R, cols)
-    pb.h("dS", Z * T, T)
+    pb.h("dS", Bw * H * T, T)
     pb.u32("spans", (V, 2), "activations")
     pb.u32("order", (R,), "activations")
-    att: dict[str, Any] = {"B": Bw, "T": T, "H": H, "d": d}
-
-    def ln_fwd(program: str, x: str, gname: str, bname: str, y: str, stats: str) -> None:
-        ops.layernorm_fwd(pb, program, Z=x, gamma=m(gname), beta=m(bname), Y=y, stats=stats, M=R, N=D)
-
-    def forward(program: str) -> None:
-        ops.embed_fwd(pb, program, idx="idx", wte=m("wte"), wpe=m("wpe"), X="X0", R=R, T=T, D=D)
-        for l, c in enumerate(lay):
-            ln_fwd(program, c["x_in"], f"ln1_g{l}", f"ln1_b{l}", c["a"], c["ln1"])
-            mb.matmul(
-                program, "matmul_fwd", A=c["a"], B=w(f"Wqkv{l}"), C=c["qkv"], bias=m(f"bqkv{l}"),
-                M=R, N=3 * D, K=D,
-            )  # fmt: skip
-            ops.attention_matmul(pb, program, "scores", qkv=c["qkv"], S="S", **att)
-            ops.attn_softmax_fwd(pb, program, S="S", P=c["P"], **att)
-            ops.attention_matmul(pb, program, "values", P=c["P"], qkv=c["qkv"], O=c["O"], **att)
-            mb.matmul(
-                program, "matmul_fwd", A=c["O"], B=w(f"Wo{l}"), C=c["x_mid"], bias=m(f"bo{l}"),
-                M=R, N=D, K=D,
-            )  # fmt: skip
-            ops.add_h(pb, program, A=c["x_in"], Y=c["x_mid"], M=R, N=D)
-            ln_fwd(program, c["x_mid"], f"ln2_g{l}", f"ln2_b{l}", c["m"], c["ln2"])
-            mb.matmul(
-                program, "matmul_fwd", A=c["m"], B=w(f"W1{l}"), C=c["z"], bias=m(f"b1{l}"),
-                M=R, N=4 * D, K=D,
-            )  # fmt: skip
-            mb.matmul(
-                program, "matmul_fwd", A=c["z"], B=w(f"W2{l}"), C=c["x"], bias=m(f"b2{l}"),
-                M=R, N=D, K=4 * D, a_act=GELU,
-            )  # fmt: skip
-            ops.add_h(pb, program, A=c["x_mid"], Y=c["x"], M=R, N=D)
-        ln_fwd(program, x_final, "lnf_g", "lnf_b", "xf", "lnf_stats")
-        if tie_head:  # logits = xf wte^T
-            mb.matmul(
-                program, "matmul_logits", A="xf", B=w("wte"), C="logits", bias="head_bias",
-                M=R, N=V, K=D, trans_b=1,
-            )  # fmt: skip
-        else:
-            mb.matmul(
-                program, "matmul_logits", A="xf", B=w("Whead"), C="logits", bias=m("bhead"),
-                M=R, N=V, K=D,
-            )  # fmt: skip
+    att = fw.att
+    forward = fw.emit
 
     def layernorm_back(program: str, x: str, stats: str, gname: str, bname: str, dZ: str = "dln") -> None:
         """dY (the LayerNorm output's gradient) -> its parameters' gradients and dZ."""
@@ -313,3 +370,97 @@ def build_gpt_plan(
         "loss_buffer": "val_loss_sum",
     }
     return mb.finish([V, *([D] * L), V], evaluation)
+
+
+# --- text generation -------------------------------------------------------------------------------
+
+SAMPLE_STEP = "sample_step"
+TOKENS_PER_SUBMIT = 64  # program replays a submit: few submits, and no long-running command buffer
+
+
+def build_gpt_sample_plan(
+    cfg: TrainConfig,
+    vocab: Sequence[str],
+    path: str,
+    tiles: TileTable | None = None,
+    *,
+    params: dict[str, np.ndarray],
+    prompt: Sequence[int],
+    tokens: int,
+    temperature: float,
+    seed: int,
+    tokens_per_submit: int = TOKENS_PER_SUBMIT,
+) -> tuple[SamplePlan, bytes]:
+    """The plan generating `tokens` tokens after the token ids `prompt` with the GPT of shape cfg
+    (n_layer, n_head, d_model, context, tie_head) and parameters `params` (f32, by name as
+    gpt_param_shapes; a checkpoint's masters), on prelude `path`.
+
+    One program, sample_step, adds one token and is replayed once per token with no host work in
+    between (SampleSpec): sample_window puts the last <= T tokens of the GPU's token buffer `seq`
+    into idx, GPTForward (the training plan's forward pass, one window: R = T rows) computes the
+    logits, and sample_next draws from the last real row and appends to `seq`, counting in
+    `seq_len`. The working copies of the matrices are packed on the host from the masters with
+    pack_h, as build_gpt_plan packs its initial copies (numpy rounds to nearest even, as adamw_copy
+    stores them)."""
+    V, D, T, H, L = len(vocab), cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer
+    check_shape(D, H, L)
+    shapes = gpt_param_shapes(V, D, L, T, cfg.tie_head)
+    check_params(params, shapes)
+    prompt_ids = np.asarray(prompt, np.int64)
+    if prompt_ids.ndim != 1 or len(prompt_ids) < 1 or prompt_ids.min() < 0 or prompt_ids.max() >= V:
+        raise ValueError(f"the prompt must be at least one token id in 0 .. {V - 1}")
+    if tokens < 1 or tokens_per_submit < 1:
+        raise ValueError(f"tokens ({tokens}) and tokens_per_submit ({tokens_per_submit}) must be positive")
+    capacity = len(prompt_ids) + tokens
+
+    mb = ModelBuilder(cfg, path, tiles)
+    pb = mb.pb
+    pb.u32("flags", (4,), "other")
+    # the runtimes stage a plan's metrics buffer; this plan has no metrics or state, and this word
+    # stands in for both (never read)
+    pb.u32("no_metrics", (1,), "other")
+    copied = working_copies(L, cfg.tie_head)
+    for name in shapes:
+        value = np.asarray(params[name], np.float32)
+        pb.f32(name, value.shape, "master_weights", value)
+        if name in copied:
+            rows, cols = value.shape
+            pb.h("h_" + name, rows, cols, category="working_weights", init=pack_h(value, path))
+    pb.u32("seq", (capacity,), "data", prompt_ids)
+    pb.u32("seq_len", (1,), "data", [len(prompt_ids)])
+    pb.u32("idx", (T,), "activations")
+    fw = GPTForward(
+        mb, V=V, D=D, T=T, H=H, L=L, windows=1, tie_head=cfg.tie_head, master=str, copy=lambda n: "h_" + n
+    )
+
+    P = SAMPLE_STEP
+    ops.sample_window(pb, P, seq="seq", seq_len="seq_len", idx="idx", T=T, capacity=capacity)
+    fw.emit(P)
+    ops.sample_next(
+        pb, P, logits="logits", seq="seq", seq_len="seq_len", V=V, T=T, capacity=capacity,
+        temperature=temperature, seed=seed,
+    )  # fmt: skip
+
+    kp = pb.kernel_plan(state="no_metrics", metrics="no_metrics")
+    plan: SamplePlan = {
+        **kp,
+        "format": PLAN_FORMAT,
+        "config": cfg.model_dump(),
+        "precision": cfg.precision,
+        "f16_path": None if path == "fp32" else path,
+        "prelude": pb.prelude,
+        "blob_bytes": len(pb.blob),
+        "sample": {
+            "program": P,
+            "seq": "seq",
+            "seq_len": "seq_len",
+            "prompt_tokens": len(prompt_ids),
+            "tokens": tokens,
+            "tokens_per_submit": tokens_per_submit,
+            "temperature": temperature,
+            "seed": seed,
+            "vocab": list(vocab),
+        },
+        "memory": memory_by_category(kp["buffers"]),
+    }
+    return plan, bytes(pb.blob)
