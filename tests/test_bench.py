@@ -1,6 +1,7 @@
-"""`webmp bench` at tiny sizes: every JSON field is there with sane values, the bare-replay floor
-really replays the step, readbacks are counted, and the matmul check can fail. No timing targets
-are asserted (wall times depend on the machine and its neighbours)."""
+"""`webmp bench` at tiny sizes: every JSON field is there with sane values (the MLPs' and the GPT's),
+the counts are exact (dispatches, submits and readbacks per step, the activation ratio from the
+plans), the bare-replay floor really replays the step, readbacks are counted, and the matmul check
+can fail. No timing targets are asserted (wall times depend on the machine and its neighbours)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,22 @@ def result(gpu, tune_cache):
     return bench.run_bench("tiny", profile=True, gpu=gpu, log=lambda *a: None)
 
 
+TINY = bench.SIZES["tiny"]
+MODELS = [m["name"] for m in TINY["step_models"]]
+
+
+@pytest.fixture(scope="module")
+def plans(gpu, tune_cache):
+    """{(model, precision): plan} as the tiny bench built them (rebuilt: building compiles nothing)."""
+    out = {}
+    for m in TINY["step_models"]:
+        data = bench.model_data(m, TINY)
+        log_every = bench.model_settings(TINY, m)["log_every"]
+        for precision in ("mixed", "fp32"):
+            out[m["name"], precision] = bench.step_plan(gpu, m, data, precision, log_every)[0]
+    return out
+
+
 def positive(x) -> bool:
     return isinstance(x, float) and math.isfinite(x) and x > 0
 
@@ -49,6 +66,8 @@ def test_result_is_json_with_every_section(result):
         "tune",
         "matmul",
         "train_step",
+        "first_step",
+        "data",
         "memory",
         "readbacks",
         "profile",
@@ -71,41 +90,121 @@ def test_matmul_rows(result, gpu):
         assert positive(m["gflops"]["numpy_f32"])
 
 
-def test_train_step_rows(result):
+def test_train_step_rows(result, plans):
     rows = result["train_step"]
-    want = {(m, p) for m in ("digits", "wide") for p in ("mixed", "fp32")}
+    assert MODELS == ["digits", "wide", "gpt"]
+    want = {(m, p) for m in MODELS for p in ("mixed", "fp32")}
     assert {(r["model"], r["precision"]) for r in rows} == want
     for r in rows:
         for key in (
             "wall_ms_per_step",
+            "examples_per_s",
             "host_cpu_ms_per_step",
             "host_cpu_mean_ms_per_step",
             "floor_host_cpu_ms_per_step",
             "host_over_floor",
         ):
             assert positive(r[key]), (r, key)
-        assert r["dispatches_per_step"] > 10 and r["steps_timed"] >= 2
+        plan = plans[r["model"], r["precision"]]
+        assert r["dispatches_per_step"] == len(plan["programs"]["train_step"]) > 10
+        assert r["submits_per_step"] == 1
+        assert r["steps_timed"] >= 2 and r["host_steps_timed"] >= TINY["host_pairs"]
+        assert 0 < r["host_pairs_in_median"] <= r["host_steps_timed"]
+        assert r["shape"] == bench.model_shape(plan)
+        if r["model"] == "gpt":
+            cfg = plan["config"]
+            assert r["tokens_per_step"] == cfg["batch_size"] * cfg["context"] == 4 * 8
+            assert r["tokens_per_s"] == pytest.approx(r["examples_per_s"] * cfg["context"])
+        else:
+            assert r["tokens_per_step"] is None and r["tokens_per_s"] is None
     s = result["summary"]
-    assert positive(s["mixed_over_fp32_step_digits"]) and positive(s["mixed_over_fp32_step_wide"])
+    for m in MODELS:
+        assert positive(s[f"mixed_over_fp32_step_{m}"])
     assert positive(s["f16_over_f32_matmul"])
+    assert s["targets"]["submits_per_step"] == {
+        "value": 1.0,
+        "target": "== 1",
+        "met": True,
+        "worst": s["targets"]["submits_per_step"]["worst"],
+    }
 
 
-def test_memory_from_plan_accounting(result):
+def test_first_step_rows(result, plans):
+    firsts = result["first_step"]
+    assert [(f["model"], f["precision"]) for f in firsts] == [
+        (r["model"], r["precision"]) for r in result["train_step"]
+    ]
+    for f in firsts:
+        assert f["kernels"] == len(plans[f["model"], f["precision"]]["kernels"])
+        for key in ("plan_s", "runtime_s", "first_step_s", "total_s", "data_s"):
+            assert f[key] >= 0 and math.isfinite(f[key]), (f, key)
+        assert f["total_s"] == pytest.approx(f["plan_s"] + f["runtime_s"] + f["first_step_s"])
+        assert f["mesa_cache_warm"] in (True, False, None) and isinstance(f["mesa_cache_bytes_added"], int)
+        assert f["bytes_written"] is None or f["bytes_written"] >= 0
+
+
+def test_cache_warm_from_this_process_writes():
+    llvmpipe = "llvmpipe (LLVM 15.0.6, 256 bits) (Mesa 25.0.7)"
+    # a few bytes per kernel: access times refreshed, every shader found; kilobytes: one compiled
+    assert bench.cache_warm(llvmpipe, 140, 2044, 0, "/c") is True
+    assert bench.cache_warm(llvmpipe, 140, 2044 + 6000, 6000, "/c") is False
+    assert bench.cache_warm(llvmpipe, 140, 2044, 68363, "/c") is True  # another process wrote to it
+    assert bench.cache_warm(llvmpipe, 140, None, 0, "/c") is True  # no /proc: the cache's size
+    assert bench.cache_warm(llvmpipe, 140, None, 10, "/c") is False
+    assert bench.cache_warm(llvmpipe, 140, 0, 0, None) is None  # MESA_SHADER_CACHE_DISABLE
+    assert bench.cache_warm("NVIDIA H200 (Vulkan)", 140, 0, 0, "/c") is None
+
+
+def test_memory_from_plan_accounting(result, plans):
+    assert list(result["memory"]) == MODELS
     for name, m in result["memory"].items():
         assert m["mixed"]["master_weights"] == m["fp32"]["master_weights"] > 0
         assert m["mixed"]["working_weights"] * 2 == m["fp32"]["working_weights"]
         # f16 activations: half the bytes, except the f32 logits, loss rows and labels
         assert 0.5 <= m["activation_ratio"] <= bench.TARGETS["activation_ratio"], name
+        # the reported ratio is the plans' buffer list summed, and what halving every h buffer gives
+        acts = {
+            p: [b for b in plans[name, p]["buffers"] if b["category"] == "activations"]
+            for p in ("mixed", "fp32")
+        }
+        mixed, fp32 = (sum(b["bytes"] for b in acts[p]) for p in ("mixed", "fp32"))
+        assert m["activation_ratio"] == mixed / fp32
+        wide = {b["name"]: b["bytes"] for b in acts["fp32"] if b["dtype"] != "h"}
+        assert (
+            m["activations_not_h"]
+            == wide
+            == {b["name"]: b["bytes"] for b in acts["mixed"] if b["dtype"] != "h"}
+        )
+        h32 = sum(b["bytes"] for b in acts["fp32"] if b["dtype"] == "h")
+        assert mixed == h32 // 2 + sum(wide.values())
+        assert m["expected_activation_ratio"] == pytest.approx(m["activation_ratio"], rel=1e-12)
     assert result["summary"]["targets"]["activation_ratio"]["met"]
 
 
-def test_readbacks_in_the_training_loop(result):
-    rb = result["readbacks"]
+def test_gpt_activations_in_32_bits_are_scores_logits_statistics(result):
+    """mixed keeps f32 only for the scores S, the logits, LayerNorm statistics and the loss rows (plus
+    u32 token ids and the embedding gradient's row order); everything else is f16. (Tiny shape: one
+    layer, so one ln1/ln2 pair.)"""
+    wide = result["memory"]["gpt"]["activations_not_h"]
+    f32 = {"S", "logits", "ln1_stats0", "ln2_stats0", "lnf_stats", "loss_rows"}
+    u32 = {"idx", "targets", "spans", "order"}
+    assert set(wide) == f32 | u32
+    assert list(wide)[:2] == ["S", "logits"]  # largest first
+
+
+@pytest.mark.parametrize("model", ["digits", "gpt"])
+def test_readbacks_in_the_training_loop(result, model):
+    rb = result["readbacks"][model]
+    assert rb["model"] == ("gpt" if model == "gpt" else "mlp")
     assert rb["steps"] == 20 and rb["log_every"] == 5
     assert rb["readbacks_per_100_steps"] == 20 == rb["limit_per_100_steps"]
+    # exactly steps / log_every metric-ring maps in the loop, and nothing else
+    assert rb["readbacks_in_loop"] == rb["expected_readbacks"] == 20 // 5
     assert rb["runtime_readbacks_in_loop"] == 4  # Runtime.readbacks agrees with the wrapped calls
     assert rb["readbacks_between_logs"] == 0
     assert rb["reads_after_training"]  # the final state/eval/checkpoint reads are seen too
+    assert bench.readback_verdict(rb)
+    assert result["summary"]["targets"]["readbacks_per_log_interval"]["met"]
 
 
 def test_readback_counting_sees_reads_between_logs(gpu):
@@ -134,11 +233,20 @@ def test_table_prints_every_section(result):
         "matmul GFLOP/s",
         "training step",
         "memory",
-        "readbacks:",
+        "readbacks in the training loop",
+        "time to the first step",
         "profile digits/mixed",
+        "profile gpt/mixed",
         "targets",
     ):
         assert needle in text
+    lines = text.splitlines()
+    gpt_rows = [line for line in lines if line.startswith("gpt L1 H2 D16 T8 V11 b4 ")]
+    assert len(gpt_rows) == 2 and all(
+        " tok " in line and line.endswith(("pass", "FAIL")) for line in gpt_rows
+    )
+    assert any(line.startswith("gpt      activations ") and line.endswith(" pass") for line in lines)
+    assert any(line.startswith("  gpt: 4 reads in 20 steps") and line.endswith(": pass") for line in lines)
 
 
 def test_bare_replay_runs_the_real_step(gpu, digits):
