@@ -4,7 +4,8 @@ Each test runs with Debian's Chromium (WebGPU through SwiftShader: no shader-f16
 emulated f16) and, when $WEBGPU_CHROME is set (`. /opt/webgpu-cpu/env.sh`), also with the lavapipe
 launcher, whose adapter has shader-f16 (native f16). Assertions are on what the server recorded.
 SwiftShader is slow (about half a second per step of the default model on 2 cores), so only the
-end-to-end run uses the default model; the reliability tests use a small one.
+end-to-end run uses the default model; the reliability tests use a small one, the GPT's tests a
+tiny GPT.
 """
 
 from __future__ import annotations
@@ -174,6 +175,144 @@ def test_browser_and_native_curves_agree(e2e, browser, tmp_path, monkeypatch):
     assert [r["scale"] for r in web] == [r["scale"] for r in nat]
     assert [r["skipped"] for r in web] == [r["skipped"] for r in nat]
     assert abs(summary["test_correct"] - e2e["summary"]["test_correct"]) <= 3
+
+
+# A tiny character GPT on the default corpus (one block, d_model 32, 2 heads of 16, context 16, 4
+# windows a step) for 20 steps, a checkpoint uploaded at step 10; the fields left out are the gpt
+# defaults (MODEL_DEFAULTS: lr 2e-3, warmup 60, ...). val_tokens 1024: the evaluation is 16 chunks
+# of 64 characters (the default 32768 would be 512). Its ~140 pipelines take ~35 s to compile here.
+GPT = TrainConfig(
+    model="gpt", n_layer=1, d_model=32, n_head=2, context=16, batch_size=4, steps=20, log_every=5,
+    checkpoint_every=10, val_tokens=1024,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gpt_run(server, browser):
+    """GPT trained by the page; what the server stored, what the page shows, and the transfers."""
+    run = server.create_run(GPT, browser=browser)
+    summary = run.wait(timeout=TIMEOUT)
+    wait_page(run.page, "window.webmp.status === 'finished'", timeout=60)
+    shown = run.page.evaluate(
+        """({headline: document.getElementById('headline').innerText,
+             baseline: document.getElementById('baseline').innerText,
+             sampleHidden: document.getElementById('sample-box').hidden,
+             fetches: performance.getEntriesByType('resource').filter((e) => /[/](plan|blob)[?]/.test(e.name))
+               .map((e) => ({what: e.name.split('?')[0].split('/').pop(), bytes: e.encodedBodySize,
+                             ms: e.duration}))})"""
+    )
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = run.screenshot(ARTIFACTS / f"browser-gpt-{browser.kind}.png")
+    path = server.app.state.store.get(run.id).dir.path
+    yield dict(run=run, records=on_disk(server, run), summary=summary, shown=shown, shot=shot, dir=path)
+    run.close_page()
+
+
+def test_gpt_trains_in_the_browser(gpt_run, browser):
+    """The page trains the GPT of the plan the server built on the default corpus (its ~3.7 M
+    training characters are 15 MB of u32 in the blob) and reports the validation loss."""
+    recs, summary, shown = gpt_run["records"], gpt_run["summary"], gpt_run["shown"]
+    assert [r["step"] for r in recs] == list(range(GPT.steps))
+    assert all(math.isfinite(r["loss"]) for r in recs)
+    assert recs[0]["loss"] == pytest.approx(math.log(97), rel=0.05)  # 97 characters, near uniform at first
+    assert summary["f16_path"] == browser.f16_path and summary["runtime"] == "browser"
+    assert summary["test_count"] == GPT.val_tokens - 1  # characters predicted from the first 1024
+    assert 0 < summary["val_loss"] < math.log(97) + 0.5
+    assert summary["val_bits_per_char"] == pytest.approx(summary["val_loss"] / math.log(2))
+    assert 4 < summary["unigram_bits_per_char"] < 7
+    assert shown["headline"] == f"validation loss {summary['val_bits_per_char']:.3f} bits/char"
+    assert shown["baseline"].startswith(f"{summary['val_loss']:.4f} nats per character; unigram baseline ")
+    assert shown["sampleHidden"]  # the place for a generated sample, empty until sampling exists
+    blob = next(f for f in shown["fetches"] if f["what"] == "blob")
+    assert blob["bytes"] > 15e6  # the training split's tokens (measured: 0.1 s from 127.0.0.1)
+    for name in ("summary.json", "curves.png", "checkpoint.safetensors"):
+        assert (gpt_run["dir"] / name).is_file()
+    assert gpt_run["shot"].stat().st_size > 10_000
+
+
+def test_gpt_browser_and_native_curves_agree(gpt_run, browser, tmp_path, monkeypatch):
+    """The same GPT config and seed natively through wgpu-py, on the browser's f16 path and the
+    default matmul tiles, compared record by record (the reasoning of the MLP's test above).
+
+    Measured (2 cores): lavapipe in Chromium and lavapipe in wgpu-py are bit-identical: all 20
+    records, the summed validation loss and the next-character count. SwiftShader differs from
+    lavapipe (emulated f16 on both) because it divides as a * (1/b): the warmup's lr, LR * (it + 1)
+    / WARMUP in scaler.wgsl, comes out one f32 ulp above the correctly rounded quotient on most
+    steps (17 of the 20 here, 1.5e-7 relative; WGSL allows 2.5 ulp for division). The losses of
+    steps 0 and 1 are still identical, then the weights drift apart at f32 level: losses by
+    <= 1.6e-6 relative on the first 10 steps and <= 2.5e-6 on any step, grad_norm by <= 3.7e-5 (a
+    norm of gradients that differ in their
+    last bits); the validation loss and the 286 of 1023 characters right are identical. Bounds:
+      * lavapipe: exact;
+      * other adapters: lr 1e-6 relative (a few f32 ulps, 6e-8 each); loss 1e-5 relative on the
+        first 10 steps and 1e-4 on every step (~6x and 40x the measurement, far below the 4.9e-4
+        of one f16 unit roundoff by which a different kernel, data order or f16 path moves step
+        0's loss); grad_norm 1e-3; validation loss 1e-4; within 3 of the 1023 characters;
+      * the loss scale and the skipped steps identical (no step comes near overflowing: 20
+        clean steps at the initial scale on both).
+    """
+    from webmp.train import Trainer
+
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))  # default tiles
+    cfg = GPT.model_copy(update={"f16": browser.f16_path})
+    native = Trainer(cfg, out=gpt_run["dir"].parent / f"native-gpt-{browser.kind}", progress=False, log=None)
+    nsum = native.run()
+    nat, web, wsum = native.run_dir.read_metrics(), gpt_run["records"], gpt_run["summary"]
+    assert nsum["matmul_tiles"] == "default" and nsum["f16_path"] == wsum["f16_path"]
+    assert [r["step"] for r in nat] == [r["step"] for r in web]
+    if browser.kind == "lavapipe":
+        assert same(web, nat)
+        assert (wsum["val_loss"], wsum["test_correct"]) == (nsum["val_loss"], nsum["test_correct"])
+        return
+    column = {k: (np.array([r[k] for r in web]), np.array([r[k] for r in nat])) for k in nat[0]}
+    np.testing.assert_allclose(*column["lr"], rtol=1e-6)
+    wl, nl = column["loss"]
+    np.testing.assert_allclose(wl[:10], nl[:10], rtol=1e-5)
+    np.testing.assert_allclose(wl, nl, rtol=1e-4)
+    np.testing.assert_allclose(*column["grad_norm"], rtol=1e-3)
+    for k in ("scale", "skipped", "found_inf", "min_scale_event"):
+        assert (column[k][0] == column[k][1]).all(), k
+    assert wsum["val_loss"] == pytest.approx(nsum["val_loss"], rel=1e-4)
+    assert abs(wsum["test_correct"] - nsum["test_correct"]) <= 3
+    assert wsum["unigram_bits_per_char"] == nsum["unigram_bits_per_char"]
+
+
+def test_form_shows_each_models_fields_with_the_servers_defaults(server, browser):
+    """The form is made from GET /api/form: choosing gpt shows its shape fields filled with the gpt
+    defaults, a field the user changed keeps its value, and the run is created with the model and
+    the changed fields only (the server fills in the model's defaults for the rest)."""
+    form = server.get("/api/form")
+    page = browser.open(server.url + "/")
+    page.wait_for_function("!document.getElementById('start').disabled", timeout=60_000)
+    shown = """() => Object.fromEntries([...document.querySelectorAll('#fields label')]
+        .filter((l) => !l.hidden).map((l) => l.querySelector('input, select'))
+        .map((e) => [e.id.slice(4), e.type === 'checkbox' ? e.checked : e.value]))"""
+
+    def as_shown(v):
+        return v if isinstance(v, bool) else ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    def expected(model, **changed):
+        values = {**form["defaults"][model], **changed}
+        fields = [f["name"] for f in form["fields"] if f["models"] is None or model in f["models"]]
+        return {name: as_shown(values[name]) for name in fields}
+
+    assert page.evaluate(shown) == expected("mlp")
+    page.fill("#cfg-steps", "300")
+    page.select_option("#cfg-model", "gpt")
+    assert page.evaluate(shown) == expected("gpt", steps=300)
+    assert page.locator("#cfg-n_layer").get_attribute("title") is None  # help texts are on the labels
+    assert page.locator("label:has(#cfg-n_layer)").get_attribute("title") == "gpt: transformer blocks"
+    posted = []
+
+    def refuse(route):
+        posted.append(json.loads(route.request.post_data))
+        route.fulfill(status=422, json={"detail": "refused by the test"})
+
+    page.route(re.compile(r"/api/runs$"), refuse)
+    page.click("#start")
+    wait_page(page, "window.webmp.status === 'failed'", timeout=60)
+    assert posted == [{"model": "gpt", "steps": 300}]
+    page.close()
 
 
 def test_disconnect_then_resume_continues_the_same_curve(server, browser):

@@ -16,14 +16,19 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from webmp.browser import LocalServer
-from webmp.config import TrainConfig
+from webmp.config import MODEL_DEFAULTS, TrainConfig
+from webmp.corpus import load_text, unigram_bits_per_char
 from webmp.messages import MAX_MESSAGE_BYTES
-from webmp.page_runs import RunStore
+from webmp.page_runs import PAGE_FIELDS, RunStore
 from webmp.rundir import RunDir
 from webmp.server import UPLOT_DIR, cli_serve, create_app, server_token
 from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_state, encode_state
 
 SMALL = dict(hidden=[16], batch_size=16, steps=30, log_every=10, checkpoint_every=10)
+# a tiny GPT with a short evaluation (16 chunks of 4 windows of 16 characters); the other fields
+# are the gpt defaults (MODEL_DEFAULTS)
+GPT = dict(model="gpt", n_layer=1, d_model=32, n_head=2, context=16, batch_size=4, steps=20, log_every=5,
+           val_tokens=1024, checkpoint_every=10)  # fmt: skip
 
 
 def record(step: int, loss: float | None = None) -> dict:
@@ -227,10 +232,87 @@ def test_runs_rest_api(client):
     assert len(client.get("/api/runs").json()) == 1
 
 
-def test_gpt_is_refused_for_browser_runs_until_wired(client):
-    r = client.post("/api/runs", json={"model": "gpt"})
-    assert r.status_code == 422 and "model gpt trains natively" in r.json()["detail"]
-    assert client.get("/api/runs").json() == []
+def test_form_is_made_from_the_config_and_its_model_defaults(client):
+    """The page's form: TrainConfig's fields with their kinds, choices, help texts and the models
+    that read them, and each model's defaults (MODEL_DEFAULTS applied) for the page to show; a run
+    created with only the model (what the page sends when no field was changed) gets those."""
+    form = client.get("/api/form").json()
+    fields = {f["name"]: f for f in form["fields"]}
+    assert list(fields) == list(PAGE_FIELDS)
+    assert fields["model"]["kind"] == "choice" and fields["model"]["choices"] == ["mlp", "mlp-ln", "gpt"]
+    assert fields["model"]["models"] is None and fields["steps"]["models"] is None
+    assert fields["hidden"]["kind"] == "int_list" and fields["hidden"]["models"] == ["mlp", "mlp-ln"]
+    assert fields["tie_head"]["kind"] == "bool" and fields["lr"]["kind"] == "float"
+    for name in ("n_layer", "n_head", "d_model", "context", "tie_head"):
+        assert fields[name]["models"] == ["gpt"] and fields[name]["help"].startswith("gpt: ")
+    assert fields["batch_size"]["help"] == "examples per step (gpt: context windows per step)"
+    assert set(form["defaults"]) == {"mlp", "mlp-ln", "gpt"}
+    for model, defaults in form["defaults"].items():
+        want = TrainConfig(model=model).model_dump()
+        assert defaults == {name: want[name] for name in PAGE_FIELDS}
+    assert {k: form["defaults"]["gpt"][k] for k in ("steps", "batch_size", "lr")} == {
+        k: MODEL_DEFAULTS["gpt"][k] for k in ("steps", "batch_size", "lr")
+    }
+    assert form["defaults"]["mlp"]["steps"] != form["defaults"]["gpt"]["steps"]
+    run = client.post("/api/runs", json={"model": "gpt", "steps": 7})
+    assert run.status_code == 201
+    config = run.json()["config"]
+    assert config["steps"] == 7
+    assert all(config[k] == v for k, v in MODEL_DEFAULTS["gpt"].items() if k != "steps")
+
+
+def test_gpt_trains_on_the_default_corpus_with_the_native_plan(client):
+    """A browser GPT run trains on the default corpus (load_text(None), as `webmp train --model
+    gpt` without --data): its plan and blob are build_plan's for that config and f16 path."""
+    from webmp.models import build_plan
+
+    run = create(client, **GPT)
+    cfg = TrainConfig(**run["config"])
+    assert cfg.model == "gpt" and cfg.warmup == MODEL_DEFAULTS["gpt"]["warmup"]  # left out: the gpt default
+    corpus = load_text(None)
+    for offer in ("native", "emulated"):
+        got = client.get(f"/api/runs/{run['id']}/plan", params={"f16": offer}).json()
+        plan, blob = build_plan(cfg, corpus, offer)
+        assert got["plan"] == json.loads(json.dumps(plan))
+        assert client.get(f"/api/runs/{run['id']}/blob", params={"f16": offer}).content == blob
+    assert got["plan"]["eval"]["loss_buffer"] == "val_loss_sum"
+    tokens = next(b for b in got["plan"]["buffers"] if b["name"] == "tokens")
+    assert tokens["shape"] == [len(corpus.train)] and tokens["init"]["bytes"] == 4 * len(corpus.train)
+
+    r = client.post("/api/runs", json={**GPT, "data": "/etc/passwd"})  # still no data files
+    assert r.status_code == 422 and "browser runs train on the built-in datasets" in r.json()["detail"]
+
+
+def test_gpt_summary_carries_the_validation_loss(client):
+    """The page sends plan["eval"]["loss_buffer"]'s sum as val_loss_sum (finite, >= 0; required
+    exactly when the plan has that buffer); summary.json then has the native run's val_* figures."""
+    run_id = create(client, **GPT)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    send(ws, records_msg(run_id, range(GPT["steps"])))
+    base = {**summary_msg(run_id, GPT["steps"]), "test_correct": 100, "test_count": 1023}
+    for bad in (None, -1.0, "NaN", "Infinity", "-Infinity", "1.5", True):
+        msg = {**base, "val_loss_sum": bad} if bad is not None else base
+        reply = send(ws, msg)
+        assert reply["type"] == "error" and "val_loss_sum" in reply["message"], (bad, reply)
+    assert client.get(f"/api/runs/{run_id}").json()["status"] == "running"
+    assert send(ws, {**base, "val_loss_sum": 1023 * 4.5})["type"] == "ack"
+    leave(ws)
+    assert client.app.state.store.get(run_id).plans == {}  # an ended run holds no plan and blob
+    summary = client.get(f"/api/runs/{run_id}/summary").json()
+    assert summary["val_loss"] == pytest.approx(4.5) and summary["test_accuracy"] == pytest.approx(100 / 1023)
+    assert summary["val_bits_per_char"] == pytest.approx(4.5 / math.log(2))
+    assert summary["unigram_bits_per_char"] == unigram_bits_per_char(load_text(None))
+
+    mlp = create(client)["id"]  # an MLP's plan sums no loss: a val_loss_sum is refused
+    ws = connect(client, mlp)
+    send(ws, hello(mlp))
+    send(ws, records_msg(mlp, range(30)))
+    reply = send(ws, {**summary_msg(mlp, 30), "val_loss_sum": 1.0})
+    assert reply["type"] == "error" and "val_loss_sum" in reply["message"]
+    assert send(ws, summary_msg(mlp, 30))["type"] == "ack"
+    leave(ws)
+    assert client.get(f"/api/runs/{mlp}/summary").json()["val_loss"] is None
 
 
 def test_data_files_are_refused_for_browser_runs(client, tmp_path):
@@ -581,23 +663,31 @@ def test_python_api_streams_history_live(tmp_path):
         assert summary["test_correct"] == 300 and summary["steps"] == 30
 
 
-def test_browser_and_native_run_directories_have_the_same_keys(client, tmp_path, gpu):
-    """summary.json and config.json are written by webmp.rundir for both runtimes: same keys."""
+@pytest.mark.parametrize("model", ["mlp", "gpt"])
+def test_browser_and_native_run_directories_have_the_same_keys(client, tmp_path, gpu, model):
+    """summary.json and config.json are written by webmp.rundir for both runtimes: same keys, and
+    the same ones set (the GPT's val_* figures, None for the MLP)."""
     from webmp.rundir import RunSummary
     from webmp.train import Trainer
 
-    run_id = create(client)["id"]
+    cfg = {**SMALL, "steps": 3} if model == "mlp" else {**GPT, "steps": 3, "log_every": 1}
+    run_id = create(client, **cfg)["id"]
     ws = connect(client, run_id)
     assert send(ws, hello(run_id))["type"] == "ack"
-    send(ws, records_msg(run_id, range(30)))
-    assert send(ws, summary_msg(run_id, 30))["type"] == "ack"
+    send(ws, records_msg(run_id, range(3)))
+    msg = summary_msg(run_id, 3)
+    if model == "gpt":
+        msg["val_loss_sum"] = 4.5 * msg["test_count"]
+    assert send(ws, msg)["type"] == "ack"
     leave(ws)
     browser = client.app.state.store.get(run_id).dir
-    Trainer(
-        TrainConfig(**{**SMALL, "steps": 3}), out=tmp_path / "native", gpu=gpu, progress=False, log=None
-    ).run()
+    Trainer(TrainConfig(**cfg), out=tmp_path / "native", gpu=gpu, progress=False, log=None).run()
     native = RunDir(tmp_path / "native")
 
-    assert set(browser.read_summary()) == set(native.read_summary()) == set(RunSummary.__annotations__)
-    assert (browser.read_summary()["runtime"], native.read_summary()["runtime"]) == ("browser", "native")
+    web, nat = browser.read_summary(), native.read_summary()
+    assert set(web) == set(nat) == set(RunSummary.__annotations__)
+    assert {k for k, v in web.items() if v is None} == {k for k, v in nat.items() if v is None}
+    assert (web["val_loss"] is None) == (model == "mlp")
+    assert web["unigram_bits_per_char"] == nat["unigram_bits_per_char"]  # the same corpus
+    assert (web["runtime"], nat["runtime"]) == ("browser", "native")
     assert set(browser.read_json("config.json")) == set(native.read_json("config.json"))

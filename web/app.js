@@ -7,6 +7,8 @@ const token = params.get('token');
 const $ = (id) => document.getElementById(id);
 // What tests and scripts can read: the page's status, its run, the f16 path and any error.
 const page = window.webmp = {status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null};
+// The form's fields (GET /api/form), their inputs and the model they show.
+const form = {ready: false, fields: [], defaults: {}, inputs: {}, labels: {}, model: null};
 
 let stopRequested = false;
 let uPlot = null;
@@ -26,7 +28,7 @@ function setStatus(status, text = status) {
   $('status').textContent = text;
   $('status-line').className = status;
   const busy = status === 'preparing' || status === 'running';
-  $('start').disabled = busy;
+  $('start').disabled = busy || !form.ready;
   $('stop').disabled = !busy;
 }
 
@@ -116,6 +118,101 @@ async function openSocket(runId) {
   }
 }
 
+// --- the form: made from GET /api/form ---------------------------------------------------------
+// The server describes the TrainConfig fields the form offers (kind, choices, help text, the models
+// that read them) and each model's defaults; the page knows no field or default of its own. A run's
+// config holds the model and only the fields that differ from that model's defaults: the server
+// fills in the rest (MODEL_DEFAULTS), as `webmp train` does for flags left out.
+
+const sameValue = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+function fieldInput(f) {
+  let el;
+  if (f.kind === 'choice') {
+    el = document.createElement('select');
+    for (const c of f.choices) el.append(new Option(c, c));
+  } else {
+    el = document.createElement('input');
+    if (f.kind === 'bool') {
+      el.type = 'checkbox';
+    } else if (f.kind === 'int' || f.kind === 'float') {
+      el.type = 'number';  // ranges are the server's to check (its 422 names the field)
+      el.step = f.kind === 'int' ? '1' : 'any';
+    } else {  // int_list: comma-separated
+      el.pattern = String.raw`\s*\d+(\s*,\s*\d+)*\s*`;
+      el.size = 10;
+    }
+  }
+  el.id = `cfg-${f.name}`;
+  return el;
+}
+
+function getField(f) {
+  const el = form.inputs[f.name];
+  switch (f.kind) {
+    case 'bool': return el.checked;
+    case 'int': return parseInt(el.value, 10);
+    case 'float': return parseFloat(el.value);
+    case 'int_list': return el.value.split(',').map((x) => parseInt(x, 10));
+    default: return el.value;
+  }
+}
+
+function setField(f, value) {
+  const el = form.inputs[f.name];
+  if (f.kind === 'bool') el.checked = Boolean(value);
+  else el.value = Array.isArray(value) ? value.join(',') : String(value);
+}
+
+const applies = (f, model) => f.models === null || f.models.includes(model);
+
+// Shows the fields `model` reads; a field still at the previous model's default takes this one's.
+function selectModel(model) {
+  const before = form.model === null ? null : form.defaults[form.model];
+  for (const f of form.fields) {
+    if (f.name !== 'model' && (before === null || sameValue(getField(f), before[f.name]))) {
+      setField(f, form.defaults[model][f.name]);
+    }
+    form.labels[f.name].hidden = !applies(f, model);
+  }
+  form.model = model;
+}
+
+// A run's config: every field as it was (a run opened from its URL).
+function showConfig(cfg) {
+  for (const f of form.fields) setField(f, cfg[f.name]);
+  form.model = cfg.model;
+  selectModel(cfg.model);  // the same model: only shows its fields
+}
+
+function formConfig() {
+  const model = form.inputs.model.value, cfg = {model};
+  for (const f of form.fields) {
+    if (f.name === 'model' || !applies(f, model)) continue;
+    const value = getField(f);
+    if (!sameValue(value, form.defaults[model][f.name])) cfg[f.name] = value;
+  }
+  return cfg;
+}
+
+const formReady = api('/api/form').then(({fields, defaults}) => {
+  Object.assign(form, {fields, defaults});
+  $('fields').replaceChildren(...fields.map((f) => {
+    const label = document.createElement('label'), input = fieldInput(f);
+    label.title = f.help;
+    label.className = f.kind;
+    label.append(f.label, input);
+    form.inputs[f.name] = input;
+    form.labels[f.name] = label;
+    return label;
+  }));
+  form.inputs.model.addEventListener('change', () => selectModel(form.inputs.model.value));
+  selectModel(form.inputs.model.value);
+  form.ready = true;
+  setStatus(page.status, $('status').textContent);
+});
+formReady.catch((e) => { page.error = e.message; setStatus('failed', `the form could not be loaded: ${e.message}`); });
+
 // --- charts: loss (log10) and loss scale (log2) with skipped steps marked ------------------------
 
 class Charts {
@@ -197,7 +294,9 @@ function showPath(path, plan) {
     if (dt.textContent === 'f16 path') dt.nextElementSibling.textContent = what;
   }
   const need = Object.entries(plan.required_limits).map(([k, v]) => `${k} ${v}`).join(', ');
-  log(`plan: ${plan.layers.join('-')} MLP, ${plan.precision}, ${what}; needs ${need}`);
+  const params = plan.params.reduce((n, p) => n + p.shape.reduce((a, b) => a * b, 1), 0);
+  log(`plan: ${plan.config.model} (${plan.layers.join('-')}, ${params.toLocaleString('en')} parameters), ` +
+      `${plan.precision}, ${what}; needs ${need}`);
 }
 
 // --- a run -------------------------------------------------------------------------------------
@@ -208,9 +307,19 @@ async function uploadCheckpoint(runner, runId, offer, step) {
   log(`checkpoint at step ${step} uploaded`);
 }
 
+// A language model's summary has val_loss (nats per character); the MLPs' has only test accuracy.
 function showSummary(s) {
   $('summary-panel').hidden = false;
-  $('accuracy').textContent = `test accuracy ${(100 * s.test_accuracy).toFixed(2)} % (${s.test_correct}/${s.test_count})`;
+  const accuracy = `${(100 * s.test_accuracy).toFixed(2)} % (${s.test_correct}/${s.test_count})`;
+  const lm = s.val_loss !== null && s.val_loss !== undefined;
+  $('headline').textContent = lm
+    ? `validation loss ${Number(s.val_bits_per_char).toFixed(3)} bits/char`
+    : `test accuracy ${accuracy}`;
+  $('baseline').hidden = !lm;
+  $('baseline').textContent = lm
+    ? `${Number(s.val_loss).toFixed(4)} nats per character; unigram baseline ` +
+      `${Number(s.unigram_bits_per_char).toFixed(3)} bits/char; next-character accuracy ${accuracy}`
+    : '';
   fill($('summary'), [
     ['final train loss', Number(s.final_train_loss).toPrecision(5)], ['steps', s.steps], ['skipped steps', s.skipped_steps],
     ['final loss scale', s.final_scale], ['precision', s.precision], ['f16', s.f16_description],
@@ -272,11 +381,12 @@ async function trainRun(runId) {
       setStatus('stopped', `run ${runId}: stopped after ${done} steps (press Resume to continue)`);
       return;
     }
-    setStatus('running', `run ${runId}: evaluating on the test split`);
-    const {correct, counted} = await runner.evaluate();
+    setStatus('running', `run ${runId}: evaluating on the held-out split`);
+    const {correct, counted, lossSum} = await runner.evaluate();
     const state = await runner.readState();
     await sock.request({type: 'summary', run_id: runId, state, test_correct: correct, test_count: counted,
-                        wall_seconds: wall, steps_run: done - startStep, readbacks: runner.readbacks});
+                        val_loss_sum: lossSum, wall_seconds: wall, steps_run: done - startStep,
+                        readbacks: runner.readbacks});
     showSummary(await api(`/api/runs/${runId}/summary`));
     setStatus('finished', `run ${runId}: finished`);
   } catch (failure) {
@@ -308,11 +418,8 @@ $('controls').addEventListener('submit', async (e) => {
   try {
     let id = current && RESUMABLE.includes(current.status) ? current.id : null;
     if (!id) {
-      const cfg = {
-        hidden: $('hidden').value.split(',').map((x) => parseInt(x, 10)),
-        precision: $('precision').value, steps: parseInt($('steps').value, 10), lr: parseFloat($('lr').value),
-      };
-      id = (await api('/api/runs', {method: 'POST', body: cfg})).id;
+      await formReady;
+      id = (await api('/api/runs', {method: 'POST', body: formConfig()})).id;
       const q = new URLSearchParams({run: id});
       if (token) q.set('token', token);
       history.replaceState(null, '', `?${q}`);
@@ -329,10 +436,8 @@ $('stop').addEventListener('click', () => { stopRequested = true; log('stopping 
 
 async function openRun(id) {
   const run = await api(`/api/runs/${id}`);
-  $('hidden').value = run.config.hidden.join(',');
-  $('precision').value = run.config.precision;
-  $('steps').value = run.config.steps;
-  $('lr').value = run.config.lr;
+  await formReady;
+  showConfig(run.config);
   if (run.status === 'created' || run.status === 'disconnected') {
     await trainRun(id);
     showRun(id, page.status);

@@ -201,10 +201,15 @@ export class Runner {
     return decodeRecords(await this.read([this.plan.state.buffer]), this.plan.state.fields)[0];
   }
 
+  // Program 'eval', then its results: the counts in plan.eval.result_buffer ([correct, counted], u32)
+  // and, when the plan names a loss_buffer (f32 [1], the summed validation loss), that sum (else null).
   async evaluate() {
     await this.run('eval');
-    const [correct, counted] = new Uint32Array(await this.read([this.plan.eval.result_buffer]));
-    return {correct, counted};
+    const {result_buffer: result, loss_buffer: loss} = this.plan.eval;
+    const raw = await this.read(loss ? [result, loss] : [result]);
+    const [correct, counted] = new Uint32Array(raw, 0, 2);
+    const lossSum = loss ? new Float32Array(raw, this.buffers[result].size, 1)[0] : null;
+    return {correct, counted, lossSum};
   }
 
   // What to report for an error `e`: a lost device is the cause of whatever failed after it.

@@ -14,6 +14,11 @@ MLP_MODELS = ("mlp", "mlp-ln")
 MODEL_DEFAULTS: dict[str, dict[str, object]] = {
     "gpt": {"steps": 600, "batch_size": 16, "lr": 2e-3, "warmup": 60, "min_lr": 2e-4, "weight_decay": 0.1},
 }
+# The fields only some models read; every other field applies to all of them.
+MODEL_FIELDS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("hidden", "act", "init_gain", "dataset", "input_scale"), MLP_MODELS),
+    **dict.fromkeys(("n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens"), ("gpt",)),
+}
 
 
 class TrainConfig(BaseModel):

@@ -4,7 +4,8 @@ Over a run's WebSocket the page sends JSON objects with a `type` and the `run_id
 
   hello    the page's adapter, features, limits and f16 path, before the first step
   records  metrics records, one per step, decoded from the GPU ring per plan["metrics"]["fields"]
-  summary  the final GPU state words and the browser-evaluated test counts
+  summary  the final GPU state words, the browser-evaluated test counts and, for a plan whose
+           eval sums the validation loss (plan["eval"]["loss_buffer"]), that sum
   failed   what went wrong (device lost, a plan that does not fit, a WebGPU error)
   stopped  the user stopped the run
 
@@ -74,6 +75,9 @@ class Summary(_Message):
     state: GpuState
     test_correct: U32
     test_count: Annotated[int, Field(gt=0, lt=2**32, strict=True)]
+    # plan["eval"]["loss_buffer"]'s f32 word (a language model's validation loss summed over
+    # test_count characters); absent for plans without one
+    val_loss_sum: Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)] | None = None
     wall_seconds: Annotated[float, Field(ge=0)]
     steps_run: U32
     readbacks: U32

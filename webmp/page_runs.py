@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
-from .config import MLP_MODELS, TrainConfig
+from .config import MODEL_FIELDS, TrainConfig
+from .corpus import TextCorpus, load_text, unigram_bits_per_char
 from .data import Dataset, load_dataset
 from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
 from .models import build_plan
 from .plan import Plan, describe_f16, resolve_f16_path
-from .rundir import Record, RunDir, new_run_dir, run_summary
+from .rundir import Record, RunDir, new_run_dir, result_line, run_summary
 from .state import decode_state
 
 STATE_FILE = "browser.json"  # the browser run's status, next to the native-format files
@@ -54,21 +55,79 @@ class InvalidConfig(PageRunError):
 # The plan's blob, training data included, goes to whichever client asks for it over HTTP: a data
 # path chosen by that client would let it read any file the server can.
 BROWSER_DATA = (
-    "browser runs train on the built-in datasets (the dataset field); data files (--data) are for "
-    "native `webmp train`"
+    "browser runs train on the built-in datasets (the MLPs: the dataset field; gpt: the default "
+    "corpus, the server's Python standard library sources); data files (--data) are for native "
+    "`webmp train`"
 )
 
 
 def check_browser_config(cfg: TrainConfig) -> None:
     if cfg.data is not None:
         raise InvalidConfig(BROWSER_DATA)
-    if cfg.model not in MLP_MODELS:
-        raise InvalidConfig("model gpt trains natively (webmp train --model gpt); the page trains the MLPs")
 
 
 @lru_cache(maxsize=4)
 def _dataset(name: str, input_scale: float) -> Dataset:
     return load_dataset(name, input_scale)
+
+
+@lru_cache(maxsize=1)
+def _default_corpus() -> TextCorpus:
+    return load_text(None)  # what native `webmp train --model gpt` reads without --data
+
+
+def training_data(cfg: TrainConfig) -> Dataset | TextCorpus:
+    """What a browser run trains on: webmp.corpus.load_training_data for a config without data
+    (check_browser_config), loaded once per server process."""
+    check_browser_config(cfg)
+    return _default_corpus() if cfg.model == "gpt" else _dataset(cfg.dataset, cfg.input_scale)
+
+
+# --- the page's form -------------------------------------------------------------------------------
+
+# The TrainConfig fields the page's form offers, with their labels, in order. Everything else about
+# a field (kind, choices, help text, default per model) comes from TrainConfig, MODEL_FIELDS and
+# MODEL_DEFAULTS; fields the form leaves out keep the model's default on the server.
+PAGE_FIELDS = {
+    "model": "model",
+    "hidden": "hidden widths",
+    "n_layer": "layers",
+    "n_head": "heads",
+    "d_model": "width (d_model)",
+    "context": "context",
+    "tie_head": "tied head",
+    "precision": "precision",
+    "steps": "steps",
+    "batch_size": "batch size",
+    "lr": "learning rate",
+}
+_KINDS = {"integer": "int", "number": "float", "boolean": "bool", "array": "int_list"}  # else: choice
+
+
+def page_form() -> dict[str, Any]:
+    """What GET /api/form returns: the form's fields ({name, label, kind: int | float | bool | choice |
+    int_list, choices, help, models: the models that read it, null for all}) and each model's
+    defaults for them (a TrainConfig with only `model` given: MODEL_DEFAULTS applied)."""
+    props = TrainConfig.model_json_schema()["properties"]
+    models = list(props["model"]["enum"])
+    fields = []
+    for name, label in PAGE_FIELDS.items():
+        prop = props[name]
+        fields.append(
+            {
+                "name": name,
+                "label": label,
+                "kind": "choice" if "enum" in prop else _KINDS[prop["type"]],
+                "choices": prop.get("enum"),
+                "help": " ".join(prop.get("description", "").split()),
+                "models": list(MODEL_FIELDS[name]) if name in MODEL_FIELDS else None,
+            }
+        )
+    defaults = {}
+    for m in models:
+        cfg = TrainConfig(model=m).model_dump()
+        defaults[m] = {name: cfg[name] for name in PAGE_FIELDS}
+    return {"fields": fields, "defaults": defaults}
 
 
 class PageRun:
@@ -149,9 +208,10 @@ class PageRun:
     def base_plan(self, path: str) -> tuple[Plan, bytes]:
         """The run's plan and initial blob on an f16 path, with default matmul tiles (the page's
         adapter is not known when the plan is built). Cached; runs in a worker thread."""
-        if path not in self.plans:
-            self.plans[path] = build_plan(self.cfg, _dataset(self.cfg.dataset, self.cfg.input_scale), path)
-        return self.plans[path]
+        built = self.plans.get(path)
+        if built is None:
+            built = self.plans[path] = build_plan(self.cfg, training_data(self.cfg), path)
+        return built
 
     def plan(self, offer: Offer) -> tuple[Plan, bytes, int]:
         """(plan, blob, start step) for the page: resumed from the last checkpoint if there is one."""
@@ -260,6 +320,7 @@ class PageRun:
     def end(self, status: RunStatus, message: str = "") -> None:
         self.flush_pending()
         self.status, self.message = status, message
+        self.plans = {}  # a GPT's blob is ~17 MB: rebuilt (in ~1 s) if the run is resumed
         self.save()
 
     def disconnected(self) -> None:
@@ -279,6 +340,17 @@ class PageRun:
         if self.status != "running" or self.f16_path is None:
             raise RunStateConflict(f"run {self.id} is {self.status}; send hello first")
         plan, _ = await asyncio.to_thread(self.base_plan, self.f16_path)
+        sums_loss = plan["eval"]["loss_buffer"] is not None
+        if sums_loss != (msg.val_loss_sum is not None):
+            raise InvalidUpload(
+                "this plan's eval program sums the validation loss: the summary needs val_loss_sum"
+                if sums_loss
+                else "this plan's eval program sums no loss: the summary must not carry val_loss_sum"
+            )
+        data = await asyncio.to_thread(training_data, self.cfg)
+        unigram = None
+        if isinstance(data, TextCorpus):  # the baseline the native Trainer reports beside val_loss
+            unigram = await asyncio.to_thread(unigram_bits_per_char, data)
         self.flush_pending()
         summary = run_summary(
             self.cfg,
@@ -286,6 +358,8 @@ class PageRun:
             msg.state.model_dump(),
             test_correct=msg.test_correct,
             test_count=msg.test_count,
+            val_loss_sum=msg.val_loss_sum,
+            unigram_bits=unigram,
             f16_path=self.f16_path,
             f16_description=describe_f16(self.f16_path),
             adapter=self.adapter or "unknown adapter",
@@ -298,8 +372,7 @@ class PageRun:
             run_dir=self.dir.path,
         )
         self.dir.write_summary(summary)
-        acc = summary["test_accuracy"]
-        title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — test acc {acc:.3f}"
+        title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — {result_line(summary)}"
         await asyncio.to_thread(self.dir.plot_curves, title)
         self.end("finished")
 

@@ -4,6 +4,7 @@ It serves the page (web/), the WGSL kernels (shaders/) and the chart library (uP
 web/node_modules) as static files, and the API below; what a run is and how its reports are
 stored lives in webmp/page_runs.py, whose errors map to HTTP statuses here.
 
+  GET  /api/form                        the page's form: TrainConfig fields, kinds, help, per-model defaults
   POST /api/runs                        create a run from a TrainConfig (JSON body)   -> RunInfo
   GET  /api/runs, /api/runs/{id}        list / status                                -> RunInfo
   GET  /api/runs/{id}/metrics?after=&wait=   records with step > after; waits up to `wait` s for new ones
@@ -47,6 +48,7 @@ from .page_runs import (
     RunStateConflict,
     RunStore,
     UnknownRun,
+    page_form,
 )
 from .resources import SHADER_DIR, UPLOT_DIR, WEB_DIR
 
@@ -86,6 +88,12 @@ def api_info(request: Request) -> dict[str, Any]:
         "token_required": request.app.state.token is not None,
         "uplot": UPLOT_DIR.is_dir(),
     }
+
+
+@api.get("/form", response_model=None)
+def api_form() -> dict[str, Any]:
+    """The fields the page's form offers and each model's defaults (webmp.page_runs.page_form)."""
+    return page_form()
 
 
 @api.get("/runs", response_model=list[RunInfo])
@@ -149,9 +157,9 @@ async def upload_checkpoint(
     request: Request, run_id: str, step: int = Query(..., ge=1), f16: Offer = F16
 ) -> dict[str, int]:
     run = _store(request).get(run_id)
-    _, layout = await asyncio.to_thread(run.checkpoint_layout, f16)
-    if run.status != "running":
+    if run.status != "running":  # first: an ended run's plan is no longer cached, and a refusal needs none
         raise RunStateConflict(f"run {run_id} is {run.status}; only a running page uploads checkpoints")
+    _, layout = await asyncio.to_thread(run.checkpoint_layout, f16)
     expected = sum(n for _, n in layout)
     body = bytearray()
     async for chunk in request.stream():
