@@ -176,6 +176,12 @@ def default_corpus(max_bytes: int = DEFAULT_CORPUS_BYTES) -> TextCorpus:
     return tokenize(raw.decode("utf-8"), "python-stdlib", source, hashlib.sha256(raw).hexdigest())
 
 
+def run_baseline_bits(cfg: TrainConfig, data: Dataset | TextCorpus) -> float | None:
+    """The unigram baseline a run reports beside its validation loss (the characters its eval
+    program scores); None for the MLPs' datasets. Native and browser runs both call this."""
+    return unigram_bits_per_char(data, cfg.val_tokens) if isinstance(data, TextCorpus) else None
+
+
 def unigram_bits_per_char(corpus: TextCorpus, val_tokens: int = 0) -> float:
     """The unigram baseline in bits per character: the cross-entropy of the validation characters
     the GPT's eval program predicts under the train split's character frequencies,

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
 from .config import MODEL_FIELDS, TrainConfig
-from .corpus import TextCorpus, load_text, unigram_bits_per_char
+from .corpus import TextCorpus, load_text, run_baseline_bits
 from .data import Dataset, load_dataset
 from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
 from .models import build_plan
@@ -348,9 +348,7 @@ class PageRun:
                 else "this plan's eval program sums no loss: the summary must not carry val_loss_sum"
             )
         data = await asyncio.to_thread(training_data, self.cfg)
-        unigram = None
-        if isinstance(data, TextCorpus):  # the baseline the native Trainer reports beside val_loss
-            unigram = await asyncio.to_thread(unigram_bits_per_char, data)
+        unigram = await asyncio.to_thread(run_baseline_bits, self.cfg, data)
         self.flush_pending()
         summary = run_summary(
             self.cfg,

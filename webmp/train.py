@@ -16,7 +16,7 @@ import numpy as np
 
 from .checkpoint import checkpoint_buffers, load_checkpoint, resume_blob, save_checkpoint
 from .config import TrainConfig
-from .corpus import TextCorpus, describe_data, load_training_data, unigram_bits_per_char
+from .corpus import TextCorpus, describe_data, load_training_data, run_baseline_bits
 from .data import Dataset
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
@@ -217,12 +217,6 @@ class Trainer:
         self.wall = time.perf_counter() - t0
         return self.finish()
 
-    def unigram_bits(self) -> float | None:
-        """A language model's baseline on the characters eval scores; None for the MLPs."""
-        if isinstance(self.data, TextCorpus):
-            return unigram_bits_per_char(self.data, self.cfg.val_tokens)
-        return None
-
     def finish(self) -> RunSummary:
         state = self.read_state()
         ev = self.evaluate()
@@ -234,7 +228,7 @@ class Trainer:
             test_correct=ev["test_correct"],
             test_count=ev["test_count"],
             val_loss_sum=ev["val_loss_sum"],
-            unigram_bits=self.unigram_bits(),
+            unigram_bits=run_baseline_bits(self.cfg, self.data),
             f16_path=self.plan["f16_path"],
             f16_description=self.f16_description,
             adapter=self.gpu.name,
