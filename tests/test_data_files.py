@@ -285,8 +285,8 @@ def test_default_corpus_is_deterministic_and_leaves_tests_out():
     taken = [rel for rel in shuffled if separator(rel) in text]
     assert taken == shuffled[: len(taken)] and str(len(taken)) in a.source
     # both splits draw on the whole library: files from early and late in the alphabet in each
-    for split in (a.train, a.val):
-        names = [rel for rel in taken if separator(rel) in a.decode(split)]
+    for split in (a.decode(a.train), a.decode(a.val)):
+        names = [rel for rel in taken if separator(rel) in split]
         assert min(names) < "e" and max(names) > "t", names[:5]
     assert 2 < unigram_bits_per_char(a) < 7
 

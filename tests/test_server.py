@@ -302,7 +302,8 @@ def test_gpt_summary_carries_the_validation_loss(client):
     summary = client.get(f"/api/runs/{run_id}/summary").json()
     assert summary["val_loss"] == pytest.approx(4.5) and summary["test_accuracy"] == pytest.approx(100 / 1023)
     assert summary["val_bits_per_char"] == pytest.approx(4.5 / math.log(2))
-    assert summary["unigram_bits_per_char"] == unigram_bits_per_char(load_text(None))
+    cfg = TrainConfig(**GPT)
+    assert summary["unigram_bits_per_char"] == unigram_bits_per_char(load_text(None), cfg.val_tokens)
 
     mlp = create(client)["id"]  # an MLP's plan sums no loss: a val_loss_sum is refused
     ws = connect(client, mlp)
