@@ -305,3 +305,55 @@ def test_loss_scaling_matters(tmp_path):
     assert r["mixed"]["flushed_share"] <= 0.01
     assert r["fp16-noscale"]["test_accuracy"] <= r["fp32"]["test_accuracy"] - 0.10
     assert abs(r["mixed"]["test_accuracy"] - r["fp32"]["test_accuracy"]) <= 0.02
+
+
+def test_resume_continues_the_runs_own_config(tmp_path, capsys):
+    """`--resume DIR` without flags keeps the run's config (not the CLI defaults); a flag given
+    changes only that field and says what it does to the schedule; a resume that cannot go on
+    changes nothing on disk."""
+    out = tmp_path / "run"
+    small = ["--hidden", "16", "--batch-size", "8", "--log-every", "5", "--warmup", "2", "--quiet"]
+    assert cli(["train", *small, "--steps", "20", "--lr", "3e-3", "--out", str(out)]) == 0
+    metrics = (out / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    for steps in ("20", "12"):  # not past the checkpoint's step 20
+        assert cli(["train", "--resume", str(out), "--steps", steps, "--quiet"]) == 1
+        err = capsys.readouterr().err.strip()
+        want = f"cannot resume: the checkpoint is at step 20 and steps is {steps}; give steps > 20"
+        assert err == f"webmp train: {want} to train further"
+        assert (out / "metrics.jsonl").read_text() == metrics
+    assert cli(["train", "--resume", str(out), "--steps", "30", "--quiet"]) == 0
+    log = capsys.readouterr().out
+    assert (
+        "resuming at step 20 with steps: 20 -> 30 (from here on, the cosine schedule of a 30-step run)" in log
+    )
+    assert log.count("resuming at step") == 1  # nothing else changed: hidden, lr, batch size kept
+    saved = json.loads((out / "config.json").read_text())
+    assert (
+        saved["hidden"] == [16] and saved["lr"] == 3e-3 and saved["steps"] == 30 and saved["batch_size"] == 8
+    )
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == list(
+        range(30)
+    )
+    assert (out / "metrics.jsonl").read_text().startswith(metrics)
+
+
+def test_out_must_be_a_new_run_directory(tmp_path, capsys):
+    """--out at a run directory, a file or an impossible place: one line, nothing written."""
+    out = tmp_path / "run"
+    (out).mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 0}\n')
+    (tmp_path / "file").write_text("x")
+    cases = {
+        str(
+            out
+        ): f"--out {out}: holds a run already; continue it with --resume {out}, or choose another --out",
+        str(tmp_path / "file"): f"--out {tmp_path / 'file'}: is a file, not a directory",
+        str(
+            tmp_path / "file" / "sub"
+        ): f"cannot create the run directory {tmp_path / 'file' / 'sub'}: Not a directory",
+    }
+    for where, message in cases.items():
+        assert cli(["train", "--hidden", "16", "--steps", "2", "--quiet", "--out", where]) == 1
+        assert capsys.readouterr().err.strip() == f"webmp train: {message}"
+    assert (out / "metrics.jsonl").read_text() == '{"step": 0}\n'

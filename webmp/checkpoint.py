@@ -77,15 +77,30 @@ def save_checkpoint(
     return directory / TENSORS
 
 
-def load_checkpoint(directory: str | Path) -> tuple[dict[str, bytes], dict]:
-    directory = Path(directory)
-    if directory.name == TENSORS:
-        directory = directory.parent
+def checkpoint_dir(path: str | Path) -> Path:
+    """The run directory of a checkpoint given as its directory or its .safetensors file."""
+    path = Path(path)
+    return path.parent if path.name == TENSORS else path
+
+
+def read_checkpoint_meta(path: str | Path) -> dict:
+    """checkpoint.json of a run directory (or of a checkpoint.safetensors' directory), checked for
+    the format; FileNotFoundError / ValueError in one line otherwise."""
+    directory = checkpoint_dir(path)
     if not (directory / TENSORS).is_file():
         raise FileNotFoundError(f"no {TENSORS} in {directory}")
-    meta = json.loads((directory / META).read_text())
-    if meta.get("format") != CHECKPOINT_FORMAT:
+    try:
+        meta = json.loads((directory / META).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{directory / META}: unreadable checkpoint metadata ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{directory / META}: not a {CHECKPOINT_FORMAT} checkpoint")
+    return meta
+
+
+def load_checkpoint(directory: str | Path) -> tuple[dict[str, bytes], dict]:
+    directory = checkpoint_dir(directory)
+    meta = read_checkpoint_meta(directory)
     tensors = load_file(str(directory / TENSORS))
     return {n: a.tobytes() for n, a in tensors.items()}, meta
 

@@ -122,7 +122,12 @@ def train_parser() -> argparse.ArgumentParser:
     )
     run = p.add_argument_group("run")
     run.add_argument("--out", metavar="DIR", help="run directory (default: runs/run-<time>)")
-    run.add_argument("--resume", metavar="RUN", help="run directory or checkpoint to continue from")
+    run.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="run directory or checkpoint to continue from, with its own config: only the flags given "
+        "change it (the model, data, precision, batch size and seed cannot)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     add_train_flags(p)
     return p
@@ -130,11 +135,20 @@ def train_parser() -> argparse.ArgumentParser:
 
 def cmd_train(argv: list[str]) -> int:
     args = train_parser().parse_args(argv)
+    given = {k: getattr(args, k) for k in TrainConfig.model_fields if hasattr(args, k)}
     try:
-        cfg = config_from_args(args)
+        if args.resume is None:
+            cfg = config_from_args(args)
+        else:  # the run's own config, with only the flags given changed
+            from .train import config_to_resume
+
+            cfg = config_to_resume(args.resume, given)
     except ValidationError as e:
         print(f"webmp train: {config_error_message(e)}", file=sys.stderr)
         return 2
+    except (OSError, ValueError) as e:
+        print(f"webmp train: {e}", file=sys.stderr)
+        return 1
     from .train import ScaleCollapseError, Trainer
 
     try:
@@ -142,7 +156,7 @@ def cmd_train(argv: list[str]) -> int:
     except ScaleCollapseError as e:
         print(f"webmp train: {e}", file=sys.stderr)
         return 3
-    except (RuntimeError, ValueError, FileNotFoundError) as e:
+    except (RuntimeError, ValueError, OSError) as e:
         print(f"webmp train: {e}", file=sys.stderr)
         return 1
     return 0

@@ -211,6 +211,26 @@ class TrainConfig(BaseModel):
         return self.precision == "mixed"
 
 
+SCHEDULE_FIELDS = ("steps", "lr", "schedule", "warmup", "min_lr")  # the learning-rate schedule's inputs
+
+
+def resumed_config(saved: dict, given: dict) -> tuple[TrainConfig, list[str]]:
+    """The config a resumed run continues with: the checkpoint's own (`saved`), with only the
+    fields the user gave (`given`) changed; and one line per change, saying what it does to the
+    learning-rate schedule when it touches it. Raises pydantic's ValidationError."""
+    old = TrainConfig(**saved)
+    new = TrainConfig(**{**old.model_dump(), **given})
+    changes = []
+    for name in TrainConfig.model_fields:
+        a, b = getattr(old, name), getattr(new, name)
+        if a != b:
+            why = ""
+            if name in SCHEDULE_FIELDS:
+                why = f" (from here on, the {new.schedule} schedule of a {new.steps}-step run)"
+            changes.append(f"{name}: {a!r} -> {b!r}{why}")
+    return new, changes
+
+
 def config_error_message(err) -> str:
     """One line per invalid field, naming it: for CLI and HTTP errors."""
     lines = []

@@ -145,7 +145,10 @@ CONFIG, METRICS, SUMMARY, CURVES = "config.json", "metrics.jsonl", "summary.json
 class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # one line for the CLI: an unwritable place, a file in the way
+            raise OSError(f"cannot create the run directory {self.path}: {e.strerror or e}") from None
 
     @property
     def metrics_path(self) -> Path:

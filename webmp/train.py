@@ -14,8 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import checkpoint_buffers, load_checkpoint, resume_blob, save_checkpoint
-from .config import TrainConfig
+from .checkpoint import (
+    TENSORS,
+    checkpoint_buffers,
+    load_checkpoint,
+    read_checkpoint_meta,
+    resume_blob,
+    save_checkpoint,
+)
+from .config import TrainConfig, resumed_config
 from .corpus import TextCorpus, describe_data, load_training_data, run_baseline_bits
 from .data import Dataset
 from .models import build_plan
@@ -63,9 +70,18 @@ class Trainer:
         self.log = log or (lambda *a, **k: None)
         self.progress = progress
         contents, meta = (None, None)
+        self.resume_changes: list[str] = []
+        if resume is None and out is not None:
+            check_new_run_dir(out)
         if resume is not None:
             contents, meta = load_checkpoint(resume)
+            if cfg.steps <= meta["step"]:
+                raise ValueError(
+                    f"cannot resume: the checkpoint is at step {meta['step']} and steps is {cfg.steps}; "
+                    f"give steps > {meta['step']} to train further"
+                )
             old = TrainConfig(**meta["config"])
+            _, self.resume_changes = resumed_config(old.model_dump(), cfg.model_dump())
             clash = [
                 f"{k}: checkpoint {getattr(old, k)!r} vs {getattr(cfg, k)!r}"
                 for k in RESUME_LOCKED
@@ -177,6 +193,8 @@ class Trainer:
         end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
         self.log(f"webmp: {cfg.precision}, {self.f16_description}, adapter {self.gpu.name}")
         self.log(f"webmp: run directory {self.run_dir.path}")
+        for change in self.resume_changes:
+            self.log(f"webmp: resuming at step {self.step} with {change}")
         if cfg.data is not None or isinstance(self.data, TextCorpus):
             self.log(f"webmp: data {describe_data(self.data)}")
         bar = None
@@ -250,6 +268,24 @@ class Trainer:
         return summary
 
 
+def check_new_run_dir(out: str | Path) -> None:
+    """ValueError (one line) when `out` cannot hold a new run: a file, or a run directory already
+    (a second run would append to its metrics; --resume continues it)."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"--out {p}: is a file, not a directory")
+    if (p / "metrics.jsonl").exists() or (p / TENSORS).exists():
+        raise ValueError(
+            f"--out {p}: holds a run already; continue it with --resume {p}, or choose another --out"
+        )
+
+
+def config_to_resume(resume: str | Path, given: dict[str, Any]) -> TrainConfig:
+    """The config `--resume` continues with: the checkpoint's own, with the fields in `given` changed."""
+    cfg, _ = resumed_config(read_checkpoint_meta(resume)["config"], given)
+    return cfg
+
+
 def train(
     cfg: TrainConfig | None = None,
     out: str | Path | None = None,
@@ -257,8 +293,14 @@ def train(
     progress: bool = False,
     **overrides: Any,
 ) -> RunSummary:
-    """Python API: train and return the summary (also written to the run directory)."""
-    cfg = cfg.model_copy(update=overrides) if cfg is not None else TrainConfig(**overrides)
+    """Python API: train and return the summary (also written to the run directory). With resume
+    and no cfg, the run continues with its checkpoint's config, `overrides` changed."""
+    if cfg is not None:
+        cfg = cfg.model_copy(update=overrides)
+    elif resume is not None:
+        cfg = config_to_resume(resume, overrides)
+    else:
+        cfg = TrainConfig(**overrides)
     return Trainer(
         TrainConfig(**cfg.model_dump()),
         out=out,
