@@ -528,6 +528,37 @@ def test_server_restart_keeps_runs(tmp_path):
         leave(ws)
 
 
+def test_a_torn_metrics_line_is_reported_and_repaired(tmp_path, capsys):
+    """A failed write (a full disk) leaves a torn last line: the server still starts, serves the
+    whole records, says so once, and the run's next append cuts the torn bytes."""
+    with TestClient(create_app(tmp_path)) as c:
+        run_id = create(c)["id"]
+        ws = connect(c, run_id)
+        send(ws, hello(run_id))
+        send(ws, records_msg(run_id, range(5)))
+        leave(ws)
+    metrics = tmp_path / run_id / "metrics.jsonl"
+    whole = metrics.read_text()
+    with open(metrics, "a") as f:
+        f.write('{"step": 5, "loss": 0.1')  # torn mid-record
+    capsys.readouterr()
+    with TestClient(create_app(tmp_path)) as c:
+        assert "metrics.jsonl ends in a torn line (23 bytes" in capsys.readouterr().err
+        info = c.get(f"/api/runs/{run_id}").json()
+        assert info["last_step"] == 4
+        assert [r["step"] for r in c.get(f"/api/runs/{run_id}/metrics").json()["records"]] == list(range(5))
+    run_dir = RunDir(tmp_path / run_id)
+    run_dir.append_metrics([{"step": s} for s in range(5, 8)])  # what the run's next records do
+    assert metrics.read_text().startswith(whole)
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(8))
+    with open(metrics, "a") as f:  # damage in the middle is not a torn tail: the run is skipped
+        f.write("garbage\n" + '{"step": 8}\n')
+    with TestClient(create_app(tmp_path)) as c:
+        assert "line 9 is not a JSON record" in capsys.readouterr().err
+        assert c.get(f"/api/runs/{run_id}").status_code == 404
+    assert "garbage" in metrics.read_text()  # nothing deleted
+
+
 def test_two_runs_at_once_never_mix(client):
     a, b = create(client)["id"], create(client)["id"]
     wa, wb = connect(client, a), connect(client, b)

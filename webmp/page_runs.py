@@ -412,7 +412,19 @@ class RunStore:
             return
         if state.get("status") == "running":  # the server stopped while a page was training
             state["status"], state["message"] = "disconnected", "the server restarted during the run"
-        self.runs[path.name] = PageRun(path, cfg, state)
+        try:
+            run = PageRun(path, cfg, state)
+        except ValueError as e:  # a damaged metrics line: the run is kept on disk, not served
+            print(f"webmp serve: skipping {path}: {e}", file=sys.stderr)
+            return
+        if run.dir.torn_tail:
+            print(
+                f"webmp serve: {path.name}: metrics.jsonl ends in a torn line ({run.dir.torn_tail} bytes, "
+                f"a write that failed); serving its {len(run.records)} whole records, the next append "
+                "cuts it",
+                file=sys.stderr,
+            )
+        self.runs[path.name] = run
 
     def create(self, cfg: TrainConfig) -> PageRun:
         check_browser_config(cfg)  # before the run directory exists

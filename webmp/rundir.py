@@ -191,19 +191,44 @@ class RunDir:
     def append_metrics(self, records: list[dict]) -> None:
         if not records:
             return
+        self.repair_metrics()
         with open(self.metrics_path, "a") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
+    def repair_metrics(self) -> int:
+        """Cut a torn last line (what a failed write, e.g. a full disk, leaves: no newline at the end)
+        off metrics.jsonl; the number of bytes cut."""
+        if not self.metrics_path.exists():
+            return 0
+        raw = self.metrics_path.read_bytes()
+        keep = raw.rfind(b"\n") + 1
+        if keep < len(raw):
+            with open(self.metrics_path, "r+b") as f:
+                f.truncate(keep)
+                f.flush()
+                os.fsync(f.fileno())
+        return len(raw) - keep
+
     def read_metrics(self) -> list[dict]:
+        """The records of metrics.jsonl. A torn last line (no newline after it) is left out and
+        reported once in `self.torn_tail` (bytes), to be cut by the next append; a damaged line
+        elsewhere is an error naming its line number."""
+        self.torn_tail = 0
         if not self.metrics_path.exists():
             return []
+        raw = self.metrics_path.read_bytes()
+        whole = raw[: raw.rfind(b"\n") + 1]
+        self.torn_tail = len(raw) - len(whole)
         out = []
-        for line in self.metrics_path.read_text().splitlines():
+        for n, line in enumerate(whole.decode("utf-8", "replace").splitlines(), 1):
             if line.strip():
-                out.append(json.loads(line))
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    raise ValueError(f"{self.metrics_path}: line {n} is not a JSON record") from None
         return out
 
     def truncate_metrics_after(self, step: int) -> None:
