@@ -16,7 +16,7 @@ import numpy as np
 
 from .checkpoint import checkpoint_buffers, load_checkpoint, resume_blob, save_checkpoint
 from .config import TrainConfig
-from .corpus import TextCorpus, describe_data, load_training_data, unigram_bits_per_char
+from .corpus import TextCorpus, checkpoint_facts, describe_data, load_training_data, unigram_bits_per_char
 from .data import Dataset
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
@@ -127,9 +127,7 @@ class Trainer:
 
     def checkpoint(self) -> Path:
         contents = {n: self.runtime.read(n) for n in checkpoint_buffers(self.plan)}
-        extra: dict[str, Any] = {"adapter": self.gpu.name, "data_sha256": self.data.sha256}
-        if isinstance(self.data, TextCorpus):  # token id -> character, for `webmp sample`
-            extra["vocab"] = self.data.vocab
+        extra: dict[str, Any] = {"adapter": self.gpu.name, **checkpoint_facts(self.data)}
         path = save_checkpoint(self.run_dir.path, self.plan, contents, extra)
         self.last_checkpoint = (self.run_dir.path, self.step)
         return path
