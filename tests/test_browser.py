@@ -22,6 +22,7 @@ import pytest
 from webmp.browser import Browser, LocalServer
 from webmp.config import TrainConfig
 from webmp.rundir import RunDir
+from webmp.sample_plan import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS
 
 pytestmark = pytest.mark.browser
 
@@ -189,14 +190,20 @@ GPT = TrainConfig(
 
 @pytest.fixture(scope="module")
 def gpt_run(server, browser):
-    """GPT trained by the page; what the server stored, what the page shows, and the transfers."""
+    """GPT trained by the page; what the server stored, what the page shows (the text it generated
+    when the run finished included), and the transfers."""
     run = server.create_run(GPT, browser=browser)
     summary = run.wait(timeout=TIMEOUT)
     wait_page(run.page, "window.webmp.status === 'finished'", timeout=60)
+    wait_page(run.page, "window.webmp.sampled >= 1")  # the sample the page generates at the end
     shown = run.page.evaluate(
         """({headline: document.getElementById('headline').innerText,
              baseline: document.getElementById('baseline').innerText,
              sampleHidden: document.getElementById('sample-box').hidden,
+             sampleShown: document.getElementById('sample').innerText,
+             promptShown: [...document.querySelectorAll('#sample mark')].map((m) => m.innerText),
+             sampleFont: getComputedStyle(document.getElementById('sample')).fontFamily,
+             sample: window.webmp.sample,
              fetches: performance.getEntriesByType('resource').filter((e) => /[/](plan|blob)[?]/.test(e.name))
                .map((e) => ({what: e.name.split('?')[0].split('/').pop(), bytes: e.encodedBodySize,
                              ms: e.duration}))})"""
@@ -222,7 +229,14 @@ def test_gpt_trains_in_the_browser(gpt_run, browser):
     assert 4 < summary["unigram_bits_per_char"] < 7
     assert shown["headline"] == f"validation loss {summary['val_bits_per_char']:.3f} bits/char"
     assert shown["baseline"].startswith(f"{summary['val_loss']:.4f} nats per character; unigram baseline ")
-    assert shown["sampleHidden"]  # the place for a generated sample, empty until sampling exists
+    # the text generated at the end, with `webmp sample`'s defaults (the form shows them)
+    sample = shown["sample"]
+    assert sample["status"] == "done", sample
+    assert (sample["prompt"], sample["tokens"], sample["temperature"], sample["seed"]) == (
+        "", DEFAULT_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_SEED,
+    )  # fmt: skip
+    assert len(sample["text"]) == DEFAULT_TOKENS and sample["f16Path"] == browser.f16_path
+    assert not shown["sampleHidden"] and shown["promptShown"] == [] and "monospace" in shown["sampleFont"]
     blob = next(f for f in shown["fetches"] if f["what"] == "blob")
     assert blob["bytes"] > 15e6  # the training split's tokens (measured: 0.1 s from 127.0.0.1)
     for name in ("summary.json", "curves.png", "checkpoint.safetensors"):
@@ -275,6 +289,120 @@ def test_gpt_browser_and_native_curves_agree(gpt_run, browser, tmp_path, monkeyp
     assert wsum["val_loss"] == pytest.approx(nsum["val_loss"], rel=1e-4)
     assert abs(wsum["test_correct"] - nsum["test_correct"]) <= 3
     assert wsum["unigram_bits_per_char"] == nsum["unigram_bits_per_char"]
+
+
+# What test_gpt_samples_equal_webmp_sample asks the page for after the run (the sample the page
+# generated at the end, with the defaults, is compared too): greedy, and drawn at 0.8 with a seed.
+SAMPLES = [
+    dict(prompt="def ", tokens=120, temperature=0.0, seed=0),
+    dict(prompt="import os\n\nclass ", tokens=120, temperature=0.8, seed=12345),
+]
+LOGIT_TIE = 2.0**-6  # how close two logits (or a cumulative probability and u) count as a tie
+
+
+def page_sample(page, prompt: str, tokens: int, temperature: float, seed: int) -> dict:
+    """Generate text with the results panel's form: window.webmp.sample once it is done."""
+    before = page.evaluate("window.webmp.sampled")
+    page.fill("#sample-prompt", prompt)
+    page.fill("#sample-tokens", str(tokens))
+    page.fill("#sample-temperature", str(temperature))
+    page.fill("#sample-seed", str(seed))
+    page.click("#sample-go")
+    wait_page(page, f"window.webmp.sampled > {before}")
+    return page.evaluate("window.webmp.sample")
+
+
+def first_difference_is_a_tie(run_dir, prompt, native: str, web: str, temperature, seed, path) -> str:
+    """Why two samples may part (the prefix before that point being equal): the native logits of
+    the last common prefix have a near tie. Greedy: the top two within 2 LOGIT_TIE; drawn: a
+    cumulative probability within sample_draw_bound (+ what a logit error of LOGIT_TIE moves it)
+    of the draw's u. Returns the reason, or fails."""
+    from webmp import ops
+    from webmp import reference as ref
+    from webmp.runtime import Runtime
+    from webmp.sample_plan import prepare
+
+    i = next(k for k, (a, b) in enumerate(zip(native, web, strict=True)) if a != b)
+    assert i >= len(prompt), "the prompt itself differs"
+    job = prepare(run_dir, native[:i], tokens=1, temperature=temperature, seed=seed)
+    plan, blob = job.plan(path)
+    rt = Runtime(plan, blob)
+    rt.run("sample_step")
+    n, V, T = len(job.prompt_ids), len(job.vocab), job.cfg.context
+    row = np.frombuffer(rt.read("logits"), np.float32).reshape(-1, V)[min(n, T) - 1].astype(np.float64)
+    if temperature == 0:
+        top = np.sort(row)
+        assert top[-1] - top[-2] <= 2 * LOGIT_TIE, f"character {i}: no tie, margin {top[-1] - top[-2]}"
+        return f"character {i}: greedy margin {top[-1] - top[-2]:.3g}"
+    t32, cutoff = ops.sample_temperature(temperature)
+    p = ref.sample_probs(row, t32, cutoff)
+    u = float(ref.sample_uniform(seed, n))
+    gap = float(np.abs(np.cumsum(p) - u).min())
+    assert gap <= ref.sample_draw_bound(row, t32, cutoff) + 2 * LOGIT_TIE / t32, (
+        f"character {i}: u {u}, gap {gap}"
+    )
+    return f"character {i}: u within {gap:.3g} of a cumulative probability"
+
+
+def test_gpt_samples_equal_webmp_sample(gpt_run, browser, tmp_path, monkeypatch):
+    """The page's samples of the trained run (the one generated at the end with the defaults, a
+    greedy one and one drawn at 0.8 with a seed, asked for with the form) equal
+    `webmp.sample.sample` on the run directory natively (wgpu-py on lavapipe), on the browser's f16
+    path and the default matmul tiles (the server's plans have them).
+
+    Both replay the same plan (the server builds it with webmp.sample_plan, as `webmp sample`
+    does), so a token differs only where the logits do. lavapipe in Chromium vs lavapipe in wgpu-py
+    run the same driver: the texts must be identical (measured: identical). Another adapter
+    (SwiftShader) computes the same kernels with f32 results an ulp apart (exp, division; an f16
+    activation may round the other way), so its logits may differ by ~1e-6 relative, and a token can
+    legitimately differ where two logits (greedy), or a cumulative probability and the draw's u
+    (temperature), are that close: there the texts must agree up to the first difference and the
+    native logits must show such a near tie (2^-6, a bound far above an ulp-level difference and
+    far below the margins of ordinary draws). Measured on SwiftShader: identical texts."""
+    from webmp.sample import sample
+    from webmp.tilecache import TileTable
+
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))  # default tiles
+    page = gpt_run["run"].page
+    asked = [dict(prompt="", tokens=DEFAULT_TOKENS, temperature=DEFAULT_TEMPERATURE, seed=DEFAULT_SEED)]
+    got = [gpt_run["shown"]["sample"]]
+    for settings in SAMPLES:
+        asked.append(settings)
+        got.append(page_sample(page, **settings))
+    ties = []
+    for settings, web in zip(asked, got, strict=True):
+        assert web["status"] == "done", web
+        assert (web["prompt"], web["tokens"], web["temperature"], web["seed"]) == tuple(settings.values())
+        native = sample(gpt_run["dir"], **settings, f16=browser.f16_path, tiles=TileTable())
+        assert len(web["text"]) == len(native) == len(settings["prompt"]) + settings["tokens"]
+        assert web["text"].startswith(settings["prompt"])
+        if browser.kind == "lavapipe" or web["text"] == native:
+            assert web["text"] == native, settings
+        else:
+            ties.append(first_difference_is_a_tie(
+                gpt_run["dir"], settings["prompt"], native, web["text"], settings["temperature"],
+                settings["seed"], browser.f16_path,
+            ))  # fmt: skip
+    print(f"{browser.kind}: {len(asked) - len(ties)} of {len(asked)} samples identical; {ties}")
+    # the panel shows the last one: the prompt highlighted, then the generated characters
+    shown = page.evaluate(
+        """({marks: [...document.querySelectorAll('#sample mark')].map((m) => m.textContent),
+             text: document.getElementById('sample').textContent})"""
+    )
+    assert shown == {"marks": [SAMPLES[-1]["prompt"]], "text": got[-1]["text"]}
+
+
+def test_sample_form_shows_the_servers_one_line_errors(gpt_run):
+    """Settings the server refuses (422) are shown under the form in its words; the page keeps
+    working (the next sample succeeds)."""
+    page = gpt_run["run"].page
+    bad = page_sample(page, prompt='x = "\u2603"', tokens=5, temperature=0.8, seed=0)
+    assert bad["status"] == "failed" and "outside the run's vocabulary" in bad["error"], bad
+    assert "outside the run's vocabulary" in page.locator("#sample-note").inner_text()
+    too_many = page_sample(page, prompt="x", tokens=5000, temperature=0.8, seed=0)
+    assert too_many["status"] == "failed" and "tokens must be at most 2000" in too_many["error"]
+    ok = page_sample(page, prompt="x", tokens=3, temperature=0.8, seed=0)
+    assert ok["status"] == "done" and len(ok["text"]) == 4
 
 
 def test_form_shows_each_models_fields_with_the_servers_defaults(server, browser):

@@ -284,14 +284,15 @@ def test_gpt_trains_on_the_default_corpus_with_the_native_plan(client):
 
 
 def test_gpt_summary_carries_the_validation_loss(client):
-    """The page sends plan["eval"]["loss_buffer"]'s sum as val_loss_sum (finite, >= 0; required
-    exactly when the plan has that buffer); summary.json then has the native run's val_* figures."""
+    """The page sends plan["eval"]["loss_buffer"]'s sum as val_loss_sum (a number >= 0, or "NaN" /
+    "Infinity"; required exactly when the plan has that buffer); summary.json then has the native
+    run's val_* figures."""
     run_id = create(client, **GPT)["id"]
     ws = connect(client, run_id)
     send(ws, hello(run_id))
     send(ws, records_msg(run_id, range(GPT["steps"])))
     base = {**summary_msg(run_id, GPT["steps"]), "test_correct": 100, "test_count": 1023}
-    for bad in (None, -1.0, "NaN", "Infinity", "-Infinity", "1.5", True):
+    for bad in (None, -1.0, "-Infinity", "1.5", "nan", "inf", True):
         msg = {**base, "val_loss_sum": bad} if bad is not None else base
         reply = send(ws, msg)
         assert reply["type"] == "error" and "val_loss_sum" in reply["message"], (bad, reply)
@@ -302,8 +303,8 @@ def test_gpt_summary_carries_the_validation_loss(client):
     summary = client.get(f"/api/runs/{run_id}/summary").json()
     assert summary["val_loss"] == pytest.approx(4.5) and summary["test_accuracy"] == pytest.approx(100 / 1023)
     assert summary["val_bits_per_char"] == pytest.approx(4.5 / math.log(2))
-    cfg = TrainConfig(**GPT)
-    assert summary["unigram_bits_per_char"] == unigram_bits_per_char(load_text(None), cfg.val_tokens)
+    # the baseline on the characters eval scores (the first val_tokens), as the native Trainer's
+    assert summary["unigram_bits_per_char"] == unigram_bits_per_char(load_text(None), GPT["val_tokens"])
 
     mlp = create(client)["id"]  # an MLP's plan sums no loss: a val_loss_sum is refused
     ws = connect(client, mlp)
@@ -314,6 +315,161 @@ def test_gpt_summary_carries_the_validation_loss(client):
     assert send(ws, summary_msg(mlp, 30))["type"] == "ack"
     leave(ws)
     assert client.get(f"/api/runs/{mlp}/summary").json()["val_loss"] is None
+
+
+@pytest.mark.parametrize("sent,value", [("NaN", math.nan), ("Infinity", math.inf)])
+def test_a_diverged_gpt_finishes_with_its_non_finite_validation_loss(client, sent, value):
+    """A GPT whose summed validation loss is NaN or Infinity (fp16-noscale can diverge) still
+    finishes: summary.json holds val_loss and val_bits_per_char as the native Trainer writes them
+    (run_summary, then json.dumps: the literals NaN / Infinity), the API sends them as the strings
+    "NaN" / "Infinity" (webmp.messages.json_safe), and the curves are drawn."""
+    run_id = create(client, **GPT, precision="fp16-noscale")["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    send(ws, records_msg(run_id, range(GPT["steps"]), loss=float("nan")))
+    msg = {**summary_msg(run_id, GPT["steps"]), "test_correct": 0, "test_count": 1023, "val_loss_sum": sent}
+    assert send(ws, msg)["type"] == "ack"
+    leave(ws)
+    assert client.get(f"/api/runs/{run_id}").json()["status"] == "finished"
+    run_dir = client.app.state.store.get(run_id).dir.path
+    written = (run_dir / "summary.json").read_text()
+    assert f'"val_loss": {sent},' in written and f'"val_bits_per_char": {sent},' in written
+    on_disk = json.loads(written)
+    for key in ("val_loss", "val_bits_per_char"):
+        assert math.isnan(on_disk[key]) if math.isnan(value) else on_disk[key] == value
+    shown = client.get(f"/api/runs/{run_id}/summary").json()
+    assert shown["val_loss"] == shown["val_bits_per_char"] == sent
+    assert (run_dir / "curves.png").stat().st_size > 0
+
+
+def test_config_records_the_data_and_resume_refuses_changed_data(client):
+    """config.json and checkpoint.json record the training data's sha256 as a native run's do (the
+    default corpus for the GPT; None for the built-in digits), checkpoints the GPT's vocabulary;
+    a run whose checkpoint names other data than the server's now is not resumed (one line)."""
+    corpus = load_text(None)
+    run_id = create(client, **GPT)["id"]
+    run_dir = client.app.state.store.get(run_id).dir.path
+    assert json.loads((run_dir / "config.json").read_text())["data_sha256"] == corpus.sha256
+    mlp = create(client)["id"]
+    assert RunDir(client.app.state.store.get(mlp).dir.path).read_json("config.json")["data_sha256"] is None
+    assert RunStore(client.app.state.store.root).runs[run_id].data_sha256 == corpus.sha256  # reloaded
+
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    send(ws, records_msg(run_id, range(12)))
+    url = f"/api/runs/{run_id}/checkpoint"
+    upload = checkpoint_bytes(client, run_id, 10)
+    assert client.put(url, params={"f16": "emulated", "step": 10}, content=upload).status_code == 200
+    leave(ws)
+    meta_file = run_dir / "checkpoint.json"
+    meta = json.loads(meta_file.read_text())
+    assert meta["data_sha256"] == corpus.sha256 and meta["vocab"] == corpus.vocab
+    assert json.loads((run_dir / "config.json").read_text())["data_sha256"] == corpus.sha256  # kept
+
+    meta_file.write_text(json.dumps({**meta, "data_sha256": "0" * 64}))
+    r = client.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated"})
+    detail = r.json()["detail"]
+    assert r.status_code == 409 and "\n" not in detail, detail
+    assert f"cannot resume run {run_id}" in detail and "changed since the checkpoint at step 10" in detail
+    assert f"sha256 {'0' * 64} then, {corpus.sha256} now" in detail
+    meta_file.write_text(json.dumps(meta))
+    assert client.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated"}).json()["start_step"] == 10
+
+
+def finished_gpt_run(client) -> str:
+    """A GPT run the fake page finished; its final checkpoint holds the plan's initial weights."""
+    run_id = create(client, **GPT)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    send(ws, records_msg(run_id, range(GPT["steps"])))
+    upload = checkpoint_bytes(client, run_id, GPT["steps"])
+    url = f"/api/runs/{run_id}/checkpoint"
+    assert (
+        client.put(url, params={"f16": "emulated", "step": GPT["steps"]}, content=upload).status_code == 200
+    )
+    msg = {**summary_msg(run_id, GPT["steps"]), "test_count": 1023, "val_loss_sum": 4000.0}
+    assert send(ws, msg)["type"] == "ack"
+    leave(ws)
+    return run_id
+
+
+def test_sample_plan_is_webmp_samples(client):
+    """GET /api/runs/{id}/sample: the plan `webmp sample` builds of the run's final checkpoint
+    (webmp.sample_plan.prepare, default tiles) for the page's f16 path, the vocabulary in it, the
+    blob from /sample/blob; the settings left out are `webmp sample`'s defaults, which /api/form
+    also serves to the page."""
+    from webmp import sample_plan as sp
+
+    run_id = finished_gpt_run(client)
+    run_dir = client.app.state.store.get(run_id).dir.path
+    url = f"/api/runs/{run_id}/sample"
+    defaults = ("", sp.DEFAULT_TOKENS, sp.DEFAULT_TEMPERATURE, sp.DEFAULT_SEED)
+    assert client.get("/api/form").json()["sample"] == {
+        "prompt": "", "tokens": sp.DEFAULT_TOKENS, "temperature": sp.DEFAULT_TEMPERATURE,
+        "seed": sp.DEFAULT_SEED, "max_tokens": 2000, "max_prompt": 2000,
+    }  # fmt: skip
+    for offer in ("native", "emulated"):
+        got = client.get(url, params={"f16": offer}).json()
+        assert (got["prompt"], got["tokens"], got["temperature"], got["seed"]) == defaults
+        job = sp.prepare(run_dir, "")
+        plan, blob = job.plan(job.path(offer == "native"))
+        assert got["f16_path"] == offer and got["plan"] == json.loads(json.dumps(plan))
+        assert client.get(url + "/blob", params={"f16": offer}).content == blob
+    assert got["plan"]["sample"]["vocab"] == load_text(None).vocab
+    assert got["plan"]["sample"]["prompt_tokens"] == 1  # an empty prompt starts after a newline
+    query = {
+        "f16": "emulated",
+        "prompt": "def f(x):\n    return",
+        "tokens": "50",
+        "temperature": "0",
+        "seed": "7",
+    }
+    got = client.get(url, params=query).json()
+    assert (got["prompt"], got["tokens"], got["temperature"], got["seed"]) == (query["prompt"], 50, 0.0, 7)
+    plan, blob = sp.prepare(run_dir, query["prompt"], tokens=50, temperature=0.0, seed=7).plan("emulated")
+    assert got["plan"] == json.loads(json.dumps(plan))
+    run = client.app.state.store.get(run_id)
+    assert run.sampled is not None  # kept for the blob request
+    assert client.get(url + "/blob", params=query).content == blob
+    assert run.sampled is None  # and dropped once the page has the blob
+
+
+def test_sample_settings_are_checked_in_one_line(client):
+    """Bad settings or a prompt outside the vocabulary: 422 with `webmp sample`'s one-line message
+    (the page shows it), for the plan and the blob; sampling needs a finished GPT run (409)."""
+    run_id = finished_gpt_run(client)
+    vocab = set(load_text(None).vocab)
+    assert "\u2603" not in vocab and "\u00e6" not in vocab
+    url = f"/api/runs/{run_id}/sample"
+    bad = [
+        ({"prompt": "x = '\u2603\u00e6'"}, "the prompt has 2 character(s) outside the run's vocabulary of"),
+        ({"tokens": "0"}, "tokens must be a positive integer, got 0"),
+        ({"tokens": "2001"}, "tokens must be at most 2000 on the page, got 2001"),
+        ({"tokens": "ten"}, "tokens must be an integer, got 'ten'"),
+        ({"tokens": ""}, "tokens must be an integer, got ''"),
+        ({"temperature": "-1"}, "temperature must be a finite number >= 0, got -1.0"),
+        ({"temperature": "nan"}, "temperature must be a finite number >= 0, got nan"),
+        ({"temperature": "inf"}, "temperature must be a finite number >= 0, got inf"),
+        ({"temperature": "warm"}, "temperature must be a number, got 'warm'"),
+        ({"seed": "-1"}, "seed must be in 0 .. 2**32 - 1, got -1"),
+        ({"seed": str(2**32)}, f"seed must be in 0 .. 2**32 - 1, got {2**32}"),
+        ({"prompt": "x" * 2001}, "the prompt must be at most 2000 characters, got 2001"),
+    ]
+    for query, message in bad:
+        for route in (url, url + "/blob"):
+            r = client.get(route, params={"f16": "emulated", **query})
+            detail = r.json()["detail"]
+            assert r.status_code == 422 and isinstance(detail, str) and "\n" not in detail, (query, detail)
+            assert message in detail, (query, detail)
+    assert client.get(url, params={"f16": "emulated", "tokens": "2000"}).status_code == 200
+
+    mlp = create(client)["id"]
+    r = client.get(f"/api/runs/{mlp}/sample", params={"f16": "emulated"})
+    assert r.status_code == 409 and "only a gpt run generates text" in r.json()["detail"]
+    unfinished = create(client, **GPT)["id"]
+    r = client.get(f"/api/runs/{unfinished}/sample", params={"f16": "emulated"})
+    assert r.status_code == 409 and "is created; text is generated from a finished run" in r.json()["detail"]
+    assert client.get("/api/runs/nope/sample", params={"f16": "emulated"}).status_code == 404
 
 
 def test_data_files_are_refused_for_browser_runs(client, tmp_path):
@@ -722,4 +878,6 @@ def test_browser_and_native_run_directories_have_the_same_keys(client, tmp_path,
     assert (web["val_loss"] is None) == (model == "mlp")
     assert web["unigram_bits_per_char"] == nat["unigram_bits_per_char"]  # the same corpus
     assert (web["runtime"], nat["runtime"]) == ("browser", "native")
-    assert set(browser.read_json("config.json")) == set(native.read_json("config.json"))
+    web_cfg, nat_cfg = browser.read_json("config.json"), native.read_json("config.json")
+    assert set(web_cfg) == set(nat_cfg)
+    assert web_cfg["data_sha256"] == nat_cfg["data_sha256"]  # the default corpus's; None for digits

@@ -64,7 +64,9 @@ def test_leaf_modules_import_nothing_from_webmp():
         assert graph[leaf] == set(), f"{leaf} imports {graph[leaf]}"
 
 
-@pytest.mark.parametrize("module", ["webmp.server", "webmp.checkpoint", "webmp.page_runs", "webmp.cli"])
+@pytest.mark.parametrize(
+    "module", ["webmp.server", "webmp.checkpoint", "webmp.page_runs", "webmp.cli", "webmp.sample_plan"]
+)
 def test_serving_and_checkpoints_do_not_load_wgpu(module):
     code = f"import sys, {module}; print('wgpu' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,14 +1,18 @@
 // The page: controls, adapter info, live charts, and the link between runner.js and the server.
-// Opening /?run=ID trains (or resumes) that run; the Start button creates a new run first.
-import {openGPU, Runner, checkPlan, train} from './runner.js';
+// Opening /?run=ID trains (or resumes) that run; the Start button creates a new run first. A
+// finished GPT run then generates text on this GPU from the sampling plan the server builds of its
+// final checkpoint (`webmp sample`'s), and the results panel offers to sample again.
+import {openGPU, Runner, checkPlan, train, generate, decode} from './runner.js';
 
 const params = new URLSearchParams(location.search);
 const token = params.get('token');
 const $ = (id) => document.getElementById(id);
 // What tests and scripts can read: the page's status, its run, the f16 path and any error.
-const page = window.webmp = {status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null};
-// The form's fields (GET /api/form), their inputs and the model they show.
-const form = {ready: false, fields: [], defaults: {}, inputs: {}, labels: {}, model: null};
+const page = window.webmp = {status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null,
+                             sample: {status: 'idle'}, sampled: 0};  // sampled: samples ended (done or failed)
+// The form's fields (GET /api/form), their inputs and the model they show; `sample`: the text
+// generation form's defaults (`webmp sample`'s) and limits.
+const form = {ready: false, fields: [], defaults: {}, sample: null, inputs: {}, labels: {}, model: null};
 
 let stopRequested = false;
 let uPlot = null;
@@ -195,8 +199,8 @@ function formConfig() {
   return cfg;
 }
 
-const formReady = api('/api/form').then(({fields, defaults}) => {
-  Object.assign(form, {fields, defaults});
+const formReady = api('/api/form').then(({fields, defaults, sample}) => {
+  Object.assign(form, {fields, defaults, sample});
   $('fields').replaceChildren(...fields.map((f) => {
     const label = document.createElement('label'), input = fieldInput(f);
     label.title = f.help;
@@ -301,6 +305,11 @@ function showPath(path, plan) {
 
 // --- a run -------------------------------------------------------------------------------------
 
+const fetchShader = (name) => fetch(`/shaders/${name}`).then((r) => {
+  if (!r.ok) throw new Error(`shader ${name}: ${r.status}`);
+  return r.text();
+});
+
 async function uploadCheckpoint(runner, runId, offer, step) {
   const bytes = await runner.read(runner.plan.checkpoint_buffers);
   await api(`/api/runs/${runId}/checkpoint?f16=${offer}&step=${step}`, {method: 'PUT', body: bytes});
@@ -334,20 +343,18 @@ async function trainRun(runId) {
   stopRequested = false;
   setStatus('preparing', `run ${runId}: preparing`);
   $('summary-panel').hidden = true;
-  let sock = null, gpu = null, runner = null;
+  hideSample();
+  let sock = null, gpu = null, runner = null, model = null;
   try {
     sock = await openSocket(runId);  // first, so that any failure below reaches the server
     gpu = await openGPU();
     const offer = gpu.hasF16 ? 'native' : 'emulated';
     const {plan, start_step: startStep, f16_path: f16Path} = await api(`/api/runs/${runId}/plan?f16=${offer}`);
+    model = plan.config.model;
     page.f16Path = f16Path;
     showPath(f16Path, plan);
     checkPlan(plan, gpu);  // before downloading the blob
     const blob = await api(`/api/runs/${runId}/blob?f16=${offer}`, {raw: true});
-    const fetchShader = (name) => fetch(`/shaders/${name}`).then((r) => {
-      if (!r.ok) throw new Error(`shader ${name}: ${r.status}`);
-      return r.text();
-    });
     runner = page.runner = await Runner.create(gpu, plan, blob, fetchShader);
     charts.reset();
     if (startStep > 0) {
@@ -400,7 +407,98 @@ async function trainRun(runId) {
     if (runner) runner.destroy();
     else gpu?.device.destroy();
   }
+  if (page.status === 'finished' && model === 'gpt') await sampleText(runId);  // its device is freed
 }
+
+// --- text generation: a finished GPT run's sampling plan, replayed on this page's GPU -----------------
+// The server builds the plan from the run's final checkpoint with `webmp sample`'s code and checks the
+// settings (422 with one line); the page replays it (runner.js generate) and decodes the tokens with
+// the plan's vocabulary. The form starts at `webmp sample`'s defaults, served in GET /api/form.
+
+let sampleGeneration = 0;  // a newer run or sample makes an older sample's result stale
+
+function hideSample() {
+  sampleGeneration++;
+  $('sample-box').hidden = true;
+  $('sample').replaceChildren();
+  $('sample-note').textContent = '';
+  page.sample = {status: 'idle'};
+}
+
+// Shows the sample form for run `runId`, filled with the served defaults the first time.
+function showSampleForm(runId) {
+  const box = $('sample-box');
+  if (box.dataset.run !== runId) {
+    box.dataset.run = runId;
+    for (const k of ['prompt', 'tokens', 'temperature', 'seed']) $(`sample-${k}`).value = String(form.sample[k]);
+    $('sample-tokens').max = String(form.sample.max_tokens);
+    $('sample-prompt').maxLength = form.sample.max_prompt;
+  }
+  box.hidden = false;
+}
+
+// The form's settings as typed (the server parses and checks them).
+const sampleSettings = () => Object.fromEntries(['prompt', 'tokens', 'temperature', 'seed'].map((k) => [k, $(`sample-${k}`).value]));
+
+function showSampleText(prompt, generated) {
+  const mark = document.createElement('mark');
+  mark.textContent = prompt;
+  $('sample').replaceChildren(...(prompt ? [mark] : []), document.createTextNode(generated));
+}
+
+async function sampleText(runId, settings = null) {
+  await formReady;
+  showSampleForm(runId);
+  settings = settings || sampleSettings();
+  const mine = ++sampleGeneration;
+  const current = () => mine === sampleGeneration;
+  page.sample = {status: 'running', runId, ...settings};
+  $('sample-go').disabled = true;
+  $('sample-note').className = '';
+  $('sample-note').textContent = 'generating on this GPU…';
+  let gpu = null, runner = null;
+  try {
+    gpu = await openGPU();
+    const offer = gpu.hasF16 ? 'native' : 'emulated';
+    const query = new URLSearchParams({f16: offer, ...settings});
+    const got = await api(`/api/runs/${runId}/sample?${query}`);
+    checkPlan(got.plan, gpu);
+    const blob = await api(`/api/runs/${runId}/sample/blob?${query}`, {raw: true});
+    const t0 = performance.now();
+    runner = await Runner.create(gpu, got.plan, blob, fetchShader);
+    const t1 = performance.now();
+    const {ids, overflow} = await generate(runner);
+    const seconds = (performance.now() - t1) / 1000;
+    const text = got.prompt + decode(ids, got.plan.sample.vocab);
+    if (!current()) return;
+    showSampleText(got.prompt, text.slice(got.prompt.length));
+    const what = `${got.tokens} characters at temperature ${got.temperature}, seed ${got.seed}, ${got.f16_path} ` +
+                 `f16 path: generated in ${seconds.toFixed(2)} s, after ${((t1 - t0) / 1000).toFixed(1)} s creating the pipelines`;
+    $('sample-note').textContent = what + (overflow ? '; an activation overflowed the f16 range, the text may be garbage' : '');
+    log(`sample: ${what}`);
+    page.sample = {status: 'done', runId, text, prompt: got.prompt, tokens: got.tokens, temperature: got.temperature,
+                   seed: got.seed, f16Path: got.f16_path, overflow, seconds};
+    page.sampled++;
+  } catch (failure) {
+    const e = runner ? await runner.cause(failure) : failure;
+    if (!current()) return;
+    $('sample-note').className = 'error';
+    $('sample-note').textContent = e.message;
+    log(`sample: ${e.message}`);
+    page.sample = {status: 'failed', runId, ...settings, error: e.message};
+    page.sampled++;
+  } finally {
+    if (runner) runner.destroy();
+    else gpu?.device.destroy();
+    if (current()) $('sample-go').disabled = false;
+  }
+}
+
+$('sample-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const runId = $('sample-box').dataset.run;
+  if (runId) sampleText(runId);
+});
 
 // --- controls ----------------------------------------------------------------------------------
 
@@ -447,6 +545,7 @@ async function openRun(id) {
   if (run.status === 'finished') showSummary(await api(`/api/runs/${id}/summary`));
   setStatus(run.status, `run ${id}: ${run.status}${run.message ? ` — ${run.message}` : ''}`);
   showRun(id, run.status);
+  if (run.status === 'finished' && run.config.model === 'gpt') await sampleText(id);
 }
 
 if (params.get('run')) {

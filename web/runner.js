@@ -5,6 +5,12 @@
 // A training step is one command encoder with one compute pass holding the plan's dispatch list,
 // submitted once. Metrics stay in a GPU ring buffer that is copied to one reused staging buffer
 // and mapped only every plan.schedule.log_every steps (and at checkpoints and the end).
+//
+// A sampling plan (webmp.models.gpt.build_gpt_sample_plan, served by /api/runs/{id}/sample) is
+// replayed the same way by generate(): its one program plan.sample.program once per token,
+// plan.sample.tokens_per_submit replays a submit, then the token buffer is read once. It has no
+// state or metrics (a one-word stand-in buffer is named for both), which the Runner never needs
+// unless asked for records or the state.
 
 export const LIMIT_KEYS = ['maxStorageBufferBindingSize', 'maxBufferSize', 'maxStorageBuffersPerShaderStage'];
 
@@ -155,17 +161,20 @@ export class Runner {
     return [this.pipelines[d.kernel], bindGroup, d.workgroups];
   }
 
-  // One submit of a program; with readMetrics also copies the metrics ring and returns its records.
-  async run(program, readMetrics = false) {
+  // One submit of a program (`repeat` times over, one compute pass each, in one command buffer: a
+  // sampling plan's tokens); with readMetrics also copies the metrics ring and returns its records.
+  async run(program, readMetrics = false, repeat = 1) {
     if (this.error) throw this.error;
     const enc = this.device.createCommandEncoder();
-    const pass = enc.beginComputePass();
-    for (const [pipeline, bindGroup, [x, y, z]] of this.programs[program]) {
-      pass.setPipeline(pipeline);
-      pass.setBindGroup(0, bindGroup);
-      pass.dispatchWorkgroups(x, y, z);
+    for (let i = 0; i < repeat; i++) {
+      const pass = enc.beginComputePass();
+      for (const [pipeline, bindGroup, [x, y, z]] of this.programs[program]) {
+        pass.setPipeline(pipeline);
+        pass.setBindGroup(0, bindGroup);
+        pass.dispatchWorkgroups(x, y, z);
+      }
+      pass.end();
     }
-    pass.end();
     if (readMetrics) enc.copyBufferToBuffer(this.buffers[this.plan.metrics.buffer], 0, this.staging, 0, this.metricsBytes);
     this.device.queue.submit([enc.finish()]);
     this.submits++;
@@ -181,7 +190,8 @@ export class Runner {
     return decodeRecords(raw, this.plan.metrics.fields);
   }
 
-  // The named buffers' bytes, concatenated in order (checkpoints, the state, the eval result).
+  // The named buffers' bytes, concatenated in order (checkpoints, the state, the eval result), in one
+  // copy and one map.
   async read(names) {
     const sizes = names.map((n) => this.buffers[n].size);
     const total = sizes.reduce((a, b) => a + b, 0);
@@ -247,4 +257,28 @@ export async function train(runner, {startStep, onRecords, onCheckpoint, shouldS
     if (shouldStop()) break;
   }
   return step;
+}
+
+// Replays a sampling plan (runner.plan.sample, webmp.plan.SampleSpec): its program spec.tokens
+// times, spec.tokens_per_submit replays a submit, with no host work between tokens; then reads the
+// token buffer, its count and the overflow flags once. Returns the generated token ids (after the
+// spec.prompt_tokens of the prompt) and whether an activation overflowed the f16 range. The
+// sampling itself (window, forward pass, draw) is all in the plan's kernels.
+export async function generate(runner) {
+  const spec = runner.plan.sample;
+  for (let left = spec.tokens; left > 0; left -= spec.tokens_per_submit) {
+    await runner.run(spec.program, false, Math.min(left, spec.tokens_per_submit));
+  }
+  const raw = await runner.read([spec.seq, spec.seq_len, spec.flags]);
+  const words = new Uint32Array(raw);
+  const capacity = spec.prompt_tokens + spec.tokens;
+  const seqWords = runner.buffers[spec.seq].size / 4, lenWords = runner.buffers[spec.seq_len].size / 4;
+  const length = words[seqWords];
+  if (length !== capacity) throw new Error(`the GPU generated ${length - spec.prompt_tokens} of ${spec.tokens} tokens`);
+  return {ids: words.slice(spec.prompt_tokens, capacity), overflow: words[seqWords + lenWords] !== 0};
+}
+
+// Token ids -> text with the plan's vocabulary (token id -> character).
+export function decode(ids, vocab) {
+  return Array.from(ids, (i) => vocab[i]).join('');
 }

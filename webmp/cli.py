@@ -193,7 +193,8 @@ def _seed(text: str) -> int:
 
 
 def sample_parser() -> argparse.ArgumentParser:
-    # the defaults are webmp.sample's DEFAULT_TOKENS and DEFAULT_TEMPERATURE (that module loads wgpu)
+    from .sample_plan import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS  # no wgpu there
+
     p = argparse.ArgumentParser(
         prog="webmp sample",
         description="Generate text with the GPT of a run directory (webmp train --model gpt), on the GPU "
@@ -207,16 +208,22 @@ def sample_parser() -> argparse.ArgumentParser:
         "model starts after a newline)",
     )
     p.add_argument(
-        "--tokens", type=_positive_int, default=200, metavar="N", help="characters to generate (default: 200)"
+        "--tokens",
+        type=_positive_int,
+        default=DEFAULT_TOKENS,
+        metavar="N",
+        help=f"characters to generate (default: {DEFAULT_TOKENS})",
     )
     p.add_argument(
         "--temperature",
         type=_temperature,
-        default=0.8,
+        default=DEFAULT_TEMPERATURE,
         metavar="T",
-        help="softmax temperature; 0 = greedy, the most likely character (default: 0.8)",
+        help=f"softmax temperature; 0 = greedy, the most likely character (default: {DEFAULT_TEMPERATURE})",
     )
-    p.add_argument("--seed", type=_seed, default=0, help="seeds the draws (default: 0)")
+    p.add_argument(
+        "--seed", type=_seed, default=DEFAULT_SEED, help=f"seeds the draws (default: {DEFAULT_SEED})"
+    )
     p.add_argument(
         "--f16",
         choices=("native", "emulated", "auto"),

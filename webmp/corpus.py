@@ -28,6 +28,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -109,6 +110,16 @@ def load_training_data(cfg: TrainConfig) -> Dataset | TextCorpus:
     """What `cfg.model` trains on: the GPT a text corpus (cfg.data or the default corpus), the MLPs
     a Dataset (webmp.data.load_mlp_data)."""
     return load_text(cfg.data) if cfg.model == "gpt" else load_mlp_data(cfg)
+
+
+def checkpoint_facts(data: Dataset | TextCorpus) -> dict[str, Any]:
+    """What a checkpoint records about its training data, native and browser runs alike: the data's
+    sha256 (None for a built-in MLP dataset; resuming refuses data that changed) and, for text, the
+    vocabulary (token id -> character, for `webmp sample`)."""
+    facts: dict[str, Any] = {"data_sha256": data.sha256}
+    if isinstance(data, TextCorpus):
+        facts["vocab"] = list(data.vocab)
+    return facts
 
 
 def describe_data(data: Dataset | TextCorpus) -> str:

@@ -5,7 +5,8 @@ Over a run's WebSocket the page sends JSON objects with a `type` and the `run_id
   hello    the page's adapter, features, limits and f16 path, before the first step
   records  metrics records, one per step, decoded from the GPU ring per plan["metrics"]["fields"]
   summary  the final GPU state words, the browser-evaluated test counts and, for a plan whose
-           eval sums the validation loss (plan["eval"]["loss_buffer"]), that sum
+           eval sums the validation loss (plan["eval"]["loss_buffer"]), that sum (NaN or Infinity
+           when the model diverged: summary.json then holds it, as a native run's does)
   failed   what went wrong (device lost, a plan that does not fit, a WebGPU error)
   stopped  the user stopped the run
 
@@ -20,7 +21,15 @@ import math
 import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    create_model,
+)
 
 from .state import METRIC_FIELDS, STATE_FIELDS, Fields
 
@@ -35,6 +44,25 @@ RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 Text = Annotated[str, StringConstraints(max_length=2000)]
 
 _WORD_TYPES = {"u32": U32, "f32": F32}
+
+
+def _nan_or_inf(value: Any) -> Any:
+    return {"NaN": math.nan, "Infinity": math.inf}.get(value, value) if isinstance(value, str) else value
+
+
+def _not_negative(value: float) -> float:
+    if value < 0:
+        raise ValueError("a summed loss is >= 0 (or NaN or Infinity)")
+    return value
+
+
+# A summed loss: a JSON number >= 0, or the strings "NaN" / "Infinity" (a diverged model, e.g.
+# fp16-noscale); no other strings, no booleans.
+LossSum = Annotated[
+    Annotated[float, Field(strict=True, allow_inf_nan=True)],
+    BeforeValidator(_nan_or_inf),
+    AfterValidator(_not_negative),
+]
 
 
 def _words_model(name: str, fields: Fields) -> type[BaseModel]:
@@ -77,7 +105,7 @@ class Summary(_Message):
     test_count: Annotated[int, Field(gt=0, lt=2**32, strict=True)]
     # plan["eval"]["loss_buffer"]'s f32 word (a language model's validation loss summed over
     # test_count characters); absent for plans without one
-    val_loss_sum: Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)] | None = None
+    val_loss_sum: LossSum | None = None
     wall_seconds: Annotated[float, Field(ge=0)]
     steps_run: U32
     readbacks: U32

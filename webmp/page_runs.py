@@ -5,6 +5,10 @@ WebSocket replies. A run lives in a run directory of the same format as a native
 (webmp/rundir.py), plus `browser.json` holding its status. Every change happens on the server's
 event loop (plans and checkpoints are built in worker threads, but stored from the loop), so two
 pages never interleave writes to the same files.
+
+A finished GPT run also generates text for its page: `PageRun.sample_plan` builds the sampling plan
+of its final checkpoint with webmp/sample_plan.py, the code of `webmp sample`, and the page replays
+it (web/runner.js) and decodes the tokens with the plan's vocabulary.
 """
 
 from __future__ import annotations
@@ -18,18 +22,31 @@ from typing import Any, Literal
 
 from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
 from .config import MODEL_FIELDS, TrainConfig
-from .corpus import TextCorpus, load_text, run_baseline_bits
+from .corpus import TextCorpus, checkpoint_facts, load_text, run_baseline_bits
 from .data import Dataset, load_dataset
 from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
 from .models import build_plan
-from .plan import Plan, describe_f16, resolve_f16_path
-from .rundir import Record, RunDir, new_run_dir, result_line, run_summary
+from .plan import Plan, SamplePlan, describe_f16, resolve_f16_path
+from .rundir import CONFIG, Record, RunDir, new_run_dir, result_line, run_summary
+from .sample_plan import (
+    DEFAULT_SEED,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOKENS,
+    SampleError,
+    SampleJob,
+    parse_settings,
+    prepare,
+)
 from .state import decode_state
 
 STATE_FILE = "browser.json"  # the browser run's status, next to the native-format files
 RESUMABLE = {"created", "disconnected", "failed", "stopped"}
 MAX_PENDING = 100_000  # records held back waiting for an earlier step
 Offer = Literal["native", "emulated"]  # whether the page's adapter has shader-f16
+# What a page may ask to generate (`webmp sample` has no limits): a sampling plan's `seq` holds the
+# prompt and the tokens, and every token is one replay of the forward pass on the page's GPU.
+MAX_PAGE_TOKENS = 2000
+MAX_PAGE_PROMPT = 2000  # characters
 
 
 class PageRunError(Exception):
@@ -50,6 +67,10 @@ class InvalidUpload(PageRunError):
 
 class InvalidConfig(PageRunError):
     """A valid TrainConfig that a browser run cannot train."""
+
+
+class InvalidSample(PageRunError):
+    """Text generation settings or a prompt that cannot be used (webmp.sample_plan's SampleError)."""
 
 
 # The plan's blob, training data included, goes to whichever client asks for it over HTTP: a data
@@ -83,6 +104,9 @@ def training_data(cfg: TrainConfig) -> Dataset | TextCorpus:
     return _default_corpus() if cfg.model == "gpt" else _dataset(cfg.dataset, cfg.input_scale)
 
 
+DEFAULT_CORPUS = "the default corpus (the server's Python standard library sources)"
+
+
 # --- the page's form -------------------------------------------------------------------------------
 
 # The TrainConfig fields the page's form offers, with their labels, in order. Everything else about
@@ -106,8 +130,9 @@ _KINDS = {"integer": "int", "number": "float", "boolean": "bool", "array": "int_
 
 def page_form() -> dict[str, Any]:
     """What GET /api/form returns: the form's fields ({name, label, kind: int | float | bool | choice |
-    int_list, choices, help, models: the models that read it, null for all}) and each model's
-    defaults for them (a TrainConfig with only `model` given: MODEL_DEFAULTS applied)."""
+    int_list, choices, help, models: the models that read it, null for all}), each model's
+    defaults for them (a TrainConfig with only `model` given: MODEL_DEFAULTS applied), and the
+    text generation form's defaults (`webmp sample`'s) and limits."""
     props = TrainConfig.model_json_schema()["properties"]
     models = list(props["model"]["enum"])
     fields = []
@@ -127,17 +152,33 @@ def page_form() -> dict[str, Any]:
     for m in models:
         cfg = TrainConfig(model=m).model_dump()
         defaults[m] = {name: cfg[name] for name in PAGE_FIELDS}
-    return {"fields": fields, "defaults": defaults}
+    sample = {
+        "prompt": "",
+        "tokens": DEFAULT_TOKENS,
+        "temperature": DEFAULT_TEMPERATURE,
+        "seed": DEFAULT_SEED,
+        "max_tokens": MAX_PAGE_TOKENS,
+        "max_prompt": MAX_PAGE_PROMPT,
+    }
+    return {"fields": fields, "defaults": defaults, "sample": sample}
 
 
 class PageRun:
     """One run trained by a page: its directory, its status and the records stored so far."""
 
-    def __init__(self, path: Path, cfg: TrainConfig, state: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        path: Path,
+        cfg: TrainConfig,
+        state: dict[str, Any] | None = None,
+        data_sha256: str | None = None,
+    ):
+        """data_sha256: the training data's (config.json's), None for a built-in MLP dataset."""
         check_browser_config(cfg)
         self.id = path.name
         self.dir = RunDir(path)
         self.cfg = cfg
+        self.data_sha256 = data_sha256
         state = state or {}
         self.status: RunStatus = state.get("status", "created")
         self.message: str = state.get("message", "")
@@ -148,6 +189,7 @@ class PageRun:
         self.pending: dict[int, Record] = {}
         self.connected = False
         self.plans: dict[str, tuple[Plan, bytes]] = {}
+        self.sampled: tuple[tuple[Any, ...], SamplePlan, bytes, SampleJob] | None = None  # the last plan
         self._changed = asyncio.Event()
 
     @property
@@ -184,7 +226,13 @@ class PageRun:
                 "checkpoint_step": self.checkpoint_step,
             },
         )
-        self.dir.write_config(self.cfg, f16_path=self.f16_path, adapter=self.adapter, runtime="browser")
+        self.dir.write_config(
+            self.cfg,
+            f16_path=self.f16_path,
+            adapter=self.adapter,
+            runtime="browser",
+            data_sha256=self.data_sha256,
+        )
         self.notify()
 
     def notify(self) -> None:
@@ -214,11 +262,19 @@ class PageRun:
         return built
 
     def plan(self, offer: Offer) -> tuple[Plan, bytes, int]:
-        """(plan, blob, start step) for the page: resumed from the last checkpoint if there is one."""
+        """(plan, blob, start step) for the page: resumed from the last checkpoint if there is one,
+        unless the training data changed since (RunStateConflict, as native resume refuses)."""
         plan, blob = self.base_plan(self.path_for(offer))
         if self.checkpoint_step is None:
             return plan, blob, 0
         contents, meta = load_checkpoint(self.dir.path)
+        then, now = meta.get("data_sha256"), training_data(self.cfg).sha256
+        if then != now:
+            what = DEFAULT_CORPUS if self.cfg.model == "gpt" else f"the {self.cfg.dataset} dataset"
+            raise RunStateConflict(
+                f"cannot resume run {self.id}: its training data, {what}, changed since the checkpoint "
+                f"at step {meta['step']} (sha256 {then or 'not recorded'} then, {now} now)"
+            )
         plan, blob = resume_blob(plan, blob, contents)
         return plan, blob, int(meta["step"])
 
@@ -244,7 +300,8 @@ class PageRun:
         iteration = decode_state(contents[plan["state"]["buffer"]])["iteration"]
         if iteration != step or step > self.cfg.steps:
             raise InvalidUpload(f"the checkpoint's state says step {iteration}, the upload says {step}")
-        save_checkpoint(self.dir.path, plan, contents, {"adapter": self.adapter, "runtime": "browser"})
+        extra = {"adapter": self.adapter, "runtime": "browser", **checkpoint_facts(training_data(self.cfg))}
+        save_checkpoint(self.dir.path, plan, contents, extra)
 
     def checkpoint_saved(self, step: int) -> None:
         self.checkpoint_step = step
@@ -374,6 +431,56 @@ class PageRun:
         await asyncio.to_thread(self.dir.plot_curves, title)
         self.end("finished")
 
+    # --- text generation (a finished GPT run) --------------------------------------------------------
+    def sample_plan(
+        self,
+        offer: Offer,
+        prompt: str = "",
+        tokens: str | None = None,
+        temperature: str | None = None,
+        seed: str | None = None,
+        keep: bool = True,
+    ) -> tuple[SamplePlan, bytes, SampleJob]:
+        """The sampling plan of the run's final checkpoint for a page whose adapter has ('native')
+        or lacks ('emulated') shader-f16, built as `webmp sample` builds it (webmp.sample_plan,
+        default matmul tiles like the training plans); the settings as text (None: `webmp
+        sample`'s defaults). InvalidSample (one line) for bad settings or a prompt outside the
+        vocabulary; RunStateConflict unless the run is a finished GPT run. With `keep` the plan is
+        kept for the blob request that follows it, which passes keep=False (so a run holds no blob
+        once the page has it). Runs in a worker thread."""
+        if self.cfg.model != "gpt":
+            raise RunStateConflict(
+                f"run {self.id} is a {self.cfg.model!r} run; only a gpt run generates text"
+            )
+        if self.status != "finished":
+            raise RunStateConflict(
+                f"run {self.id} is {self.status}; text is generated from a finished run's final checkpoint"
+            )
+        try:
+            n, t, s = parse_settings(tokens, temperature, seed)
+        except SampleError as e:
+            raise InvalidSample(str(e)) from None
+        if n > MAX_PAGE_TOKENS:
+            raise InvalidSample(f"tokens must be at most {MAX_PAGE_TOKENS} on the page, got {n}")
+        if len(prompt) > MAX_PAGE_PROMPT:
+            raise InvalidSample(f"the prompt must be at most {MAX_PAGE_PROMPT} characters, got {len(prompt)}")
+        key = (offer, prompt, n, t, s, self.checkpoint_step)
+        kept, self.sampled = self.sampled, None
+        if kept is not None and kept[0] == key:
+            self.sampled = kept if keep else None
+            return kept[1:]
+        try:
+            job = prepare(self.dir.path, prompt, tokens=n, temperature=t, seed=s)
+            path = job.path(offer == "native")
+        except SampleError as e:
+            raise InvalidSample(str(e)) from None
+        except RuntimeError as e:  # f16 'native' asked of an adapter without shader-f16
+            raise RunStateConflict(str(e)) from None
+        plan, blob = job.plan(path)
+        if keep:
+            self.sampled = (key, plan, blob, job)
+        return plan, blob, job
+
     async def handle(self, msg: PageMessage) -> dict[str, Any]:
         """Apply one validated page message; the reply to send (an ack)."""
         if msg.run_id != self.id:
@@ -405,15 +512,17 @@ class RunStore:
     def _load(self, path: Path) -> None:
         try:
             state = json.loads((path / STATE_FILE).read_text())
-            cfg = RunDir(path).read_config()
+            run_dir = RunDir(path)
+            cfg = run_dir.read_config()
             check_browser_config(cfg)
+            sha256 = run_dir.read_json(CONFIG).get("data_sha256")
         except (OSError, ValueError, InvalidConfig) as e:
             print(f"webmp serve: skipping {path}: {e}", file=sys.stderr)
             return
         if state.get("status") == "running":  # the server stopped while a page was training
             state["status"], state["message"] = "disconnected", "the server restarted during the run"
         try:
-            run = PageRun(path, cfg, state)
+            run = PageRun(path, cfg, state, sha256)
         except ValueError as e:  # a damaged metrics line: the run is kept on disk, not served
             print(f"webmp serve: skipping {path}: {e}", file=sys.stderr)
             return
@@ -427,8 +536,10 @@ class RunStore:
         self.runs[path.name] = run
 
     def create(self, cfg: TrainConfig) -> PageRun:
-        check_browser_config(cfg)  # before the run directory exists
-        run = PageRun(new_run_dir(self.root, prefix="browser"), cfg)
+        """A new run; config.json records its training data's sha256, as a native run's does (the
+        data is loaded once per server process: call from a worker thread the first time)."""
+        sha256 = training_data(cfg).sha256  # checks the config before the run directory exists
+        run = PageRun(new_run_dir(self.root, prefix="browser"), cfg, data_sha256=sha256)
         run.save()
         self.runs[run.id] = run
         return run

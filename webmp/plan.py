@@ -127,6 +127,7 @@ class SampleSpec(TypedDict):
     program: str
     seq: str  # buffer names
     seq_len: str
+    flags: str  # u32 [4]: word 0 is non-zero once an activation overflowed the f16 range
     prompt_tokens: int
     tokens: int
     tokens_per_submit: int

@@ -14,6 +14,11 @@ stored lives in webmp/page_runs.py, whose errors map to HTTP statuses here.
   GET  /api/runs/{id}/blob?f16=...      the plan's initial-contents blob (octet-stream)
   PUT  /api/runs/{id}/checkpoint?f16=&step=   raw bytes of plan["checkpoint_buffers"], in order
   WS   /api/runs/{id}/ws                records and the summary (see webmp/messages.py)
+  GET  /api/runs/{id}/sample?f16=&prompt=&tokens=&temperature=&seed=   a finished GPT run's sampling
+                                        plan (`webmp sample`'s, of its final checkpoint; settings left
+                                        out: its defaults, served in /api/form), the vocabulary in
+                                        plan["sample"]["vocab"]; 422 with one line for bad settings
+  GET  /api/runs/{id}/sample/blob?...   that plan's blob (the same query)
 
 Binding anything but loopback needs --allow-remote and a token that the API, the WebSocket and the
 page (which takes it from its URL) must present.
@@ -42,6 +47,7 @@ from .config import TrainConfig, config_error_message
 from .messages import MAX_MESSAGE_BYTES, RUN_ID_RE, RunInfo, json_safe, parse_page_message
 from .page_runs import (
     InvalidConfig,
+    InvalidSample,
     InvalidUpload,
     PageRun,
     PageRunError,
@@ -49,11 +55,18 @@ from .page_runs import (
     RunStore,
     UnknownRun,
     page_form,
+    training_data,
 )
 from .resources import SHADER_DIR, UPLOT_DIR, WEB_DIR
 
 WS_PROTOCOL_MAX_BYTES = 4 * 2**20  # frames above this are cut by uvicorn itself (connection closed)
-HTTP_STATUS = {UnknownRun: 404, RunStateConflict: 409, InvalidUpload: 400, InvalidConfig: 422}
+HTTP_STATUS = {
+    UnknownRun: 404,
+    RunStateConflict: 409,
+    InvalidUpload: 400,
+    InvalidConfig: 422,
+    InvalidSample: 422,
+}
 F16 = Query(..., pattern="^(native|emulated)$", description="does the page's adapter have shader-f16")
 Offer = Literal["native", "emulated"]
 
@@ -113,6 +126,7 @@ async def create_run(request: Request) -> RunInfo:
         cfg = TrainConfig(**body)
     except ValidationError as e:
         raise HTTPException(422, config_error_message(e)) from None
+    await asyncio.to_thread(training_data, cfg)  # loaded once per process, off the event loop
     return _store(request).create(cfg).info()
 
 
@@ -169,6 +183,53 @@ async def upload_checkpoint(
     await asyncio.to_thread(run.save_checkpoint, f16, step, bytes(body))
     run.checkpoint_saved(step)
     return {"checkpoint_step": step}
+
+
+# The settings travel as text and are checked by webmp.sample_plan.parse_settings, so that a bad
+# value is refused with one line (FastAPI's own validation answers with a list).
+async def _sample_plan(request: Request, run_id: str, f16: Offer, prompt: str, **settings: Any):
+    run = _store(request).get(run_id)
+    return await asyncio.to_thread(run.sample_plan, f16, prompt, **settings)
+
+
+@api.get("/runs/{run_id}/sample", response_model=None)
+async def run_sample_plan(
+    request: Request,
+    run_id: str,
+    f16: Offer = F16,
+    prompt: str = "",
+    tokens: str | None = None,
+    temperature: str | None = None,
+    seed: str | None = None,
+) -> dict[str, Any]:
+    plan, _, job = await _sample_plan(
+        request, run_id, f16, prompt, tokens=tokens, temperature=temperature, seed=seed
+    )
+    return {
+        "run_id": run_id,
+        "f16_path": plan["f16_path"] or "fp32",
+        "prompt": job.prompt,
+        "tokens": job.tokens,
+        "temperature": job.temperature,
+        "seed": job.seed,
+        "plan": plan,
+    }
+
+
+@api.get("/runs/{run_id}/sample/blob", response_model=None)
+async def run_sample_blob(
+    request: Request,
+    run_id: str,
+    f16: Offer = F16,
+    prompt: str = "",
+    tokens: str | None = None,
+    temperature: str | None = None,
+    seed: str | None = None,
+) -> Response:
+    _, blob, _ = await _sample_plan(
+        request, run_id, f16, prompt, tokens=tokens, temperature=temperature, seed=seed, keep=False
+    )
+    return Response(blob, media_type="application/octet-stream")
 
 
 @api.websocket("/runs/{run_id}/ws")

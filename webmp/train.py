@@ -23,7 +23,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import TrainConfig, resumed_config
-from .corpus import TextCorpus, describe_data, load_training_data, run_baseline_bits
+from .corpus import TextCorpus, checkpoint_facts, describe_data, load_training_data, run_baseline_bits
 from .data import Dataset
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
@@ -143,9 +143,7 @@ class Trainer:
 
     def checkpoint(self) -> Path:
         contents = {n: self.runtime.read(n) for n in checkpoint_buffers(self.plan)}
-        extra: dict[str, Any] = {"adapter": self.gpu.name, "data_sha256": self.data.sha256}
-        if isinstance(self.data, TextCorpus):  # token id -> character, for `webmp sample`
-            extra["vocab"] = self.data.vocab
+        extra: dict[str, Any] = {"adapter": self.gpu.name, **checkpoint_facts(self.data)}
         path = save_checkpoint(self.run_dir.path, self.plan, contents, extra)
         self.last_checkpoint = (self.run_dir.path, self.step)
         return path

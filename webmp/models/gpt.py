@@ -454,6 +454,7 @@ def build_gpt_sample_plan(
             "program": P,
             "seq": "seq",
             "seq_len": "seq_len",
+            "flags": "flags",
             "prompt_tokens": len(prompt_ids),
             "tokens": tokens,
             "tokens_per_submit": tokens_per_submit,
