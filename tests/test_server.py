@@ -321,8 +321,8 @@ def test_gpt_summary_carries_the_validation_loss(client):
 def test_a_diverged_gpt_finishes_with_its_non_finite_validation_loss(client, sent, value):
     """A GPT whose summed validation loss is NaN or Infinity (fp16-noscale can diverge) still
     finishes: summary.json holds val_loss and val_bits_per_char as the native Trainer writes them
-    (run_summary, then json.dumps: the literals NaN / Infinity), the API sends them as the strings
-    "NaN" / "Infinity" (webmp.messages.json_safe), and the curves are drawn."""
+    (strict JSON: the strings "NaN" / "Infinity", webmp.rundir.json_safe), the API sends them so
+    too, read_summary gives the floats back, and the curves are drawn."""
     run_id = create(client, **GPT, precision="fp16-noscale")["id"]
     ws = connect(client, run_id)
     send(ws, hello(run_id))
@@ -333,10 +333,11 @@ def test_a_diverged_gpt_finishes_with_its_non_finite_validation_loss(client, sen
     assert client.get(f"/api/runs/{run_id}").json()["status"] == "finished"
     run_dir = client.app.state.store.get(run_id).dir.path
     written = (run_dir / "summary.json").read_text()
-    assert f'"val_loss": {sent},' in written and f'"val_bits_per_char": {sent},' in written
-    on_disk = json.loads(written)
+    assert f'"val_loss": "{sent}",' in written and f'"val_bits_per_char": "{sent}",' in written
+    json.loads(written, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    back = RunDir(run_dir).read_summary()
     for key in ("val_loss", "val_bits_per_char"):
-        assert math.isnan(on_disk[key]) if math.isnan(value) else on_disk[key] == value
+        assert math.isnan(back[key]) if math.isnan(value) else back[key] == value
     shown = client.get(f"/api/runs/{run_id}/summary").json()
     assert shown["val_loss"] == shown["val_bits_per_char"] == sent
     assert (run_dir / "curves.png").stat().st_size > 0
@@ -529,11 +530,13 @@ def test_records_are_stored_in_the_native_format(client):
     ]  # same keys, same order as native
     config = json.loads((run_dir / "config.json").read_text())
     assert config["f16_path"] == "emulated" and "test" in config["adapter"]
-    # a skipped step: the page sends non-finite floats as strings, the file holds them as json.dumps does
+    # a skipped step: the page sends non-finite floats as strings, and the file (strict JSON) too
     skipped = {**record(10), "loss": "Infinity", "grad_norm": "NaN", "skipped": 1}
     send(ws, {"type": "records", "run_id": run_id, "records": [skipped]})
     last = (run_dir / "metrics.jsonl").read_text().splitlines()[-1]
-    assert last == json.dumps({**skipped, "loss": float("inf"), "grad_norm": float("nan")})
+    assert last == json.dumps(skipped)
+    back = RunDir(run_dir).read_metrics()[-1]
+    assert back["loss"] == math.inf and math.isnan(back["grad_norm"])
     assert (
         client.get(f"/api/runs/{run_id}/metrics", params={"after": 9}).json()["records"][0]["grad_norm"]
         == "NaN"

@@ -283,6 +283,12 @@ def test_scale_collapse_raises_naming_step_and_checkpoint(tmp_path):
     with pytest.warns(UserWarning, match="loss scale collapse at step 2"):
         s = t.run()
     assert s["skipped_steps"] == 5 and s["optimizer_steps"] == 0 and s["final_scale"] == 2.0**58
+    # skipped steps have grad_norm NaN: the files stay strict JSON ("NaN"), read back as floats
+    strict = {"parse_constant": lambda c: pytest.fail(f"non-standard JSON constant {c}")}
+    lines = (tmp_path / "warn" / "metrics.jsonl").read_text().splitlines()
+    assert all(json.loads(line, **strict)["grad_norm"] == "NaN" for line in lines)
+    json.loads((tmp_path / "warn" / "summary.json").read_text(), **strict)
+    assert all(np.isnan(r["grad_norm"]) for r in t.run_dir.read_metrics())
 
 
 @pytest.mark.slow

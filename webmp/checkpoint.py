@@ -17,7 +17,7 @@ import numpy as np
 from safetensors.numpy import load_file, save
 
 from .plan import Plan
-from .rundir import atomic_write
+from .rundir import atomic_write, dumps
 from .state import decode_state
 
 CHECKPOINT_FORMAT = "webmp-checkpoint/1"
@@ -73,7 +73,7 @@ def save_checkpoint(
         **(extra or {}),
     }
     atomic_write(directory / TENSORS, save(tensors, metadata={"format": CHECKPOINT_FORMAT}))
-    atomic_write(directory / META, (json.dumps(meta, indent=2) + "\n").encode())
+    atomic_write(directory / META, (dumps(meta, indent=2) + "\n").encode())
     return directory / TENSORS
 
 

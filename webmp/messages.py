@@ -31,6 +31,7 @@ from pydantic import (
     create_model,
 )
 
+from .rundir import NON_FINITE, from_json_safe, json_safe  # noqa: F401 (re-exported)
 from .state import METRIC_FIELDS, STATE_FIELDS, Fields
 
 MAX_MESSAGE_BYTES = 256 * 1024  # one WebSocket text frame; the page sends records in chunks
@@ -134,26 +135,6 @@ def parse_page_message(data: Any) -> PageMessage:
 
 
 # --- non-finite floats in JSON ---------------------------------------------------------------------
-
-NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
-
-
-def json_safe(value: Any) -> Any:
-    """NaN and infinities as the strings "NaN", "Infinity", "-Infinity" (JSON has no literal for them;
-    a skipped step's grad_norm is NaN). `from_json_safe` and the page turn them back into numbers."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def from_json_safe(record: dict[str, Any]) -> dict[str, Any]:
-    """A record's "NaN" / "Infinity" / "-Infinity" strings back into floats (one level deep)."""
-    return {k: NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in record.items()}
-
 
 # --- REST bodies ---------------------------------------------------------------------------------
 

@@ -6,8 +6,11 @@
   curves.png      loss and loss-scale curves on log axes, skipped steps marked
   checkpoint.safetensors + checkpoint.json   (see webmp/checkpoint.py)
 
-Native runs (webmp/train.py) and browser runs (webmp/page_runs.py) both build their summary with
-`run_summary` and write it with `RunDir.write_summary`, so the two cannot drift apart.
+Every file is strict JSON: NaN and the infinities (a skipped step's grad_norm is NaN) are the
+strings "NaN", "Infinity" and "-Infinity" (`json_safe`); `read_metrics` and `read_summary` turn
+them back into floats. Native runs (webmp/train.py) and browser runs (webmp/page_runs.py) both
+build their summary with `run_summary` and write it with `RunDir.write_summary`, so the two cannot
+drift apart.
 """
 
 from __future__ import annotations
@@ -106,6 +109,32 @@ def run_summary(
     }
 
 
+NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities as the strings "NaN", "Infinity", "-Infinity" (JSON has no literal for them;
+    a skipped step's grad_norm is NaN). Every file of a run directory and every API reply is
+    written so; `from_json_safe` and the page turn them back into numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def from_json_safe(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's "NaN" / "Infinity" / "-Infinity" strings back into floats (one level deep)."""
+    return {k: NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in record.items()}
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    """Strict JSON (non-finite floats as json_safe's strings): what every run file holds."""
+    return json.dumps(json_safe(obj), indent=indent, allow_nan=False)
+
+
 def result_line(summary: RunSummary) -> str:
     """The run's result in words: validation loss for a language model, else test accuracy."""
     if summary["val_loss"] is not None:
@@ -155,7 +184,7 @@ class RunDir:
         return self.path / METRICS
 
     def write_json(self, name: str, obj: Any) -> None:
-        atomic_write(self.path / name, (json.dumps(obj, indent=2) + "\n").encode())
+        atomic_write(self.path / name, (dumps(obj, indent=2) + "\n").encode())
 
     def read_json(self, name: str) -> Any:
         return json.loads((self.path / name).read_text())
@@ -182,7 +211,7 @@ class RunDir:
         self.write_json(SUMMARY, summary)
 
     def read_summary(self) -> RunSummary:
-        summary: RunSummary = self.read_json(SUMMARY)
+        summary: RunSummary = from_json_safe(self.read_json(SUMMARY))  # type: ignore[assignment]
         return summary
 
     def has_summary(self) -> bool:
@@ -194,7 +223,7 @@ class RunDir:
         self.repair_metrics()
         with open(self.metrics_path, "a") as f:
             for r in records:
-                f.write(json.dumps(r) + "\n")
+                f.write(dumps(r) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
@@ -226,7 +255,7 @@ class RunDir:
         for n, line in enumerate(whole.decode("utf-8", "replace").splitlines(), 1):
             if line.strip():
                 try:
-                    out.append(json.loads(line))
+                    out.append(from_json_safe(json.loads(line)))
                 except ValueError:
                     raise ValueError(f"{self.metrics_path}: line {n} is not a JSON record") from None
         return out
@@ -234,7 +263,7 @@ class RunDir:
     def truncate_metrics_after(self, step: int) -> None:
         """Drop records past `step` (a resumed run rewrites them)."""
         keep = [r for r in self.read_metrics() if r["step"] <= step]
-        atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in keep).encode())
+        atomic_write(self.metrics_path, "".join(dumps(r) + "\n" for r in keep).encode())
 
     def plot_curves(self, title: str = "") -> Path:
         # matplotlib's object API, not pyplot: no global figure state, safe in the server's threads
