@@ -440,8 +440,8 @@ SCALER_DEFAULTS = {
     "LR_MIN": 0.0,
     "WARMUP": 0,
     "SCHEDULE": 1,
-    "BETA1": 0.9,
-    "BETA2": 0.999,
+    "LOG_BETA1": float(np.float32(math.log(np.float32(0.9)))),  # webmp.ops.adam_log_beta(0.9)
+    "LOG_BETA2": float(np.float32(math.log(np.float32(0.999)))),
 }
 
 
@@ -472,8 +472,9 @@ def scaler_step(state: dict, found: int, partials, loss_rows, c: dict):
     s.update(apply=0 if skip else 1, lr=lr, grad_mul=clip / scale, loss=loss, grad_norm=norm, found_inf=found)
     if not skip:
         s["opt_step"] += 1
-        s["bc1"] = 1.0 - c["BETA1"] ** s["opt_step"]
-        s["bc2"] = 1.0 - c["BETA2"] ** s["opt_step"]
+        # 1 - e^(t ln beta) for the kernel's f32 constant ln beta: adam_bias_correction within 1 U32
+        s["bc1"] = -math.expm1(s["opt_step"] * c["LOG_BETA1"])
+        s["bc2"] = -math.expm1(s["opt_step"] * c["LOG_BETA2"])
     min_event = 0
     if c["SCALING"] == 1:
         if overflow:
@@ -510,6 +511,20 @@ def scaler_step(state: dict, found: int, partials, loss_rows, c: dict):
     s["iteration"] = it + 1
     s["data_pos"] += c["B"]
     return s, record
+
+
+def adam_bias_correction(beta: float, t) -> np.ndarray:
+    """1 - beta^t exactly (to float64 rounding) for the f32 value of beta, the number the kernels'
+    moment updates use: what scaler.wgsl's bias corrections bc1, bc2 approximate at opt_step t."""
+    b = np.float64(np.float32(beta))
+    t = np.asarray(t, np.float64)
+    if b == 0.0:
+        return np.ones_like(t)
+    return -np.expm1(t * np.log1p(b - 1.0))
+
+
+# scaler.wgsl's one_minus_pow: relative error bound of its bias corrections (derived in the shader)
+BIAS_CORRECTION_ERROR = 12 * U32
 
 
 def adamw(P, G, Mo, V, state: dict, c: dict):

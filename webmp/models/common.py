@@ -175,7 +175,8 @@ class ModelBuilder:
 
 
 def scaler_constants(cfg: TrainConfig, num_partials: int, batch: int) -> dict[str, Any]:
-    """scaler.wgsl's overrides: the loss scaler (GradScaler semantics), clipping, the lr schedule."""
+    """scaler.wgsl's overrides: the loss scaler (GradScaler semantics), clipping, the lr schedule,
+    Adam's betas for the bias corrections."""
     return {
         "NUM_PARTIALS": num_partials,
         "B": batch,
@@ -191,7 +192,7 @@ def scaler_constants(cfg: TrainConfig, num_partials: int, batch: int) -> dict[st
         "WARMUP": cfg.warmup,
         "TOTAL": cfg.steps,
         "SCHEDULE": int(cfg.schedule == "cosine"),
-        "BETA1": cfg.beta1,
-        "BETA2": cfg.beta2,
+        "LOG_BETA1": ops.adam_log_beta(cfg.beta1),
+        "LOG_BETA2": ops.adam_log_beta(cfg.beta2),
         "RING": cfg.log_every,
     }
