@@ -369,6 +369,40 @@ def test_softmax_xent(name, path):
     assert out["flags"][0] == 0
 
 
+# rows of logits far from 0 with an O(1) spread (f32 spacing up to 2 there), and the extreme row
+# [3e38, 3e38, -3e38, ...] with label 0, whose loss is ln 2
+SOFTMAX_LARGE_BASES = [1e3, -1e3, 2.0**22, -(2.0**23), 1e6, -3e7, 3e38]
+
+
+@kernel_case("softmax/large_logits")
+def _softmax_large_case(name, path):
+    rng = rng_for(name, path)
+    C = 7
+    offsets = rng.integers(-6, 7, (len(SOFTMAX_LARGE_BASES), C)) * 0.5
+    logits = (np.array(SOFTMAX_LARGE_BASES)[:, None] + offsets).astype(np.float32)
+    labels = rng.integers(0, C, len(logits))
+    logits[-1] = [3e38, 3e38] + [-3e38] * (C - 2)
+    labels[-1] = 0
+    inp = {"logits": logits, "labels": labels, "scale": 8.0}
+    return inp, _softmax_run(logits, labels, inp["scale"], path)
+
+
+def test_softmax_xent_large_logits(path):
+    """loss = log(sum) - (l_y - max) keeps the loss's own precision when the logits are far from
+    0; (max + log(sum)) - l_y rounded it to the logits' ulp (up to 1 here) and gave 0 for
+    [3e38, 3e38, -3e38] with label 0 instead of ln 2."""
+    inp, out = run("softmax/large_logits", path)
+    z, labels, scale = inp["logits"].astype(np.float64), inp["labels"], inp["scale"]
+    C = z.shape[1]
+    loss, dl, bad = ref.softmax_xent(z, labels, scale)
+    assert not bad and loss[-1] == np.log(2)
+    loss_err, f32_err = ref.softmax_xent_error(z, labels, scale)
+    assert loss_err.max() < 1e-5
+    check_close(out["loss_rows"], loss, loss_err, "large logits: loss")
+    check_close(out["dlogits"][:, :C], dl, stored_bound(dl, f32_err, path), "large logits: dlogits")
+    assert out["flags"][0] == 0
+
+
 def test_softmax_flags(path):
     """The loss site flags a non-finite loss (Inf from finite logits, or NaN) and nothing else;
     the store site flags dlogits beyond f16 range (a large loss scale) and nothing else."""
