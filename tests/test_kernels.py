@@ -149,6 +149,39 @@ def test_matmul_act_on_load_rounds(path):
         check_close(got, exact, bound, f"act {code} on load")
 
 
+def _f16_ties():
+    """Every value halfway between two consecutive finite f16 values (normal and subnormal,
+    both signs; f32 holds them exactly), and their f32 neighbours on both sides."""
+    h = np.arange(0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)  # 0 .. 65504
+    ties = ((h[:-1] + h[1:]) / 2).astype(np.float32)
+    assert (ties.astype(np.float64) == (h[:-1] + h[1:]) / 2).all()
+    near = [np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(0))]
+    x = np.concatenate([ties, *near])
+    return np.concatenate([x, -x])
+
+
+@kernel_case("round_h/f16_ties")
+def _round_h_case(name, path):
+    x = _f16_ties()
+    return {"x": x}, run_op(ops.round_h, {"x": x}, {"out": x.shape}, N=len(x), path=path, gpu=default_gpu())
+
+
+def test_h_round_ties_to_even(f16_path):
+    """h_round (the f16 preludes' f16_round, what A_ACT operands get) against numpy's
+    round-to-nearest-even bit for bit on every tie between f16 neighbours, normal and subnormal,
+    and on the f32 values next to each tie. test_matmul_act_on_load_rounds cannot tell: it accepts
+    either neighbour and its grid never hits a tie, so rounding ties away from zero passed it."""
+    inp, out = run("round_h/f16_ties", f16_path)
+    x, got = inp["x"], out["out"]
+    want = x.astype(np.float16).astype(np.float32)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | ((got == 0) & (want == 0))  # +-0 alike
+    bad = np.flatnonzero(~same)
+    assert not len(bad), (
+        f"{len(bad)} of {len(x)} values rounded differently, e.g. {x[bad[:4]].tolist()} -> "
+        f"{got[bad[:4]].tolist()}, numpy {want[bad[:4]].tolist()}"
+    )
+
+
 @pytest.mark.parametrize("variant", ["matmul_fwd", "matmul_dgrad"])
 def test_matmul_store_overflow_is_bit_based(variant, path):
     """The store flag tests |x| >= 65504 on the f32 bits, so a conversion that saturates to 65504

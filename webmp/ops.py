@@ -654,6 +654,16 @@ def eval_loss_total(
     )
 
 
+# --- inspection ------------------------------------------------------------------------------------
+
+
+def round_h(pb: PlanBuilder, program: str, *, x: str, out: str, N: int) -> None:
+    """out = h_round(x) for N f32 values: the prelude's rounding to the activation format (f16,
+    ties to even, via common.wgsl's f16_round on both f16 paths; none in fp32), as matmul
+    operands get it with A_ACT. For tests and webmp.inspect; no model dispatches it."""
+    pb.dispatch(program, ["round_h.wgsl"], "round_h", {"N": N}, {"x": x, "out": out}, grid(N))
+
+
 # --- token models ----------------------------------------------------------------------------------
 
 
