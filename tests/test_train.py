@@ -208,6 +208,66 @@ def test_native_and_emulated_f16_train_alike(tmp_path):
     np.testing.assert_allclose(losses["native"], losses["emulated"], rtol=1e-3)
 
 
+# --- which parameters AdamW decays ----------------------------------------------------------------
+
+DECAY_CASES = {
+    "mlp": dict(model="mlp", hidden=[16]),
+    "mlp-ln": dict(model="mlp-ln", hidden=[16]),
+    "gpt-tied": dict(model="gpt", n_layer=1, n_head=2, d_model=16, context=8, batch_size=4),
+    "gpt-untied": dict(model="gpt", n_layer=1, n_head=2, d_model=16, context=8, batch_size=4, tie_head=False),
+}
+
+
+@pytest.mark.parametrize("case", list(DECAY_CASES))
+def test_weight_decay_per_parameter(case, digits, gpu):
+    """One train_step with lr 0.1, weight decay 2 and every gradient exactly 0 (a loss scale of
+    2^-30 puts all of dlogits below f16's smallest subnormal), from random nonzero parameters:
+    AdamW's update is then the decay alone, P * (1 - lr * wd), so the parameters that change are
+    the decayed ones. The MLPs decay their weight matrices only (not biases, not LayerNorm gains or
+    shifts); the GPT decays every matrix, embeddings and an untied head included
+    (webmp.models.gpt.gpt_decays), not biases or LayerNorm parameters."""
+    from webmp.corpus import tokenize
+    from webmp.inspect import cached_runtime
+    from webmp.models.gpt import gpt_decays
+
+    lr, wd = 0.1, 2.0
+    cfg = TrainConfig(
+        **DECAY_CASES[case], lr=lr, weight_decay=wd, warmup=0, schedule="constant", init_scale=2.0**-30,
+        min_scale=2.0**-30, steps=10, log_every=1, checkpoint_every=0,
+    )  # fmt: skip
+    if cfg.model == "gpt":
+        data = tokenize("the quick brown fox jumps over the lazy dog. " * 8, "fox", "test", "0")
+    else:
+        data = digits
+    plan, blob = build_plan(cfg, data, "emulated")
+    rt = cached_runtime(plan, blob, gpu)
+    rng = np.random.default_rng(23)
+    before = {}
+    for p in plan["params"]:
+        before[p["name"]] = (0.5 * rng.standard_normal(p["shape"]) + 0.1).astype(np.float32)
+        rt.write(p["master"], before[p["name"]].tobytes())
+    rt.run("train_step")
+    assert decode_state(rt.read("state"))["apply"] == 1
+
+    def read(name, shape):
+        return np.frombuffer(rt.read(name), np.float32)[: int(np.prod(shape))].reshape(shape)
+
+    for p in plan["params"]:
+        assert not read(p["grad"], p["shape"]).any(), f"{p['name']}: the gradient is not 0"
+    changed = set()
+    for p in plan["params"]:
+        name, old, new = p["name"], before[p["name"]], read(p["master"], p["shape"])
+        if new.tobytes() != old.tobytes():
+            changed.add(name)
+            np.testing.assert_allclose(new, old * (1 - lr * wd), rtol=1e-6, err_msg=name)
+    if cfg.model == "gpt":
+        want = {p["name"] for p in plan["params"] if gpt_decays(p["name"])}
+    else:
+        want = {p["name"] for p in plan["params"] if p["name"].startswith("W")}
+    assert changed == want
+    assert want == {p["name"] for p in plan["params"] if len(p["shape"]) == 2}, "every matrix, nothing else"
+
+
 def _weights(t):
     return {n: t.runtime.read(n) for n in t.plan["checkpoint_buffers"]}
 
