@@ -292,6 +292,31 @@ def test_resume_is_exact(tmp_path, precision):
     assert ma == mb
 
 
+def test_resume_from_an_older_checkpoint(tmp_path):
+    """A run that checkpointed at step 20 and logged through step 26 before it stopped without a
+    final checkpoint (as after a crash): resuming from its run directory starts at step 20, drops
+    the records of steps 20 .. 26 and writes them again, so metrics.jsonl holds steps 0 .. 29 once
+    each, identical to an uninterrupted run's, and so are the weights. (test_resume_is_exact
+    resumes from the last logged step, where truncating one step late changes nothing.)"""
+    kw = dict(steps=30, checkpoint_every=10, growth_interval=4, init_scale=2.0**20)
+    whole = run(tmp_path, "whole", **kw)
+    whole.run()
+    part = run(tmp_path, "part", **kw)
+    part.finish = lambda: None  # stop as a crash would: no evaluation, no final checkpoint
+    part.run(stop_after=27)
+    assert [r["step"] for r in part.run_dir.read_metrics()] == list(range(27))
+    assert load_checkpoint(tmp_path / "part")[1]["step"] == 20
+    resumed = Trainer(TrainConfig(**{**SMALL, **kw}), resume=tmp_path / "part", progress=False, log=None)
+    assert resumed.step == 20
+    resumed.run()
+    mb = resumed.run_dir.read_metrics()
+    assert [r["step"] for r in mb] == list(range(30))
+    assert mb == whole.run_dir.read_metrics()
+    a, b = _weights(whole), _weights(resumed)
+    for n in a:
+        assert a[n] == b[n], f"buffer {n} differs after resume"
+
+
 def test_gpt_resume_is_exact(tmp_path):
     """A GPT stopped mid-interval and resumed from its checkpoint ends bit-identical to an
     uninterrupted run: weights, optimizer state, metrics (the window order lives in data_pos)."""
