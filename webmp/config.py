@@ -81,7 +81,9 @@ class TrainConfig(BaseModel):
     min_lr: float = 0.0
     """final learning rate of the cosine schedule"""
     weight_decay: float = 0.01
-    """AdamW's decoupled weight decay"""
+    """AdamW's decoupled weight decay, on weight matrices only: the MLPs' Linear weights, every matrix of
+    the gpt (token and position embeddings and an untied head included); never biases or LayerNorm
+    parameters. (torch.optim.AdamW decays every parameter it is given.)"""
     beta1: float = 0.9
     """AdamW's first-moment decay"""
     beta2: float = 0.999
@@ -90,7 +92,8 @@ class TrainConfig(BaseModel):
     """AdamW's denominator epsilon"""
     clip_norm: float = 0.0
     """max global gradient norm, applied after unscaling (0 = no clipping)"""
-    # dynamic loss scaling (PyTorch GradScaler defaults; hysteresis 1 = PyTorch behaviour)
+    # dynamic loss scaling (PyTorch GradScaler defaults; hysteresis 1 = PyTorch behaviour; the floor
+    # min_scale is webmp's own)
     init_scale: float = 65536.0
     """initial loss scale"""
     growth_factor: float = 2.0
@@ -102,7 +105,9 @@ class TrainConfig(BaseModel):
     hysteresis: int = 1
     """overflows tolerated before the scale backs off (1 = PyTorch)"""
     min_scale: float = 1.0
-    """floor of the loss scale; an overflow at this scale is a min-scale event"""
+    """floor of the loss scale; an overflow at this scale is a min-scale event, which stops the run under
+    the default min_scale_policy (raise). Not in PyTorch: GradScaler has no floor, its scale can fall
+    below 1"""
     min_scale_policy: Literal["raise", "warn"] = "raise"
     """on a min-scale event: raise stops the run naming the step and last checkpoint; warn goes on"""
     # bookkeeping
