@@ -24,7 +24,7 @@ fn row_loss(r: u32) -> f32 {
   for (var c = 1u; c < C; c++) { mx = max(mx, logits[row + c]); }
   var sum = 0.0;
   for (var c = 0u; c < C; c++) { sum += exp(logits[row + c] - mx); }
-  return mx + log(sum) - logits[row + label];
+  return log(sum) - (logits[row + label] - mx);  // as softmax_xent.wgsl: no cancellation in mx + log(sum)
 }
 
 @compute @workgroup_size(256)

@@ -1,5 +1,5 @@
 // Fused softmax cross-entropy, forward and backward, in f32. One thread per row.
-//   loss_r = logsumexp(l_r) - l_r[y_r]
+//   loss_r = logsumexp(l_r) - l_r[y_r] = log(sum_c exp(l_c - max)) - (l_r[y_r] - max)
 //   dlogits = (softmax(l_r) - onehot(y_r)) * scale / COUNTED   (the mean over the counted rows,
 //   times the loss scale)
 // dlogits is stored in the activation format; a value that does not fit raises the overflow flag.
@@ -33,7 +33,9 @@ fn softmax_xent(@builtin(global_invocation_id) gid: vec3<u32>) {
   for (var c = 1u; c < C; c++) { mx = max(mx, logits[row + c]); }
   var sum = 0.0;
   for (var c = 0u; c < C; c++) { sum += exp(logits[row + c] - mx); }
-  let loss = mx + log(sum) - logits[row + label];
+  // not (mx + log(sum)) - l_y: that rounds the loss to the ulp of the logits ([3e38, 3e38, -3e38]
+  // with label 0 gave 0, not ln 2); l_y - mx is exact whenever the two are within a factor 2
+  let loss = log(sum) - (logits[row + label] - mx);
   loss_rows[r] = loss;
   var bad = f32_nonfinite(loss);
   if (bad) { atomicOr(&flags[0], FLAG_LOSS); }

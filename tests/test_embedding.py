@@ -472,3 +472,28 @@ def test_eval_loss_chunks_and_total(path):
     )  # fmt: skip
     want = np.float32(np.float32(partial[0] + partial[1]) + partial[2])
     assert out["total"][0] == want
+
+
+def test_eval_loss_large_logits(path):
+    """The validation loss's rows as softmax_xent's, log(sum) - (l_y - max): logits far from 0 with
+    an O(1) spread and the row [3e38, 3e38, -3e38, ...] with label 0 (loss ln 2) against float64.
+    (max + log(sum)) - l_y rounded each row's loss to the logits' ulp (0 for the last row)."""
+    rng = rng_for("eval_loss/large_logits", path)
+    bases = [1e3, -1e3, 2.0**22, -(2.0**23), 1e6, -3e7, 3e38]
+    C = 7
+    logits = (np.array(bases)[:, None] + rng.integers(-6, 7, (len(bases), C)) * 0.5).astype(np.float32)
+    labels = rng.integers(0, C, len(bases)).astype(np.uint32)
+    logits[-1] = [3e38, 3e38] + [-3e38] * (C - 2)
+    labels[-1] = 0
+    n = len(bases)
+    partial = np.zeros(1, np.float32)
+    out = op(
+        ops.eval_loss_chunk,
+        {"logits": logits, "labels": labels, "partial": partial, "total": np.zeros(1, np.float32)},
+        {"partial": (1,)},
+        path, B=n, C=C, chunk=0, chunks=1,
+    )  # fmt: skip
+    loss, _, _ = ref.softmax_xent(logits, labels)
+    assert loss[-1] == np.log(2)
+    loss_err, _ = ref.softmax_xent_error(logits, labels)
+    check_close(out["partial"][0], loss.sum(), loss_err.sum() + dot_error(n) * np.abs(loss).sum(), "sum")

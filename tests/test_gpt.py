@@ -166,6 +166,32 @@ def test_gpt_plan_shape():
     assert capped["eval"]["test_rows"] == 9 < len(corpus.val) - 1
 
 
+def test_gpt_overflowing_evaluation_leaves_training_alone(f16_path, gpu):
+    """An evaluation whose activations overflow f16 (token embeddings of 1e5) raises its bit in
+    eval_flags only; no dispatch of 'eval' binds the training flags, and the next train_step,
+    with the embeddings restored, is applied."""
+    from webmp.inspect import cached_runtime
+    from webmp.models.gpt import build_gpt_plan
+
+    cfg = TrainConfig(
+        model="gpt", batch_size=BATCH, init_scale=1024.0, log_every=1, steps=10, warmup=0,
+        schedule="constant", n_layer=L, n_head=H, d_model=D, context=T,
+    )  # fmt: skip
+    plan, blob = build_gpt_plan(cfg, tiny_corpus(), f16_path, params=tiny_params(True))
+    rt = cached_runtime(plan, blob, gpu)
+    wte = rt.read("wte")
+    rt.write("wte", np.full(len(wte) // 4, 1e5, np.float32).tobytes())
+    rt.run("eval")
+    rt.write("wte", wte)
+    rt.run("train_step")
+    st = decode_state(rt.read("state"))
+    assert st["apply"] == 1 and st["found_inf"] == 0 and st["skipped_total"] == 0
+    assert np.frombuffer(rt.read("eval_flags"), np.uint32)[0] & 1, "the evaluation overflowed"
+    binds = {p: {b for d in plan["programs"][p] for b in d["bind"]} for p in ("train_step", "eval")}
+    assert "eval_flags" in binds["eval"] and "flags" not in binds["eval"]
+    assert "eval_flags" not in binds["train_step"]
+
+
 @pytest.mark.slow
 def test_gpt_trains(gpu):
     """60 steps on a tiny repetitive text (emulated f16, loss scaling): the loss falls well below

@@ -54,9 +54,17 @@ def worst_relative(got: dict, want: dict) -> dict:
     return {k: float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want}
 
 
+# Widths that are not multiples of any workgroup size (64 columns a colsum / layernorm_wgrad
+# workgroup, 256 a grad_stats one) nor of a matmul tile: a grid rounded down in the plan leaves
+# columns 64 .. 99 of the first layer's bias (and LayerNorm) gradients unwritten. conftest.SMALL's
+# [16] fits in one workgroup everywhere and could not tell.
+HIDDEN = {"16": [16], "100-37": [100, 37]}
+
+
+@pytest.mark.parametrize("hidden", list(HIDDEN))
 @pytest.mark.parametrize("model,act", MODELS)
-def test_gradients(model, act, path, trainer, digits):
-    plan, rt = trainer(path, model=model, act=act)
+def test_gradients(model, act, hidden, path, trainer, digits):
+    plan, rt = trainer(path, model=model, act=act, hidden=HIDDEN[hidden])
     params, x, y, scale, grads, loss = step_gradients(plan, rt, digits)
     ln = model == "mlp-ln"
     loss64, g64 = ref.mlp_loss_and_grads(params, x, y, act=act, ln=ln)

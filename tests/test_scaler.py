@@ -178,3 +178,37 @@ def test_fp32_reports_but_never_skips(make):
     st = t.state()
     assert rec["found_inf"] == FLAG_H_STORE | FLAG_MASTER_GRAD | FLAG_LOSS and rec["skipped"] == 0
     assert st["scale"] == 1.0 and st["opt_step"] == 2 and st["skipped_total"] == 0
+
+
+def test_overflowing_evaluation_leaves_training_alone(f16_path, make):
+    """Program 'eval' stores f16 activations too, and an overflow there must not reach the next
+    training step: its bit goes to its own word (eval_flags), not the flags the scaler reads.
+    (It went into the training flags, and nothing cleared them: the next step was skipped.)"""
+    t = make(f16_path)
+    t.step()
+    x = t.digits.test_x
+    w0 = np.frombuffer(t.rt.read("W0"), np.float32)[: x.shape[1] * 16].reshape(x.shape[1], 16)
+    # f16-representable inputs whose first hidden unit is 6e4 * sum |W0[:, 0]| ~ 1e5: overflow
+    huge = np.tile(6e4 * np.where(w0[:, 0] >= 0, 1, -1), (len(x), 1)).astype(np.float32)
+    t.rt.write("test_x", huge.tobytes())
+    try:
+        t.rt.run("eval")
+    finally:
+        t.rt.write("test_x", x.tobytes())
+    before = t.snapshot()
+    rec = t.step()
+    assert rec["skipped"] == 0 and rec["found_inf"] == 0, "a clean step after an overflowing evaluation"
+    assert t.snapshot() != before
+    assert np.frombuffer(t.rt.read("eval_flags"), np.uint32)[0] == FLAG_H_STORE, "the evaluation overflowed"
+
+
+@pytest.mark.parametrize("model", ["mlp", "mlp-ln"])
+def test_eval_program_keeps_to_its_flags(model, digits):
+    """No dispatch of 'eval' binds the training flags, none of 'train_step' binds eval_flags."""
+    from webmp.config import TrainConfig
+    from webmp.models import build_plan
+
+    plan, _ = build_plan(TrainConfig(model=model, hidden=[16, 9]), digits, "emulated")
+    binds = {p: {b for d in plan["programs"][p] for b in d["bind"]} for p in ("train_step", "eval")}
+    assert "flags" in binds["train_step"] and "eval_flags" not in binds["train_step"]
+    assert "eval_flags" in binds["eval"] and "flags" not in binds["eval"]

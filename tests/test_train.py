@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from webmp.checkpoint import load_checkpoint, resume_blob
 from webmp.cli import main as cli
-from webmp.config import TrainConfig
+from webmp.config import TrainConfig, config_error_message
 from webmp.data import load_digits, make_dataset
 from webmp.models import build_plan
 from webmp.runtime import GPU, Runtime, default_gpu
@@ -37,12 +37,34 @@ def run(tmp_path, name, **kw):
         ("hysteresis", 0),
         ("init_scale", float("nan")),
         ("log_every", 0),
+        ("warmup", -5),
+        ("checkpoint_every", -1),
+        ("seed", -1),
+        ("seed", 2**32),
+        ("val_tokens", -1),
+        ("min_lr", -1e-4),
+        ("min_lr", float("inf")),
+        ("min_lr", 2e-3),  # above the default lr, 1e-3
+        ("weight_decay", -0.1),
+        ("clip_norm", -1.0),
+        ("eps", 0.0),
+        ("eps", -1e-8),
+        ("eps", float("inf")),
+        ("eps", float("nan")),
+        ("eps", 1e-40),  # an f32 subnormal: 0 where the GPU flushes them
+        ("beta1", 1.0),
+        ("beta1", -0.1),
+        ("beta2", float("nan")),
+        ("beta2", 1.0),
+        ("beta2", 0.99999999),  # f32 rounds it to 1: a bias correction of 0
     ],
 )
 def test_invalid_config_names_the_field(field, value):
+    """The message a user sees (config_error_message: CLI and HTTP errors) names the field; the
+    ValidationError's own text would, for any field, through its input_value dict."""
     with pytest.raises(ValidationError) as e:
         TrainConfig(**{field: value})
-    assert field in str(e.value)
+    assert field in config_error_message(e.value)
 
 
 def test_cli_rejects_bad_flag_before_gpu_work(capsys):
@@ -197,15 +219,85 @@ def test_auto_falls_back_to_emulated_and_says_so(tmp_path, monkeypatch):
 
 
 def test_native_and_emulated_f16_train_alike(tmp_path):
+    """30 steps on each f16 path end bit-identical: every metrics record, master weight, working
+    copy and moment. Both paths do the same f32 arithmetic on the same f16 values and round
+    operands with the same integer f16_round; they differ only in the store conversion
+    (vec2<f16>(v) vs pack2x16float), which rounds alike on this adapter (WGSL lets each pick either
+    neighbour, so another adapter could differ by an f16 ulp: test_kernels.py's
+    test_native_matches_emulated would show it kernel by kernel)."""
     if not default_gpu().has_f16:
         pytest.skip("adapter lacks shader-f16")
-    losses = {}
+    runs = {}
     for path in ("native", "emulated"):
         t = run(tmp_path, path, f16=path, steps=30)
         t.run()
-        losses[path] = np.array([r["loss"] for r in t.run_dir.read_metrics()])
-    # same stored f16 values in both paths; f32 arithmetic identical up to instruction choice
-    np.testing.assert_allclose(losses["native"], losses["emulated"], rtol=1e-3)
+        runs[path] = t
+    native, emulated = runs["native"], runs["emulated"]
+    assert native.run_dir.read_metrics() == emulated.run_dir.read_metrics()
+    a, b = _weights(native), _weights(emulated)
+    assert a.keys() == b.keys()
+    for n in a:
+        assert a[n] == b[n], f"buffer {n} differs between the f16 paths"
+
+
+# --- which parameters AdamW decays ----------------------------------------------------------------
+
+DECAY_CASES = {
+    "mlp": dict(model="mlp", hidden=[16]),
+    "mlp-ln": dict(model="mlp-ln", hidden=[16]),
+    "gpt-tied": dict(model="gpt", n_layer=1, n_head=2, d_model=16, context=8, batch_size=4),
+    "gpt-untied": dict(model="gpt", n_layer=1, n_head=2, d_model=16, context=8, batch_size=4, tie_head=False),
+}
+
+
+@pytest.mark.parametrize("case", list(DECAY_CASES))
+def test_weight_decay_per_parameter(case, digits, gpu):
+    """One train_step with lr 0.1, weight decay 2 and every gradient exactly 0 (a loss scale of
+    2^-30 puts all of dlogits below f16's smallest subnormal), from random nonzero parameters:
+    AdamW's update is then the decay alone, P * (1 - lr * wd), so the parameters that change are
+    the decayed ones. The MLPs decay their weight matrices only (not biases, not LayerNorm gains or
+    shifts); the GPT decays every matrix, embeddings and an untied head included
+    (webmp.models.gpt.gpt_decays), not biases or LayerNorm parameters."""
+    from webmp.corpus import tokenize
+    from webmp.inspect import cached_runtime
+    from webmp.models.gpt import gpt_decays
+
+    lr, wd = 0.1, 2.0
+    cfg = TrainConfig(
+        **DECAY_CASES[case], lr=lr, weight_decay=wd, warmup=0, schedule="constant", init_scale=2.0**-30,
+        min_scale=2.0**-30, steps=10, log_every=1, checkpoint_every=0,
+    )  # fmt: skip
+    if cfg.model == "gpt":
+        data = tokenize("the quick brown fox jumps over the lazy dog. " * 8, "fox", "test", "0")
+    else:
+        data = digits
+    plan, blob = build_plan(cfg, data, "emulated")
+    rt = cached_runtime(plan, blob, gpu)
+    rng = np.random.default_rng(23)
+    before = {}
+    for p in plan["params"]:
+        before[p["name"]] = (0.5 * rng.standard_normal(p["shape"]) + 0.1).astype(np.float32)
+        rt.write(p["master"], before[p["name"]].tobytes())
+    rt.run("train_step")
+    assert decode_state(rt.read("state"))["apply"] == 1
+
+    def read(name, shape):
+        return np.frombuffer(rt.read(name), np.float32)[: int(np.prod(shape))].reshape(shape)
+
+    for p in plan["params"]:
+        assert not read(p["grad"], p["shape"]).any(), f"{p['name']}: the gradient is not 0"
+    changed = set()
+    for p in plan["params"]:
+        name, old, new = p["name"], before[p["name"]], read(p["master"], p["shape"])
+        if new.tobytes() != old.tobytes():
+            changed.add(name)
+            np.testing.assert_allclose(new, old * (1 - lr * wd), rtol=1e-6, err_msg=name)
+    if cfg.model == "gpt":
+        want = {p["name"] for p in plan["params"] if gpt_decays(p["name"])}
+    else:
+        want = {p["name"] for p in plan["params"] if p["name"].startswith("W")}
+    assert changed == want
+    assert want == {p["name"] for p in plan["params"] if len(p["shape"]) == 2}, "every matrix, nothing else"
 
 
 def _weights(t):
@@ -230,6 +322,31 @@ def test_resume_is_exact(tmp_path, precision):
     ma, mb = whole.run_dir.read_metrics(), resumed.run_dir.read_metrics()
     assert [r["step"] for r in mb] == list(range(30))
     assert ma == mb
+
+
+def test_resume_from_an_older_checkpoint(tmp_path):
+    """A run that checkpointed at step 20 and logged through step 26 before it stopped without a
+    final checkpoint (as after a crash): resuming from its run directory starts at step 20, drops
+    the records of steps 20 .. 26 and writes them again, so metrics.jsonl holds steps 0 .. 29 once
+    each, identical to an uninterrupted run's, and so are the weights. (test_resume_is_exact
+    resumes from the last logged step, where truncating one step late changes nothing.)"""
+    kw = dict(steps=30, checkpoint_every=10, growth_interval=4, init_scale=2.0**20)
+    whole = run(tmp_path, "whole", **kw)
+    whole.run()
+    part = run(tmp_path, "part", **kw)
+    part.finish = lambda: None  # stop as a crash would: no evaluation, no final checkpoint
+    part.run(stop_after=27)
+    assert [r["step"] for r in part.run_dir.read_metrics()] == list(range(27))
+    assert load_checkpoint(tmp_path / "part")[1]["step"] == 20
+    resumed = Trainer(TrainConfig(**{**SMALL, **kw}), resume=tmp_path / "part", progress=False, log=None)
+    assert resumed.step == 20
+    resumed.run()
+    mb = resumed.run_dir.read_metrics()
+    assert [r["step"] for r in mb] == list(range(30))
+    assert mb == whole.run_dir.read_metrics()
+    a, b = _weights(whole), _weights(resumed)
+    for n in a:
+        assert a[n] == b[n], f"buffer {n} differs after resume"
 
 
 def test_gpt_resume_is_exact(tmp_path):

@@ -14,6 +14,9 @@ MLP_MODELS = ("mlp", "mlp-ln")
 MODEL_DEFAULTS: dict[str, dict[str, object]] = {
     "gpt": {"steps": 600, "batch_size": 16, "lr": 2e-3, "warmup": 60, "min_lr": 2e-4, "weight_decay": 0.1},
 }
+F32_NORMAL_MIN = 2.0**-126  # the smallest normal f32 (GPUs may flush subnormals to 0)
+F32_MAX = 3.4028234663852886e38
+BETA_F32_MAX = 1 - 2.0**-25  # from here up an f32 rounds to 1
 # The fields only some models read; every other field applies to all of them.
 MODEL_FIELDS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("hidden", "act", "init_gain", "dataset", "input_scale"), MLP_MODELS),
@@ -78,7 +81,9 @@ class TrainConfig(BaseModel):
     min_lr: float = 0.0
     """final learning rate of the cosine schedule"""
     weight_decay: float = 0.01
-    """AdamW's decoupled weight decay"""
+    """AdamW's decoupled weight decay, on weight matrices only: the MLPs' Linear weights, every matrix of
+    the gpt (token and position embeddings and an untied head included); never biases or LayerNorm
+    parameters. (torch.optim.AdamW decays every parameter it is given.)"""
     beta1: float = 0.9
     """AdamW's first-moment decay"""
     beta2: float = 0.999
@@ -87,7 +92,8 @@ class TrainConfig(BaseModel):
     """AdamW's denominator epsilon"""
     clip_norm: float = 0.0
     """max global gradient norm, applied after unscaling (0 = no clipping)"""
-    # dynamic loss scaling (PyTorch GradScaler defaults; hysteresis 1 = PyTorch behaviour)
+    # dynamic loss scaling (PyTorch GradScaler defaults; hysteresis 1 = PyTorch behaviour; the floor
+    # min_scale is webmp's own)
     init_scale: float = 65536.0
     """initial loss scale"""
     growth_factor: float = 2.0
@@ -99,7 +105,9 @@ class TrainConfig(BaseModel):
     hysteresis: int = 1
     """overflows tolerated before the scale backs off (1 = PyTorch)"""
     min_scale: float = 1.0
-    """floor of the loss scale; an overflow at this scale is a min-scale event"""
+    """floor of the loss scale; an overflow at this scale is a min-scale event, which stops the run under
+    the default min_scale_policy (raise). Not in PyTorch: GradScaler has no floor, its scale can fall
+    below 1"""
     min_scale_policy: Literal["raise", "warn"] = "raise"
     """on a min-scale event: raise stops the run naming the step and last checkpoint; warn goes on"""
     # bookkeeping
@@ -143,6 +151,13 @@ class TrainConfig(BaseModel):
             raise ValueError(f"{info.field_name} must be >= 0, got {v}")
         return v
 
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v):
+        if v >= 2**32:
+            raise ValueError(f"seed must fit in 32 bits (0 .. 4294967295), got {v}")
+        return v
+
     @field_validator("min_lr", "weight_decay", "clip_norm")
     @classmethod
     def _non_negative_float(cls, v, info):
@@ -183,13 +198,21 @@ class TrainConfig(BaseModel):
     def _beta(cls, v, info):
         if not 0 <= v < 1:
             raise ValueError(f"{info.field_name} must be in [0, 1), got {v}")
+        if v >= BETA_F32_MAX:
+            raise ValueError(
+                f"{info.field_name} must be below 1 - 2^-25: f32, the GPU's precision, rounds {v} to 1, "
+                "which makes Adam's bias correction 0"
+            )
         return v
 
     @field_validator("eps")
     @classmethod
     def _eps(cls, v):
-        if not v > 0:
-            raise ValueError(f"eps must be > 0, got {v}")
+        if not F32_NORMAL_MIN <= v <= F32_MAX:
+            raise ValueError(
+                f"eps must be a positive number in f32's normal range (1.2e-38 .. 3.4e38; the GPU holds "
+                f"it in f32 and may flush smaller ones to 0), got {v}"
+            )
         return v
 
     @model_validator(mode="after")
@@ -198,8 +221,6 @@ class TrainConfig(BaseModel):
             raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         if self.min_scale > self.init_scale:
             raise ValueError(f"min_scale ({self.min_scale}) must not exceed init_scale ({self.init_scale})")
-        if self.seed >= 2**32:
-            raise ValueError("seed must fit in 32 bits")
         if self.model == "gpt" and (self.d_model % self.n_head or (self.d_model // self.n_head) % 2):
             raise ValueError(
                 f"d_model ({self.d_model}) must be n_head ({self.n_head}) times an even head size"

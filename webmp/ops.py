@@ -11,8 +11,11 @@ only.
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from .plan import PlanBuilder
 from .tilecache import DEFAULT_TILES, Tiles
@@ -485,6 +488,21 @@ def grad_stats(
     )
 
 
+ADAM_LOG_BETA_ZERO = -128.0  # adam_log_beta(0): any x = t * this is below scaler.wgsl's cutoff (-18)
+
+
+def adam_log_beta(beta: float) -> float:
+    """scaler.wgsl's LOG_BETA1 / LOG_BETA2: ln of the f32 beta (the value adamw.wgsl's BETA holds),
+    computed in float64 and rounded to f32; ADAM_LOG_BETA_ZERO for beta 0. The kernel's bias
+    correction 1 - beta^t is then consistent with the moments it divides."""
+    b32 = float(np.float32(beta))
+    if not 0.0 <= b32 < 1.0:
+        raise ValueError(f"Adam's beta must round to an f32 in [0, 1), got {beta} (f32 {b32})")
+    if b32 == 0.0:
+        return ADAM_LOG_BETA_ZERO
+    return float(np.float32(math.log(b32)))
+
+
 def scaler_step(
     pb: PlanBuilder,
     program: str,
@@ -496,8 +514,9 @@ def scaler_step(
     state: str = "state",
     flags: str = "flags",
 ) -> None:
-    """The step's verdict, loss scale update and metrics record (one workgroup); `constants` are
-    scaler.wgsl's overrides (NUM_PARTIALS, B, SCALING, GROWTH, ..., RING)."""
+    """The step's verdict, loss scale update, Adam's bias corrections and metrics record (one
+    workgroup); `constants` are scaler.wgsl's overrides (NUM_PARTIALS, B, SCALING, GROWTH, ...,
+    LOG_BETA1, LOG_BETA2 from adam_log_beta, RING)."""
     pb.dispatch(
         program,
         ["reduce.wgsl", "scaler.wgsl"],
@@ -633,6 +652,16 @@ def eval_loss_total(
         {"logits": logits, "labels": labels, "partial": partial, "total": total},
         [1],
     )
+
+
+# --- inspection ------------------------------------------------------------------------------------
+
+
+def round_h(pb: PlanBuilder, program: str, *, x: str, out: str, N: int) -> None:
+    """out = h_round(x) for N f32 values: the prelude's rounding to the activation format (f16,
+    ties to even, via common.wgsl's f16_round on both f16 paths; none in fp32), as matmul
+    operands get it with A_ACT. For tests and webmp.inspect; no model dispatches it."""
+    pb.dispatch(program, ["round_h.wgsl"], "round_h", {"N": N}, {"x": x, "out": out}, grid(N))
 
 
 # --- token models ----------------------------------------------------------------------------------

@@ -343,8 +343,8 @@ def attention(qkv, dO, *, B: int, T: int, H: int, d: int) -> dict:
 
 def softmax_xent(logits, labels, scale: float = 1.0, counted: int | None = None):
     """(loss per row, dlogits before the store, loss is non-finite) for the fused kernel:
-    dlogits = (softmax - onehot) * scale / counted (default B). Rows labelled NO_LABEL get loss 0
-    and a zero gradient."""
+    loss = log(sum_c exp(l_c - max)) - (l_y - max), dlogits = (softmax - onehot) * scale / counted
+    (default B). Rows labelled NO_LABEL get loss 0 and a zero gradient."""
     z = np.asarray(logits, np.float64)
     labels = np.asarray(labels, np.int64)
     B = len(z)
@@ -353,7 +353,8 @@ def softmax_xent(logits, labels, scale: float = 1.0, counted: int | None = None)
     mx = z.max(1, keepdims=True)
     e = np.exp(z - mx)
     s = e.sum(1, keepdims=True)
-    loss = (mx + np.log(s))[:, 0] - z[np.arange(B), lab]
+    # not (max + log(sum)) - l_y: that rounds the loss to the logits' ulp (float64's too)
+    loss = np.log(s)[:, 0] - (z[np.arange(B), lab] - mx[:, 0])
     p = e / s
     p[np.arange(B), lab] -= 1.0
     loss[pad], p[pad] = 0.0, 0.0
@@ -361,23 +362,30 @@ def softmax_xent(logits, labels, scale: float = 1.0, counted: int | None = None)
 
 
 def softmax_xent_error(logits, labels, scale: float = 1.0, counted: int | None = None):
-    """(loss bound, dlogits bound before the store) for the kernel's f32 evaluation: WGSL exp is good
-    to (3 + 2|x|) ulps, log to 2^-21 absolute near 1 (the row sum is in [1, C]), division to 2.5
-    ulps; the row sum errs by sum_rel, each probability by p_rel; the loss's final additions err by
-    f32 rounding of the magnitudes involved (|max|, |logit of the label|, |loss|). Padding rows are
-    exact (0)."""
+    """(loss bound, dlogits bound before the store) for the kernel's f32 evaluation. Each
+    e_c = exp(l_c - max) errs by (6 + 6 |x_c|) U32 relative, x_c = l_c - max: WGSL exp is good to
+    3 + 2|x| ulps (an ulp <= 2 U32) and its argument is rounded once; the row sum of C terms adds
+    2 (C + 1) U32, so log(sum) errs by sum_rel = the p-weighted term errors + that, plus log's own
+    error (2^-21 absolute for a sum in [1, 2], 3 ulps of log(sum) above). The loss
+    log(sum) - (l_y - max) adds one rounding of l_y - max and one of the loss; each probability
+    errs by 2 sum_rel + its term's error + the division's 2.5 ulps. Padding rows are exact (0)."""
     z = np.asarray(logits, np.float64)
     labels = np.asarray(labels, np.int64)
     B, C = z.shape
     pad = labels == NO_LABEL
     loss, dl, _ = softmax_xent(z, labels, scale, counted)
     n = counted or B
-    span = z.max(1) - z.min(1)
-    sum_rel = ((3 + 2 * span) * 2 + 2 * (C + 1)) * U32
-    mx, zy = z.max(1), z[np.arange(B), np.where(pad, 0, labels)]
-    loss_err = sum_rel + 2.0**-21 + 4 * U32 * (np.abs(mx) + np.abs(zy) + np.abs(loss))
-    p_rel = (2 * sum_rel + (3 + 2 * span + 5) * 2 * U32)[:, None]
-    p = np.exp(z - mx[:, None]) / np.exp(z - mx[:, None]).sum(1, keepdims=True)
+    mx = z.max(1)
+    x = z - mx[:, None]
+    e = np.exp(x)
+    s = e.sum(1)
+    p = e / s[:, None]
+    term_rel = (6 + 6 * np.abs(x)) * U32
+    sum_rel = (p * np.where(p > 0, term_rel, 0.0)).sum(1) + 2 * (C + 1) * U32
+    zy = z[np.arange(B), np.where(pad, 0, labels)]
+    log_err = np.maximum(2.0**-21, 6 * U32 * np.log(s))
+    loss_err = sum_rel + log_err + 2 * U32 * (np.abs(zy - mx) + np.abs(loss))
+    p_rel = 2 * sum_rel[:, None] + np.where(p > 0, term_rel, 0.0) + 10 * U32
     dl_err = (p_rel * p + 4 * U32 * np.abs(dl) * n / scale) * scale / n
     loss_err[pad], dl_err[pad] = 0.0, 0.0
     return loss_err, dl_err
@@ -440,8 +448,8 @@ SCALER_DEFAULTS = {
     "LR_MIN": 0.0,
     "WARMUP": 0,
     "SCHEDULE": 1,
-    "BETA1": 0.9,
-    "BETA2": 0.999,
+    "LOG_BETA1": float(np.float32(math.log(np.float32(0.9)))),  # webmp.ops.adam_log_beta(0.9)
+    "LOG_BETA2": float(np.float32(math.log(np.float32(0.999)))),
 }
 
 
@@ -472,8 +480,9 @@ def scaler_step(state: dict, found: int, partials, loss_rows, c: dict):
     s.update(apply=0 if skip else 1, lr=lr, grad_mul=clip / scale, loss=loss, grad_norm=norm, found_inf=found)
     if not skip:
         s["opt_step"] += 1
-        s["bc1"] = 1.0 - c["BETA1"] ** s["opt_step"]
-        s["bc2"] = 1.0 - c["BETA2"] ** s["opt_step"]
+        # 1 - e^(t ln beta) for the kernel's f32 constant ln beta: adam_bias_correction within 1 U32
+        s["bc1"] = -math.expm1(s["opt_step"] * c["LOG_BETA1"])
+        s["bc2"] = -math.expm1(s["opt_step"] * c["LOG_BETA2"])
     min_event = 0
     if c["SCALING"] == 1:
         if overflow:
@@ -510,6 +519,20 @@ def scaler_step(state: dict, found: int, partials, loss_rows, c: dict):
     s["iteration"] = it + 1
     s["data_pos"] += c["B"]
     return s, record
+
+
+def adam_bias_correction(beta: float, t) -> np.ndarray:
+    """1 - beta^t exactly (to float64 rounding) for the f32 value of beta, the number the kernels'
+    moment updates use: what scaler.wgsl's bias corrections bc1, bc2 approximate at opt_step t."""
+    b = np.float64(np.float32(beta))
+    t = np.asarray(t, np.float64)
+    if b == 0.0:
+        return np.ones_like(t)
+    return -np.expm1(t * np.log1p(b - 1.0))
+
+
+# scaler.wgsl's one_minus_pow: relative error bound of its bias corrections (derived in the shader)
+BIAS_CORRECTION_ERROR = 12 * U32
 
 
 def adamw(P, G, Mo, V, state: dict, c: dict):

@@ -51,6 +51,8 @@ after it to define):
   0 idx, 1 spans, 2 order), embed_wgrad.wgsl (embed_wgrad: 0 spans, 1 order, 2 dX (h), 3 dwte,
   4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags), sample_window.wgsl (sample_window: 0 seq,
   1 seq_len, 2 idx), sample_next.wgsl (sample_next: 0 logits (f32), 1 seq, 2 seq_len).
+- round_h.wgsl (round_h: 0 x, 1 out, both f32): an inspection kernel no model dispatches, the
+  prelude's h_round on any f32 input (tests check its ties to even).
 
 Rules:
 - The prelude comes first: `enable f16;` (prelude_native) must precede every declaration.

@@ -27,6 +27,7 @@ from ..tilecache import TileTable
 
 TRAIN_STEP = "train_step"
 EVAL = "eval"
+EVAL_FLAGS = "eval_flags"  # the overflow flags of program 'eval' (the training step's are "flags")
 
 
 class Param(TypedDict):
@@ -61,11 +62,15 @@ class ModelBuilder:
         self.params: list[Param] = []
 
     def bookkeeping(self, batch: int) -> None:
-        """The GPU state, the overflow flags, per-row losses, the metrics ring, the eval counters."""
+        """The GPU state, the overflow flags, per-row losses, the metrics ring, the eval counters.
+        Program 'eval' stores activations with their overflow test too; its bits go to eval_flags
+        (EVAL_FLAGS), never read by the scaler, so an evaluation leaves nothing that changes the
+        next training step (its overflow would otherwise skip that step)."""
         cfg, pb = self.cfg, self.pb
         state0 = initial_state(cfg.init_scale if cfg.loss_scaling else 1.0, cfg.hysteresis)
         pb.buffer("state", STATE_BYTES, "other", "state", (len(STATE_FIELDS),), state0)
         pb.u32("flags", (4,), "other")
+        pb.u32(EVAL_FLAGS, (4,), "other")
         pb.f32("loss_rows", (batch,), "activations")
         # unwritten ring slots hold step 0xFFFFFFFF, so readers can tell them from step 0
         ring = (cfg.log_every, len(METRIC_FIELDS))
@@ -175,7 +180,8 @@ class ModelBuilder:
 
 
 def scaler_constants(cfg: TrainConfig, num_partials: int, batch: int) -> dict[str, Any]:
-    """scaler.wgsl's overrides: the loss scaler (GradScaler semantics), clipping, the lr schedule."""
+    """scaler.wgsl's overrides: the loss scaler (GradScaler semantics), clipping, the lr schedule,
+    Adam's betas for the bias corrections."""
     return {
         "NUM_PARTIALS": num_partials,
         "B": batch,
@@ -191,7 +197,7 @@ def scaler_constants(cfg: TrainConfig, num_partials: int, batch: int) -> dict[st
         "WARMUP": cfg.warmup,
         "TOTAL": cfg.steps,
         "SCHEDULE": int(cfg.schedule == "cosine"),
-        "BETA1": cfg.beta1,
-        "BETA2": cfg.beta2,
+        "LOG_BETA1": ops.adam_log_beta(cfg.beta1),
+        "LOG_BETA2": ops.adam_log_beta(cfg.beta2),
         "RING": cfg.log_every,
     }

@@ -33,7 +33,7 @@ from ..corpus import TextCorpus
 from ..data import check_tokens, eval_windows, perm_bits
 from ..plan import PLAN_FORMAT, EvalSpec, Plan, SamplePlan, memory_by_category, pack_h
 from ..tilecache import TileTable
-from .common import EVAL, TRAIN_STEP, ModelBuilder
+from .common import EVAL, EVAL_FLAGS, TRAIN_STEP, ModelBuilder
 
 GELU = ops.ACT_CODES["gelu"]
 
@@ -170,42 +170,44 @@ class GPTForward:
         if tie_head:
             pb.f32("head_bias", (V,), "other")  # zeros: the tied head has no bias
 
-    def _ln(self, program: str, x: str, gname: str, bname: str, y: str, stats: str) -> None:
+    def _ln(self, program: str, x: str, gname: str, bname: str, y: str, stats: str, flags: str) -> None:
         m = self.master
         ops.layernorm_fwd(
-            self.pb, program, Z=x, gamma=m(gname), beta=m(bname), Y=y, stats=stats, M=self.R, N=self.D
-        )
+            self.pb, program, Z=x, gamma=m(gname), beta=m(bname), Y=y, stats=stats, M=self.R, N=self.D,
+            flags=flags,
+        )  # fmt: skip
 
-    def emit(self, program: str) -> None:
-        """The forward dispatches, idx -> logits, appended to `program`."""
-        pb, mb, m, w, att = self.pb, self.mb, self.master, self.copy, self.att
+    def emit(self, program: str, flags: str = "flags") -> None:
+        """The forward dispatches, idx -> logits, appended to `program`; their f16 stores raise
+        overflow bits in `flags`."""
+        pb, mb, m, w, att = self.pb, self.mb, self.master, self.copy, {**self.att, "flags": flags}
         R, D, T, V = self.R, self.D, self.T, self.V
-        ops.embed_fwd(pb, program, idx="idx", wte=m("wte"), wpe=m("wpe"), X="X0", R=R, T=T, D=D)
+        ops.embed_fwd(pb, program, idx="idx", wte=m("wte"), wpe=m("wpe"), X="X0", R=R, T=T, D=D, flags=flags)
         for l, c in enumerate(self.lay):
-            self._ln(program, c["x_in"], f"ln1_g{l}", f"ln1_b{l}", c["a"], c["ln1"])
+            self._ln(program, c["x_in"], f"ln1_g{l}", f"ln1_b{l}", c["a"], c["ln1"], flags)
             mb.matmul(
                 program, "matmul_fwd", A=c["a"], B=w(f"Wqkv{l}"), C=c["qkv"], bias=m(f"bqkv{l}"),
-                M=R, N=3 * D, K=D,
+                M=R, N=3 * D, K=D, flags=flags,
             )  # fmt: skip
             ops.attention_matmul(pb, program, "scores", qkv=c["qkv"], S="S", **att)
             ops.attn_softmax_fwd(pb, program, S="S", P=c["P"], **att)
             ops.attention_matmul(pb, program, "values", P=c["P"], qkv=c["qkv"], O=c["O"], **att)
             mb.matmul(
                 program, "matmul_fwd", A=c["O"], B=w(f"Wo{l}"), C=c["x_mid"], bias=m(f"bo{l}"),
-                M=R, N=D, K=D,
+                M=R, N=D, K=D, flags=flags,
             )  # fmt: skip
-            ops.add_h(pb, program, A=c["x_in"], Y=c["x_mid"], M=R, N=D)
-            self._ln(program, c["x_mid"], f"ln2_g{l}", f"ln2_b{l}", c["m"], c["ln2"])
+            ops.add_h(pb, program, A=c["x_in"], Y=c["x_mid"], M=R, N=D, flags=flags)
+            self._ln(program, c["x_mid"], f"ln2_g{l}", f"ln2_b{l}", c["m"], c["ln2"], flags)
             mb.matmul(
                 program, "matmul_fwd", A=c["m"], B=w(f"W1{l}"), C=c["z"], bias=m(f"b1{l}"),
-                M=R, N=4 * D, K=D,
+                M=R, N=4 * D, K=D, flags=flags,
             )  # fmt: skip
             mb.matmul(
                 program, "matmul_fwd", A=c["z"], B=w(f"W2{l}"), C=c["x"], bias=m(f"b2{l}"),
-                M=R, N=D, K=4 * D, a_act=GELU,
+                M=R, N=D, K=4 * D, a_act=GELU, flags=flags,
             )  # fmt: skip
-            ops.add_h(pb, program, A=c["x_mid"], Y=c["x"], M=R, N=D)
-        self._ln(program, self.x_final, "lnf_g", "lnf_b", "xf", "lnf_stats")
+            ops.add_h(pb, program, A=c["x_mid"], Y=c["x"], M=R, N=D, flags=flags)
+        self._ln(program, self.x_final, "lnf_g", "lnf_b", "xf", "lnf_stats", flags)
         if self.tie_head:  # logits = xf wte^T
             mb.matmul(
                 program, "matmul_logits", A="xf", B=w("wte"), C="logits", bias="head_bias",
@@ -360,7 +362,7 @@ def build_gpt_plan(
             pb, E, tokens="val_tokens", idx="idx", targets="targets", n_tokens=len(val), T=T, batch=Bw,
             offset=chunk * Bw,
         )  # fmt: skip
-        forward(E)
+        forward(E, flags=EVAL_FLAGS)
         ops.eval_count(pb, E, **io)
         ops.eval_loss_chunk(pb, E, logits="logits", labels="targets", B=R, C=V, chunk=chunk, **sums)
     ops.eval_loss_total(pb, E, logits="logits", labels="targets", B=R, C=V, **sums)

@@ -18,7 +18,7 @@ from ..config import TrainConfig
 from ..data import Dataset, perm_bits
 from ..plan import Plan
 from ..tilecache import TileTable
-from .common import EVAL, TRAIN_STEP, ModelBuilder, pytorch_linear_init
+from .common import EVAL, EVAL_FLAGS, TRAIN_STEP, ModelBuilder, pytorch_linear_init
 
 
 def build_mlp_plan(
@@ -73,7 +73,7 @@ def build_mlp_plan(
         prev = layers[l - 1]
         return (prev["ln"]["Y"] if prev["ln"] else prev["Z"]), act
 
-    def forward(program: str) -> None:
+    def forward(program: str, flags: str = "flags") -> None:
         for l, lay in enumerate(layers):
             src, a_act = layer_input(l)
             common = dict(
@@ -84,6 +84,7 @@ def build_mlp_plan(
                 N=lay["out"],
                 K=lay["in"],
                 a_act=a_act,
+                flags=flags,
             )
             if l == L - 1:
                 mb.matmul(program, "matmul_logits", C=lay["logits"], **common)
@@ -101,6 +102,7 @@ def build_mlp_plan(
                     stats=ln["stats"],
                     M=Bt,
                     N=lay["out"],
+                    flags=flags,
                 )
 
     # --- the training step ---------------------------------------------------------------------
@@ -201,7 +203,7 @@ def build_mlp_plan(
             batch=Bt,
             offset=chunk * Bt,
         )
-        forward(E)
+        forward(E, flags=EVAL_FLAGS)
         ops.eval_count(pb, E, **io)
 
     return mb.finish(dims, {"result_buffer": "eval_result", "test_rows": n_test, "loss_buffer": None})
