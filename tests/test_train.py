@@ -57,6 +57,19 @@ def run(tmp_path, name, **kw):
         ("beta2", float("nan")),
         ("beta2", 1.0),
         ("beta2", 0.99999999),  # f32 rounds it to 1: a bias correction of 0
+        # values the GPU cannot represent (f32 overflow, 32-bit counters) or hold
+        ("init_scale", 1e39),
+        ("lr", 1e39),
+        ("min_scale", 1e39),
+        ("steps", 2**32 + 1),
+        ("hysteresis", 2**40),
+        ("growth_interval", 2**32),
+        ("warmup", 2**32),
+        ("log_every", 10**12),
+        ("hidden", [100_000_000]),
+        ("batch_size", 2**30),
+        ("d_model", 1 << 20),
+        ("context", 100_000),
     ],
 )
 def test_invalid_config_names_the_field(field, value):
@@ -65,6 +78,14 @@ def test_invalid_config_names_the_field(field, value):
     with pytest.raises(ValidationError) as e:
         TrainConfig(**{field: value})
     assert field in config_error_message(e.value)
+
+
+def test_steps_times_rows_fit_the_gpus_data_position():
+    """data_pos counts rows consumed in 32 bits: steps x batch (x context for the GPT) must fit."""
+    TrainConfig(steps=2**26 - 1, batch_size=64)
+    for kw in (dict(steps=2**26, batch_size=64), dict(model="gpt", steps=2**22, batch_size=16, context=64)):
+        with pytest.raises(ValidationError, match="must stay below 2\\^32: the data position"):
+            TrainConfig(**kw)
 
 
 def test_cli_rejects_bad_flag_before_gpu_work(capsys):

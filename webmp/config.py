@@ -24,6 +24,25 @@ MODEL_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Counters the GPU keeps in 32 bits (webmp.state's words).
+U32_FIELDS = ("steps", "growth_interval", "hysteresis", "warmup", "checkpoint_every", "val_tokens")
+# Sizes beyond any adapter a WebGPU device offers; the adapter's own limits are checked when the
+# plan is built (webmp.runtime.GPU.check_plan), these catch typos before any work.
+SIZE_LIMITS = {
+    "hidden": 1 << 16, "d_model": 1 << 14, "n_head": 1 << 10, "n_layer": 1 << 10, "context": 1 << 13,
+    "batch_size": 1 << 20, "log_every": 1 << 16,
+}  # fmt: skip
+SIZE_WHY = {
+    "hidden": "a layer's width",
+    "d_model": "the residual stream's width",
+    "n_head": "attention heads",
+    "n_layer": "transformer blocks",
+    "context": "the attention scores grow with its square",
+    "batch_size": "rows a step",
+    "log_every": "the GPU's metrics ring holds log_every records",
+}
+
+
 class TrainConfig(BaseModel):
     """Every field is a `webmp train` flag (underscores as dashes); its docstring is the flag's help."""
 
@@ -142,6 +161,31 @@ class TrainConfig(BaseModel):
     def _positive_float(cls, v, info):
         if not v > 0 or v != v or v == float("inf"):
             raise ValueError(f"{info.field_name} must be a positive finite number, got {v}")
+        if v > F32_MAX:
+            raise ValueError(
+                f"{info.field_name} must be at most 3.4e38 (the GPU holds it in f32, where {v:g} is "
+                f"infinite), got {v:g}"
+            )
+        return v
+
+    @field_validator(*U32_FIELDS)
+    @classmethod
+    def _u32(cls, v, info):
+        if v >= 2**32:
+            raise ValueError(
+                f"{info.field_name} must be below 2^32 = 4294967296 (a 32-bit counter on the GPU), got {v}"
+            )
+        return v
+
+    @field_validator(*SIZE_LIMITS)
+    @classmethod
+    def _size(cls, v, info):
+        limit = SIZE_LIMITS[info.field_name]
+        values = v if isinstance(v, list) else [v]
+        if any(x > limit for x in values):
+            raise ValueError(
+                f"{info.field_name} must be at most {limit} ({SIZE_WHY[info.field_name]}), got {v}"
+            )
         return v
 
     @field_validator("warmup", "checkpoint_every", "seed", "val_tokens")
@@ -221,6 +265,12 @@ class TrainConfig(BaseModel):
             raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         if self.min_scale > self.init_scale:
             raise ValueError(f"min_scale ({self.min_scale}) must not exceed init_scale ({self.init_scale})")
+        rows = self.batch_size * (self.context if self.model == "gpt" else 1)
+        if self.steps * rows >= 2**32:
+            raise ValueError(
+                f"steps x rows a step ({self.steps} x {rows}) must stay below 2^32: the data position "
+                "is a 32-bit counter on the GPU"
+            )
         if self.model == "gpt" and (self.d_model % self.n_head or (self.d_model // self.n_head) % 2):
             raise ValueError(
                 f"d_model ({self.d_model}) must be n_head ({self.n_head}) times an even head size"
