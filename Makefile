@@ -13,7 +13,7 @@ test:
 # processes (pytest-xdist; each has its own WebGPU device): under a minute here
 check:
 	@bash scripts/setup.sh test && . scripts/env.sh && $(MAKE) --no-print-directory lint && \
-	  python3 -m pytest -q -n 2 -m "not slow and not browser" $(ARGS)
+	  python3 -m pytest -q -n 2 --dist loadfile -m "not slow and not browser" $(ARGS)
 
 lint:
 	python3 -m ruff check .

@@ -370,6 +370,7 @@ def test_resume_from_an_older_checkpoint(tmp_path):
         assert a[n] == b[n], f"buffer {n} differs after resume"
 
 
+@pytest.mark.slow
 def test_gpt_resume_is_exact(tmp_path):
     """A GPT stopped mid-interval and resumed from its checkpoint ends bit-identical to an
     uninterrupted run: weights, optimizer state, metrics (the window order lives in data_pos)."""
