@@ -74,3 +74,18 @@ def assert_same_bits(name: str, native: dict, emulated: dict) -> None:
                 raise AssertionError(f"{name} {key}: {int(diff.sum())} values differ, by up to {worst:.3g}")
         else:
             assert np.array_equal(a, b), f"{name} {key}"
+
+
+def enlarged_gpt_params(V: int, D: int, L: int, H: int, T: int, seed: int, tie_head: bool = True) -> dict:
+    """gpt_init's parameters with the matrices x15 and every LayerNorm parameter and bias random and
+    non-trivial: attention far from uniform, clear margins between logits (GPT tests)."""
+    rng = np.random.default_rng(seed)
+    p = ref.gpt_init(V, D, L, H, T, rng, tie_head)
+    for k, v in p.items():
+        if v.ndim == 2:
+            p[k] = (v * 15).astype(np.float32)
+        elif "_g" in k:
+            p[k] = (1 + 0.3 * rng.standard_normal(v.shape)).astype(np.float32)
+        else:
+            p[k] = (0.2 * rng.standard_normal(v.shape)).astype(np.float32)
+    return p

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kernel_cases import enlarged_gpt_params
 
 from webmp import ops
 from webmp import reference as ref
@@ -50,18 +51,9 @@ def tiny_corpus():
 
 
 def tiny_params(tie_head: bool) -> dict:
-    """gpt_init's parameters, enlarged so that attention is far from uniform and every LayerNorm
-    parameter and bias is non-trivial."""
-    rng = np.random.default_rng(1)
-    p = ref.gpt_init(V, D, L, H, T, rng, tie_head)
-    for k, v in p.items():
-        if v.ndim == 2:
-            p[k] = (v * 15).astype(np.float32)
-        elif "_g" in k:
-            p[k] = (1 + 0.3 * rng.standard_normal(v.shape)).astype(np.float32)
-        else:
-            p[k] = (0.2 * rng.standard_normal(v.shape)).astype(np.float32)
-    return p
+    """Enlarged so that attention is far from uniform and every LayerNorm parameter and bias is
+    non-trivial."""
+    return enlarged_gpt_params(V, D, L, H, T, 1, tie_head)
 
 
 _STEPS: dict = {}
