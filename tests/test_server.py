@@ -21,12 +21,13 @@ from webmp.corpus import load_text, unigram_bits_per_char
 from webmp.messages import MAX_MESSAGE_BYTES
 from webmp.page_runs import PAGE_FIELDS, RunStore
 from webmp.rundir import RunDir
-from webmp.server import UPLOT_DIR, cli_serve, create_app, server_token
+from webmp.server import MAX_JSON_BODY, UPLOT_DIR, cli_serve, create_app, request_refusal, server_token
 from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_state, encode_state
 
 SMALL = dict(hidden=[16], batch_size=16, steps=30, log_every=10, checkpoint_every=10)
 # a tiny GPT with a short evaluation (16 chunks of 4 windows of 16 characters); the other fields
 # are the gpt defaults (MODEL_DEFAULTS)
+BASE = "http://127.0.0.1"  # a Host the server answers (its loopback names)
 GPT = dict(model="gpt", n_layer=1, d_model=32, n_head=2, context=16, batch_size=4, steps=20, log_every=5,
            val_tokens=1024, checkpoint_every=10)  # fmt: skip
 
@@ -82,7 +83,7 @@ def summary_msg(run_id: str, iteration: int) -> dict:
 
 @pytest.fixture
 def client(tmp_path):
-    with TestClient(create_app(tmp_path / "runs")) as c:
+    with TestClient(create_app(tmp_path / "runs"), base_url=BASE) as c:
         try:
             yield c
         finally:  # a test that failed with a socket open: close it, or TestClient's exit waits forever
@@ -105,7 +106,7 @@ OPEN_SOCKETS: list = []  # connected and not yet left (closed by the client fixt
 
 
 def connect(client, run_id, **kw):
-    ws = client.websocket_connect(f"/api/runs/{run_id}/ws", **kw)
+    ws = client.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws", **kw)
     ws.__enter__()  # left with leave(ws)
     OPEN_SOCKETS.append(ws)
     assert ws.receive_json()["type"] == "welcome"
@@ -674,13 +675,13 @@ def test_disconnect_keeps_records_and_a_new_page_resumes_from_the_checkpoint(cli
 
 
 def test_server_restart_keeps_runs(tmp_path):
-    with TestClient(create_app(tmp_path)) as c:
+    with TestClient(create_app(tmp_path), base_url=BASE) as c:
         run_id = create(c)["id"]
         ws = connect(c, run_id)
         send(ws, hello(run_id))
         send(ws, records_msg(run_id, range(5)))
         # a second server on the same directory sees what a restarted one would: a run left running
-        with TestClient(create_app(tmp_path)) as restarted:
+        with TestClient(create_app(tmp_path), base_url=BASE) as restarted:
             info = restarted.get(f"/api/runs/{run_id}").json()
             assert info["status"] == "disconnected" and info["last_step"] == 4
             assert "restarted" in info["message"]
@@ -690,7 +691,7 @@ def test_server_restart_keeps_runs(tmp_path):
 def test_a_torn_metrics_line_is_reported_and_repaired(tmp_path, capsys):
     """A failed write (a full disk) leaves a torn last line: the server still starts, serves the
     whole records, says so once, and the run's next append cuts the torn bytes."""
-    with TestClient(create_app(tmp_path)) as c:
+    with TestClient(create_app(tmp_path), base_url=BASE) as c:
         run_id = create(c)["id"]
         ws = connect(c, run_id)
         send(ws, hello(run_id))
@@ -701,7 +702,7 @@ def test_a_torn_metrics_line_is_reported_and_repaired(tmp_path, capsys):
     with open(metrics, "a") as f:
         f.write('{"step": 5, "loss": 0.1')  # torn mid-record
     capsys.readouterr()
-    with TestClient(create_app(tmp_path)) as c:
+    with TestClient(create_app(tmp_path), base_url=BASE) as c:
         assert "metrics.jsonl ends in a torn line (23 bytes" in capsys.readouterr().err
         info = c.get(f"/api/runs/{run_id}").json()
         assert info["last_step"] == 4
@@ -712,7 +713,7 @@ def test_a_torn_metrics_line_is_reported_and_repaired(tmp_path, capsys):
     assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(8))
     with open(metrics, "a") as f:  # damage in the middle is not a torn tail: the run is skipped
         f.write("garbage\n" + '{"step": 8}\n')
-    with TestClient(create_app(tmp_path)) as c:
+    with TestClient(create_app(tmp_path), base_url=BASE) as c:
         assert "line 9 is not a JSON record" in capsys.readouterr().err
         assert c.get(f"/api/runs/{run_id}").status_code == 404
     assert "garbage" in metrics.read_text()  # nothing deleted
@@ -731,7 +732,7 @@ def test_two_runs_at_once_never_mix(client):
         recs = client.get(f"/api/runs/{run_id}/metrics").json()["records"]
         assert [r["step"] for r in recs] == list(range(30)) and {r["loss"] for r in recs} == {loss}
     # a second page for a run that already has one is refused
-    with client.websocket_connect(f"/api/runs/{a}/ws") as ws2:
+    with client.websocket_connect(f"ws://127.0.0.1/api/runs/{a}/ws") as ws2:
         assert ws2.receive_json()["type"] == "error"
         with pytest.raises(WebSocketDisconnect) as e:
             ws2.receive_json()
@@ -757,7 +758,7 @@ def test_binding_elsewhere_needs_the_flag_and_a_token(capsys):
 
 
 def test_token_is_required_by_api_and_websocket(tmp_path):
-    with TestClient(create_app(tmp_path, token="s3cret-token")) as c:
+    with TestClient(create_app(tmp_path, token="s3cret-token"), base_url=BASE) as c:
         assert c.get("/").status_code == 200  # the page itself is public; it takes the token from its URL
         assert c.get("/api/runs").status_code == 401
         assert c.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -771,23 +772,74 @@ def test_token_is_required_by_api_and_websocket(tmp_path):
         )
         for query in ("", "?token=wrong"):
             with pytest.raises(WebSocketDisconnect) as e:
-                with c.websocket_connect(f"/api/runs/{run_id}/ws{query}") as ws:
+                with c.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws{query}") as ws:
                     ws.receive_json()
             assert e.value.code == 4401
-        with c.websocket_connect(f"/api/runs/{run_id}/ws?token=s3cret-token") as ws:
+        with c.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws?token=s3cret-token") as ws:
             assert ws.receive_json()["type"] == "welcome"
 
 
-def test_websocket_from_another_site_is_refused(client):
+def test_websocket_from_another_site_or_host_is_refused(client):
+    """Origin must be this server's own (not just equal to a Host the attacker also chooses), and
+    Host one of its names (DNS rebinding)."""
     run_id = create(client)["id"]
-    with pytest.raises(WebSocketDisconnect) as e:
-        with client.websocket_connect(
-            f"/api/runs/{run_id}/ws", headers={"origin": "http://evil.example"}
-        ) as ws:
-            ws.receive_json()
-    assert e.value.code == 4401
-    with client.websocket_connect(f"/api/runs/{run_id}/ws", headers={"origin": "http://testserver"}) as ws:
+    for url, origin in (
+        (f"ws://127.0.0.1/api/runs/{run_id}/ws", "http://evil.example"),
+        (f"ws://evil.example/api/runs/{run_id}/ws", "http://evil.example"),  # rebinding: both agree
+        (f"ws://evil.example/api/runs/{run_id}/ws", None),
+    ):
+        with pytest.raises(WebSocketDisconnect) as e:
+            with client.websocket_connect(url, headers={"origin": origin} if origin else {}) as ws:
+                ws.receive_json()
+        assert e.value.code == 4401, (url, origin)
+    with client.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws", headers={"origin": BASE}) as ws:
         assert ws.receive_json()["type"] == "welcome"
+
+
+def test_dns_rebinding_cross_site_posts_and_big_bodies_are_refused(client):
+    """Issue 9 items 2, 3, 5: a Host that is not the server's name gets 403 on every path; a POST
+    from another Origin, or not JSON (a form or text/plain needs no CORS preflight), creates
+    nothing; a body over MAX_JSON_BODY gets 413 from its Content-Length, before it is read, and
+    without one once it passes the limit."""
+    before = len(client.get("/api/runs").json())
+    for path in ("/api/info", "/api/runs", "/"):
+        r = client.get(path, headers={"host": "evil.example"})
+        assert r.status_code == 403 and "DNS rebinding" in r.json()["detail"], path
+    r = client.post("/api/runs", json={"steps": 5}, headers={"host": "evil.example:8000"})
+    assert r.status_code == 403
+    r = client.post("/api/runs", json={"steps": 5}, headers={"origin": "http://evil.example"})
+    assert r.status_code == 403 and "another site" in r.json()["detail"]
+    r = client.post("/api/runs", json={"steps": 5}, headers={"origin": "null"})
+    assert r.status_code == 403
+    r = client.post("/api/runs", content=b'{"steps": 5}', headers={"content-type": "text/plain"})
+    assert r.status_code == 415 and "application/json" in r.json()["detail"]
+    big = b'{"steps": 5, "pad": "' + b"x" * MAX_JSON_BODY + b'"}'
+    r = client.post("/api/runs", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+    def chunks():
+        yield big
+
+    r = client.post("/api/runs", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413  # streamed without Content-Length
+    assert len(client.get("/api/runs").json()) == before
+    for host in ("127.0.0.1:8000", "localhost", "[::1]:9"):  # the loopback names, any port
+        assert client.get("/api/info", headers={"host": host}).status_code == 200, host
+    r = client.post("/api/runs", json={"steps": 5}, headers={"origin": BASE})  # the page itself
+    assert r.status_code == 201
+
+
+def test_request_refusal_rules():
+    hosts = frozenset({"127.0.0.1", "localhost", "::1", "box.lan"})
+    ok = {"host": "box.lan:8000", "origin": "http://box.lan:8000", "content-type": "application/json"}
+    assert request_refusal("POST", ok, hosts) is None
+    assert request_refusal("GET", {"host": "evil.example"}, None) is None  # wildcard bind: the token guards
+    assert request_refusal("GET", {"host": "box.lan:8000", "origin": "http://box.lan:9000"}, hosts)[0] == 403
+    assert request_refusal("POST", {**ok, "content-length": "x"}, hosts)[0] == 413
+    assert (
+        request_refusal("PUT", {"host": "localhost", "content-type": "application/octet-stream"}, hosts)
+        is None
+    )
 
 
 def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):

@@ -237,9 +237,9 @@ class LocalServer(Client):
     def __init__(
         self, runs: str | Path = "runs", token: str | None = None, host: str = "127.0.0.1", port: int = 0
     ):
-        from .server import bind_socket, create_app, make_server
+        from .server import LOOPBACK_NAMES, bind_socket, create_app, host_name, make_server
 
-        self.app = create_app(runs, token)
+        self.app = create_app(runs, token, LOOPBACK_NAMES | {host_name(host)})
         sock = bind_socket(host, port)
         self.server = make_server(self.app)
         self.thread = threading.Thread(

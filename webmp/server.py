@@ -21,7 +21,10 @@ stored lives in webmp/page_runs.py, whose errors map to HTTP statuses here.
   GET  /api/runs/{id}/sample/blob?...   that plan's blob (the same query)
 
 Binding anything but loopback needs --allow-remote and a token that the API, the WebSocket and the
-page (which takes it from its URL) must present.
+page (which takes it from its URL) must present. Every request is checked first (request_refusal):
+its Host must be one of the server's names (loopback, or the address bound; a page of another
+site whose name was re-pointed at 127.0.0.1 cannot talk to it), its Origin, when sent, the
+server's own, and a POST body JSON of at most 1 MiB (413 before reading a longer one).
 """
 
 from __future__ import annotations
@@ -116,8 +119,13 @@ def list_runs(request: Request) -> list[RunInfo]:
 
 @api.post("/runs", status_code=201, response_model=RunInfo)
 async def create_run(request: Request) -> RunInfo:
+    raw = bytearray()
+    async for chunk in request.stream():  # a body without Content-Length is cut at the same size
+        raw += chunk
+        if len(raw) > MAX_JSON_BODY:
+            raise HTTPException(413, f"POST bodies are at most {MAX_JSON_BODY} bytes")
     try:
-        body = await request.json()
+        body = json.loads(raw)
     except ValueError:
         raise HTTPException(422, "the body must be a JSON object of TrainConfig fields") from None
     if not isinstance(body, dict):
@@ -234,10 +242,9 @@ async def run_sample_blob(
 
 @api.websocket("/runs/{run_id}/ws")
 async def run_socket(ws: WebSocket, run_id: str) -> None:
-    origin = ws.headers.get("origin")
-    cross_site = origin is not None and urlsplit(origin).netloc != ws.headers.get("host")
-    if not token_ok(ws.app.state.token, ws.query_params.get("token")) or cross_site:
-        await ws.close(code=4401)  # a missing token, or a page of another site (cross-site WebSocket)
+    refused = request_refusal("GET", ws.headers, ws.app.state.hosts)
+    if not token_ok(ws.app.state.token, ws.query_params.get("token")) or refused:
+        await ws.close(code=4401)  # a missing token, a page of another site, or another Host
         return
     store: RunStore = ws.app.state.store
     run = store.runs.get(run_id) if RUN_ID_RE.match(run_id) else None
@@ -281,17 +288,64 @@ async def reply_to(run: PageRun, text: str | None) -> dict[str, Any]:
         return {"type": "error", "message": str(e)}
 
 
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+MAX_JSON_BODY = 1 << 20  # a TrainConfig is a few hundred bytes; POST bodies above this get 413
+
+
+def host_name(netloc: str) -> str:
+    """The host of a Host header or an Origin's netloc, lowercased, without port or brackets."""
+    return (urlsplit(f"//{netloc}").hostname or "").lower()
+
+
+def request_refusal(
+    method: str, headers: Any, allowed_hosts: frozenset[str] | None
+) -> tuple[int, str] | None:
+    """(status, one line) when a request must be refused before any route runs, else None.
+
+    - Host must name this server (allowed_hosts; None: any, for a wildcard bind, where the token
+      guards): a page of another site whose name was re-pointed at 127.0.0.1 (DNS rebinding)
+      sends its own name.
+    - Origin, when sent, must be this server's own (same host and port as Host): a page of another
+      site may send requests but not read their answers, and must not change anything.
+    - POST bodies must be JSON (a cross-site form or text/plain POST needs no preflight) and at
+      most MAX_JSON_BODY bytes (Content-Length, refused before the body is read)."""
+    host = headers.get("host", "")
+    if allowed_hosts is not None and host_name(host) not in allowed_hosts:
+        shown = host_name(host) or "(none)"
+        return 403, f"Host {shown!r} is not this server's name (a guard against DNS rebinding)"
+    origin = headers.get("origin")
+    if origin is not None and (origin == "null" or urlsplit(origin).netloc.lower() != host.lower()):
+        return 403, f"requests from another site ({origin}) are refused"
+    if method == "POST":
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            return 415, f"POST bodies must be application/json, got {ctype or 'no content type'}"
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_JSON_BODY):
+            return 413, f"POST bodies are at most {MAX_JSON_BODY} bytes"
+    return None
+
+
 def token_ok(token: str | None, given: str | None) -> bool:
     return token is None or (given is not None and secrets.compare_digest(given.encode(), token.encode()))
 
 
-def create_app(runs_root: str | Path = "runs", token: str | None = None) -> FastAPI:
+def create_app(
+    runs_root: str | Path = "runs",
+    token: str | None = None,
+    hosts: frozenset[str] | None = LOOPBACK_NAMES,
+) -> FastAPI:
+    """The app; `hosts`: the names a request's Host may give (default: loopback; None: any)."""
     app = FastAPI(title="webmp", docs_url=None, redoc_url=None, default_response_class=SafeJSONResponse)
     app.state.store = RunStore(runs_root)
     app.state.token = token
+    app.state.hosts = hosts
 
     @app.middleware("http")
     async def require_token(request: Request, call_next: Any) -> Any:
+        refusal = request_refusal(request.method, request.headers, hosts)
+        if refusal is not None:
+            return JSONResponse({"detail": refusal[1]}, status_code=refusal[0])
         if request.url.path.startswith("/api/") and token is not None:
             auth = request.headers.get("authorization", "")
             given = auth[7:] if auth.lower().startswith("bearer ") else request.query_params.get("token")
@@ -385,7 +439,10 @@ def cli_serve(argv: list[str]) -> int:
     except ValueError as e:
         print(f"webmp serve: {e}", file=sys.stderr)
         return 2
-    app = create_app(args.runs, token)
+    wildcard = args.host in ("0.0.0.0", "::")
+    # a wildcard bind has no one name: any Host, the (then required) token guards
+    hosts = None if wildcard else LOOPBACK_NAMES | {host_name(args.host)}
+    app = create_app(args.runs, token, hosts)
     if not UPLOT_DIR.is_dir():
         print(
             "webmp serve: web/node_modules/uplot is missing, so the page draws no charts; run "
