@@ -1,6 +1,7 @@
 """The training loop end to end: config validation, errors, summary, memory, resume, scaler floor."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -502,3 +503,38 @@ def test_out_must_be_a_new_run_directory(tmp_path, capsys):
         assert cli(["train", "--hidden", "16", "--steps", "2", "--quiet", "--out", where]) == 1
         assert capsys.readouterr().err.strip() == f"webmp train: {message}"
     assert (out / "metrics.jsonl").read_text() == '{"step": 0}\n'
+
+
+def test_damaged_checkpoints_are_one_line_and_change_nothing(tmp_path, capsys):
+    """Truncated or flipped checkpoint bytes (header or tensor data), damaged metadata: `webmp train
+    --resume` says what is wrong in one line, exit 1, and the run directory is left as it was.
+    Flipped tensor bytes are caught by the SHA-256 checkpoint.json keeps of the tensors file."""
+    base = tmp_path / "base"
+    small = ["--hidden", "16", "--batch-size", "8", "--log-every", "5", "--warmup", "2", "--quiet"]
+    assert cli(["train", *small, "--steps", "10", "--out", str(base)]) == 0
+    tensors, meta = (base / "checkpoint.safetensors").read_bytes(), (base / "checkpoint.json").read_text()
+
+    def flip(raw: bytes, at: int) -> bytes:
+        return raw[:at] + bytes([raw[at] ^ 0x10]) + raw[at + 1 :]
+
+    m = json.loads(meta)
+    variants = {
+        "truncated": (tensors[: len(tensors) // 2], meta, "SHA-256"),
+        "header byte": (flip(tensors, 12), meta, "SHA-256"),
+        "tensor byte": (flip(tensors, len(tensors) - 100), meta, "SHA-256"),
+        "no checksum, header": (flip(tensors, 12), json.dumps({**m, "tensors_sha256": None}), "safetensors"),
+        "metadata not JSON": (tensors, meta[:40], "unreadable checkpoint metadata"),
+        "step missing": (tensors, json.dumps({k: v for k, v in m.items() if k != "step"}), "damaged"),
+        "other format": (tensors, json.dumps({**m, "format": "x"}), "not a webmp-checkpoint/1"),
+    }
+    capsys.readouterr()
+    for name, (t, j, expect) in variants.items():
+        run = tmp_path / name.replace(" ", "-")
+        shutil.copytree(base, run)
+        (run / "checkpoint.safetensors").write_bytes(t)
+        (run / "checkpoint.json").write_text(j)
+        before = {p.name: p.read_bytes() for p in run.iterdir()}
+        assert cli(["train", "--resume", str(run), "--steps", "20", "--quiet"]) == 1, name
+        err = capsys.readouterr().err.strip()
+        assert expect in err and len(err.splitlines()) == 1, (name, err)
+        assert {p.name: p.read_bytes() for p in run.iterdir()} == before, name

@@ -10,11 +10,12 @@ initial-contents blob, and either runtime starts from it as from a fresh plan.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file, save
+from safetensors.numpy import load, save
 
 from .plan import Plan
 from .rundir import atomic_write, dumps
@@ -72,7 +73,9 @@ def save_checkpoint(
         "config": plan["config"],
         **(extra or {}),
     }
-    atomic_write(directory / TENSORS, save(tensors, metadata={"format": CHECKPOINT_FORMAT}))
+    raw = save(tensors, metadata={"format": CHECKPOINT_FORMAT})
+    meta["tensors_sha256"] = hashlib.sha256(raw).hexdigest()  # checked on load: flipped bytes
+    atomic_write(directory / TENSORS, raw)
     atomic_write(directory / META, (dumps(meta, indent=2) + "\n").encode())
     return directory / TENSORS
 
@@ -95,13 +98,28 @@ def read_checkpoint_meta(path: str | Path) -> dict:
         raise ValueError(f"{directory / META}: unreadable checkpoint metadata ({e})") from None
     if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{directory / META}: not a {CHECKPOINT_FORMAT} checkpoint")
+    step, config = meta.get("step"), meta.get("config")
+    if not (isinstance(step, int) and step >= 0 and isinstance(config, dict) and "f16_path" in meta):
+        raise ValueError(
+            f"{directory / META}: damaged: step, config or f16_path missing or of the wrong type"
+        )
     return meta
 
 
 def load_checkpoint(directory: str | Path) -> tuple[dict[str, bytes], dict]:
     directory = checkpoint_dir(directory)
     meta = read_checkpoint_meta(directory)
-    tensors = load_file(str(directory / TENSORS))
+    path = directory / TENSORS
+    raw = path.read_bytes()
+    want = meta.get("tensors_sha256")
+    if want is not None and hashlib.sha256(raw).hexdigest() != want:
+        raise ValueError(
+            f"{path}: its bytes do not match the SHA-256 in {META} (damaged or changed since it was written)"
+        )
+    try:
+        tensors = load(raw)
+    except Exception as e:  # safetensors raises its own error types for a damaged header
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
     return {n: a.tobytes() for n, a in tensors.items()}, meta
 
 
