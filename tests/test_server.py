@@ -936,3 +936,24 @@ def test_browser_and_native_run_directories_have_the_same_keys(client, tmp_path,
     web_cfg, nat_cfg = browser.read_json("config.json"), native.read_json("config.json")
     assert set(web_cfg) == set(nat_cfg)
     assert web_cfg["data_sha256"] == nat_cfg["data_sha256"]  # the default corpus's; None for digits
+
+
+def test_missing_chart_library_openapi_and_port(tmp_path, monkeypatch, capsys):
+    """Without web/node_modules the chart library's paths are a 404 saying how to install it (not a
+    500); the API schema sits under /api/, behind the token when one is set; `serve --port`
+    outside 0-65535 is an argparse error naming the port, not a traceback."""
+    import webmp.server as server
+
+    monkeypatch.setattr(server, "UPLOT_DIR", tmp_path / "missing")
+    with TestClient(server.create_app(tmp_path / "runs"), base_url=BASE) as c:
+        r = c.get("/vendor/uplot/uPlot.esm.js")
+        assert r.status_code == 404 and "npm ci --prefix web" in r.json()["detail"]
+    with TestClient(server.create_app(tmp_path / "runs", token="s3cret-token"), base_url=BASE) as c:
+        assert c.get("/openapi.json").status_code == 404
+        assert c.get("/api/openapi.json").status_code == 401
+        auth = {"authorization": "Bearer s3cret-token"}
+        assert "/api/runs" in c.get("/api/openapi.json", headers=auth).json()["paths"]
+    for port in ("99999", "-1", "http"):
+        with pytest.raises(SystemExit):
+            cli_serve(["--port", port])
+        assert f"a port is a number from 0 to 65535, got '{port}'" in capsys.readouterr().err

@@ -336,7 +336,14 @@ def create_app(
     hosts: frozenset[str] | None = LOOPBACK_NAMES,
 ) -> FastAPI:
     """The app; `hosts`: the names a request's Host may give (default: loopback; None: any)."""
-    app = FastAPI(title="webmp", docs_url=None, redoc_url=None, default_response_class=SafeJSONResponse)
+    # the schema under /api/, where the token applies (at /openapi.json it would be public)
+    app = FastAPI(
+        title="webmp",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+        default_response_class=SafeJSONResponse,
+    )
     app.state.store = RunStore(runs_root)
     app.state.token = token
     app.state.hosts = hosts
@@ -361,7 +368,15 @@ def create_app(
 
     app.include_router(api)
     app.mount("/shaders", StaticFiles(directory=SHADER_DIR), name="shaders")
-    app.mount("/vendor/uplot", StaticFiles(directory=UPLOT_DIR, check_dir=False), name="uplot")
+    if UPLOT_DIR.is_dir():
+        app.mount("/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot")
+    else:  # a 404 that says why (StaticFiles answers 500 for a missing directory)
+
+        @app.get("/vendor/uplot/{path:path}", include_in_schema=False)
+        def no_uplot(path: str) -> JSONResponse:
+            detail = "the chart library is not installed: run `npm ci --prefix web`"
+            return JSONResponse({"detail": detail}, status_code=404)
+
     app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
     return app
 
@@ -411,6 +426,16 @@ def make_server(app: FastAPI):
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=WS_PROTOCOL_MAX_BYTES))
 
 
+def port_number(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, got {text!r}")
+    return port
+
+
 def cli_serve(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="webmp serve",
@@ -420,7 +445,7 @@ def cli_serve(argv: list[str]) -> int:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)"
     )
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port_number, default=8000, help="TCP port (default 8000; 0: any free one)")
     p.add_argument("--runs", default="runs", help="directory holding the run directories (default runs/)")
     p.add_argument(
         "--allow-remote",
