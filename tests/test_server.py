@@ -957,3 +957,27 @@ def test_missing_chart_library_openapi_and_port(tmp_path, monkeypatch, capsys):
         with pytest.raises(SystemExit):
             cli_serve(["--port", port])
         assert f"a port is a number from 0 to 65535, got '{port}'" in capsys.readouterr().err
+
+
+def test_symbolic_links_in_the_runs_directory_are_not_followed(tmp_path, capsys):
+    """A run directory that is a link, or holds one in place of a run file, is not served (its
+    reads and writes could reach outside the runs directory); appending through a link is refused."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("do not touch\n")
+    runs = tmp_path / "runs"
+    with TestClient(create_app(runs), base_url=BASE) as c:
+        a, b = create(c)["id"], create(c)["id"]
+    (runs / a / "metrics.jsonl").unlink(missing_ok=True)
+    (runs / a / "metrics.jsonl").symlink_to(outside / "secret.txt")
+    (runs / "linked").symlink_to(runs / b)
+    capsys.readouterr()
+    with TestClient(create_app(runs), base_url=BASE) as c:
+        err = capsys.readouterr().err
+        assert f"skipping {runs / a}: symbolic links are not followed (metrics.jsonl)" in err
+        assert f"skipping {runs / 'linked'}: symbolic links are not followed (linked)" in err
+        ids = {r["id"] for r in c.get("/api/runs").json()}
+        assert ids == {b}
+    with pytest.raises(OSError, match="symbolic link"):
+        RunDir(runs / a).append_metrics([{"step": 0}])
+    assert (outside / "secret.txt").read_text() == "do not touch\n"

@@ -510,6 +510,13 @@ class RunStore:
                 self._load(state_file.parent)
 
     def _load(self, path: Path) -> None:
+        links = [p.name for p in (path, *path.iterdir()) if p.is_symlink()]
+        if links:  # a link could make reads and writes reach outside the runs directory
+            print(
+                f"webmp serve: skipping {path}: symbolic links are not followed ({', '.join(links)})",
+                file=sys.stderr,
+            )
+            return
         try:
             state = json.loads((path / STATE_FILE).read_text())
             run_dir = RunDir(path)

@@ -221,7 +221,9 @@ class RunDir:
         if not records:
             return
         self.repair_metrics()
-        with open(self.metrics_path, "a") as f:
+        # O_NOFOLLOW: a symbolic link put in place of the file is an error, not followed
+        fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "a") as f:
             for r in records:
                 f.write(dumps(r) + "\n")
             f.flush()
@@ -230,6 +232,8 @@ class RunDir:
     def repair_metrics(self) -> int:
         """Cut a torn last line (what a failed write, e.g. a full disk, leaves: no newline at the end)
         off metrics.jsonl; the number of bytes cut."""
+        if self.metrics_path.is_symlink():
+            raise OSError(f"{self.metrics_path} is a symbolic link; run files are not written through links")
         if not self.metrics_path.exists():
             return 0
         raw = self.metrics_path.read_bytes()
