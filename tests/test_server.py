@@ -981,3 +981,27 @@ def test_symbolic_links_in_the_runs_directory_are_not_followed(tmp_path, capsys)
     with pytest.raises(OSError, match="symbolic link"):
         RunDir(runs / a).append_metrics([{"step": 0}])
     assert (outside / "secret.txt").read_text() == "do not touch\n"
+
+
+def test_deep_json_and_implausible_page_messages_are_refused(client):
+    """Issue 9 item 12: JSON nested past the parser's depth is a 422 / an error reply (no 500, the
+    socket stays open); a summary with more correct than counted, a record with a finite value no
+    f32 holds, and a checkpoint for the other f16 path are refused and change nothing."""
+    deep = "[" * 100_000 + "]" * 100_000
+    r = client.post("/api/runs", content=deep.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    run_id = create(client)["id"]
+    ws = connect(client, run_id)
+    ws.send_text('{"type": "records", "run_id": "' + run_id + '", "records": ' + deep + "}")
+    reply = ws.receive_json()
+    assert reply["type"] == "error" and "nested too deeply" in reply["message"]
+    send(ws, hello(run_id))  # the socket is still served
+    reply = send(ws, {"type": "records", "run_id": run_id, "records": [{**record(0), "scale": 1e300}]})
+    assert reply["type"] == "error" and "f32" in reply["message"]
+    send(ws, records_msg(run_id, range(30)))
+    reply = send(ws, {**summary_msg(run_id, 30), "test_correct": 11, "test_count": 10})
+    assert reply["type"] == "error" and "exceeds test_count" in reply["message"]
+    r = client.put(f"/api/runs/{run_id}/checkpoint", params={"f16": "native", "step": 10}, content=b"\0" * 64)
+    assert r.status_code == 400 and "f16 path" in r.json()["detail"]  # the run trains on emulated
+    assert client.get(f"/api/runs/{run_id}").json()["status"] == "running"
+    leave(ws)

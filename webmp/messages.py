@@ -29,6 +29,7 @@ from pydantic import (
     Field,
     StringConstraints,
     create_model,
+    model_validator,
 )
 
 from .rundir import NON_FINITE, from_json_safe, json_safe  # noqa: F401 (re-exported)
@@ -40,7 +41,16 @@ RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 
 U32 = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
-F32 = Annotated[float, Field(allow_inf_nan=True)]  # "NaN" / "Infinity" strings are accepted
+
+
+def _f32_range(value: float) -> float:
+    if math.isfinite(value) and abs(value) > 3.4028234663852886e38:
+        raise ValueError("a finite value beyond f32's range (|x| <= 3.4e38): the GPU cannot have sent it")
+    return value
+
+
+# an f32 word: "NaN" / "Infinity" strings accepted, finite values within f32's range
+F32 = Annotated[float, Field(allow_inf_nan=True), AfterValidator(_f32_range)]
 RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 Text = Annotated[str, StringConstraints(max_length=2000)]
 
@@ -100,6 +110,8 @@ class Records(_Message):
 
 
 class Summary(_Message):
+    """The end of a run. Implausible counts are refused: more correct than counted."""
+
     type: Literal["summary"]
     state: GpuState
     test_correct: U32
@@ -110,6 +122,12 @@ class Summary(_Message):
     wall_seconds: Annotated[float, Field(ge=0)]
     steps_run: U32
     readbacks: U32
+
+    @model_validator(mode="after")
+    def _plausible(self) -> Summary:
+        if self.test_correct > self.test_count:
+            raise ValueError(f"test_correct {self.test_correct} exceeds test_count {self.test_count}")
+        return self
 
 
 class Failed(_Message):

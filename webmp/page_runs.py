@@ -289,6 +289,10 @@ class PageRun:
         then `checkpoint_saved` from the event loop)."""
         if self.status != "running":
             raise RunStateConflict(f"run {self.id} is {self.status}; only a running page uploads checkpoints")
+        if self.f16_path is not None and self.path_for(offer) != self.f16_path:
+            raise InvalidUpload(
+                f"a checkpoint for the {self.path_for(offer)} f16 path; this run trains on {self.f16_path}"
+            )
         plan, layout = self.checkpoint_layout(offer)
         expected = sum(n for _, n in layout)
         if len(body) != expected:

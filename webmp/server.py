@@ -126,7 +126,7 @@ async def create_run(request: Request) -> RunInfo:
             raise HTTPException(413, f"POST bodies are at most {MAX_JSON_BODY} bytes")
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         raise HTTPException(422, "the body must be a JSON object of TrainConfig fields") from None
     if not isinstance(body, dict):
         raise HTTPException(422, "the body must be a JSON object of TrainConfig fields")
@@ -282,6 +282,8 @@ async def reply_to(run: PageRun, text: str | None) -> dict[str, Any]:
         return {"type": "error", "message": f"message dropped: {_error_text(e)}"}
     except ValueError as e:
         return {"type": "error", "message": f"message dropped: invalid JSON ({e})"}
+    except RecursionError:
+        return {"type": "error", "message": "message dropped: JSON nested too deeply"}
     try:
         return await run.handle(msg)
     except PageRunError as e:
