@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what webmp needs on a Debian machine (run as root; idempotent, quick when all is there).
-#   scripts/setup.sh train   Python package + a Vulkan driver when no WebGPU adapter is found
+#   scripts/setup.sh train   Python package + a Vulkan driver when the best WebGPU adapter is not
+#                            Vulkan/Metal/D3D12 (wgpu falls back to OpenGL, without shader-f16)
 #   scripts/setup.sh test    the above, plus test deps, Chromium, the chart library and, when
 #                            ../shared/tools/webgpu-cpu exists, the faster lavapipe + f16 Chromium
 set -euo pipefail
@@ -34,8 +35,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! $py -c "$check" 2>/dev/null
 fi
 
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
-if ! $py -c "import wgpu, sys; sys.exit(wgpu.gpu.request_adapter_sync() is None)" >/dev/null 2>&1; then
-  say "no WebGPU adapter found: installing Mesa's lavapipe Vulkan driver"
+# wgpu falls back to its OpenGL backend when no Vulkan driver is installed (on Debian: llvmpipe
+# through GL, without shader-f16); the engine wants Vulkan, Metal or D3D12
+best_backend="import wgpu, sys; a = wgpu.gpu.request_adapter_sync(); sys.exit(a is None or a.info['backend_type'] not in ('Vulkan', 'Metal', 'D3D12'))"
+if ! $py -c "$best_backend" >/dev/null 2>&1; then
+  say "no Vulkan/Metal/D3D12 WebGPU adapter found: installing Mesa's lavapipe Vulkan driver"
   apt_install mesa-vulkan-drivers libvulkan1
 fi
 

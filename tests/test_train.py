@@ -147,6 +147,25 @@ def test_no_adapter_says_how_to_get_one(monkeypatch):
         GPU()
 
 
+def test_an_opengl_adapter_is_named_and_warned_about(monkeypatch):
+    """wgpu falls back to OpenGL without a Vulkan driver (no shader-f16): the GPU's name, which every
+    run logs and records, carries the backend, and a warning says how to get Vulkan."""
+    import wgpu
+
+    real = wgpu.gpu.request_adapter_sync()
+
+    class GLAdapter:
+        info = {**dict(real.info), "backend_type": "OpenGL"}
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    monkeypatch.setattr(wgpu.gpu, "request_adapter_sync", lambda **kw: GLAdapter())
+    with pytest.warns(UserWarning, match="runs on OpenGL, not Vulkan, Metal or D3D12.*mesa-vulkan-drivers"):
+        gpu = GPU()
+    assert gpu.name.endswith("; OpenGL)") and gpu.backend == "OpenGL"
+
+
 def test_buffer_over_adapter_limit_is_a_clear_error():
     gpu = default_gpu()
     plan, _ = build_plan(TrainConfig(), load_digits(), "emulated")

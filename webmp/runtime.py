@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections import OrderedDict
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader in headless shells
@@ -28,6 +29,9 @@ LIMIT_KEYS = {  # plan name -> wgpu-py name
     "maxBufferSize": "max-buffer-size",
     "maxStorageBuffersPerShaderStage": "max-storage-buffers-per-shader-stage",
 }
+
+
+NATIVE_BACKENDS = ("Vulkan", "Metal", "D3D12")  # wgpu's OpenGL backend lacks shader-f16, among others
 
 
 class GPU:
@@ -58,8 +62,15 @@ class GPU:
         self.features = set(wanted)
         self.runtime_cache: OrderedDict[str, Runtime] = OrderedDict()  # webmp.inspect's compiled runtimes
         info = adapter.info
-        detail = info.get("description", "") or info.get("backend_type", "")
-        self.name = f"{info.get('device', '?')} ({detail})".strip()
+        self.backend = str(info.get("backend_type", "") or "unknown backend")
+        detail = "; ".join(x for x in (info.get("description", ""), self.backend) if x)
+        self.name = f"{info.get('device', '?')} ({detail})"  # every run's log and summary name the backend
+        if self.backend not in NATIVE_BACKENDS:
+            warnings.warn(
+                f"the WebGPU adapter runs on {self.backend}, not Vulkan, Metal or D3D12 ({self.name}): "
+                "expect emulated f16 and slower kernels; on Debian install mesa-vulkan-drivers",
+                stacklevel=2,
+            )
 
     def check_plan(self, plan: KernelPlan) -> None:
         if "shader-f16" in plan["required_features"] and not self.has_f16:
