@@ -485,7 +485,8 @@ def test_disconnect_then_resume_continues_the_same_curve(server, browser):
 
 def test_two_tabs_with_a_token_never_mix(tmp_path, browser):
     """Two runs at once in two tabs of one browser, against a server that requires a token (the
-    page presents the one in its URL to the API and the WebSocket). The lr schedule is constant,
+    page's URL carries it once; the server turns it into a cookie that the API and the WebSocket
+    take, and the page's URL no longer shows it). The lr schedule is constant,
     so each record's lr identifies its run."""
     with LocalServer(tmp_path, token="tab-test-token") as srv:
         cfg = dict(**SMALL, steps=30, log_every=5, checkpoint_every=0, schedule="constant", warmup=0)
@@ -494,6 +495,7 @@ def test_two_tabs_with_a_token_never_mix(tmp_path, browser):
         a.wait(timeout=TIMEOUT)
         b.wait(timeout=TIMEOUT)
         for run, lr in ((a, 1e-3), (b, 2e-3)):
+            assert "token" not in run.page.url, run.page.url
             recs = on_disk(srv, run)
             assert [r["step"] for r in recs] == list(range(30))
             assert {r["lr"] for r in recs} == {float(np.float32(lr))}

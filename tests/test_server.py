@@ -758,24 +758,43 @@ def test_binding_elsewhere_needs_the_flag_and_a_token(capsys):
 
 
 def test_token_is_required_by_api_and_websocket(tmp_path):
+    """The API and the WebSocket take the token from `Authorization: Bearer` or the page's cookie,
+    never from a query string (URLs end up in logs); the page's URL with ?token= is answered with a
+    redirect to the same URL without it, setting the cookie (Jupyter's model)."""
     with TestClient(create_app(tmp_path, token="s3cret-token"), base_url=BASE) as c:
-        assert c.get("/").status_code == 200  # the page itself is public; it takes the token from its URL
+        assert c.get("/").status_code == 200  # the page itself is public
         assert c.get("/api/runs").status_code == 401
         assert c.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert c.post("/api/runs", json=SMALL).status_code == 401
         ok = {"Authorization": "Bearer s3cret-token"}
         run_id = c.post("/api/runs", json=SMALL, headers=ok).json()["id"]
-        assert c.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated"}).status_code == 401
-        assert (
-            c.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated", "token": "s3cret-token"}).status_code
-            == 200
-        )
-        for query in ("", "?token=wrong"):
+        plan = f"/api/runs/{run_id}/plan"
+        assert c.get(plan, params={"f16": "emulated"}).status_code == 401
+        assert c.get(plan, params={"f16": "emulated", "token": "s3cret-token"}).status_code == 401
+        assert c.get(plan, params={"f16": "emulated"}, headers=ok).status_code == 200
+        for query, headers in (
+            ("", {}),
+            ("?token=s3cret-token", {}),
+            ("", {"Authorization": "Bearer wrong"}),
+        ):
             with pytest.raises(WebSocketDisconnect) as e:
-                with c.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws{query}") as ws:
+                with c.websocket_connect(
+                    f"ws://127.0.0.1/api/runs/{run_id}/ws{query}", headers=headers
+                ) as ws:
                     ws.receive_json()
             assert e.value.code == 4401
-        with c.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws?token=s3cret-token") as ws:
+        with c.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws", headers=ok) as ws:
+            assert ws.receive_json()["type"] == "welcome"
+        # the printed URL: a wrong token is refused; the right one becomes a cookie and leaves the URL
+        assert c.get("/?token=wrong", follow_redirects=False).status_code == 401
+        r = c.get(f"/?run={run_id}&token=s3cret-token", follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == f"/?run={run_id}"
+        cookie = r.headers["set-cookie"]
+        assert "webmp_token=s3cret-token" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    with TestClient(create_app(tmp_path, token="s3cret-token"), base_url=BASE) as c:
+        c.cookies.set("webmp_token", "s3cret-token")
+        assert c.get(plan, params={"f16": "emulated"}).status_code == 200
+        with c.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws") as ws:
             assert ws.receive_json()["type"] == "welcome"
 
 

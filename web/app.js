@@ -5,7 +5,6 @@
 import {openGPU, Runner, checkPlan, train, generate, decode} from './runner.js';
 
 const params = new URLSearchParams(location.search);
-const token = params.get('token');
 const $ = (id) => document.getElementById(id);
 // What tests and scripts can read: the page's status, its run, the f16 path and any error.
 const page = window.webmp = {status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null,
@@ -55,7 +54,7 @@ function details(summary, text) {
 // --- talking to the server ---------------------------------------------------------------------
 
 async function api(path, {method = 'GET', body, raw = false} = {}) {
-  const headers = token ? {Authorization: `Bearer ${token}`} : {};
+  const headers = {};  // a server with a token set it as a cookie when this page was opened
   if (body !== undefined && !(body instanceof ArrayBuffer)) headers['Content-Type'] = 'application/json';
   const res = await fetch(path, {method, headers,
     body: body === undefined || body instanceof ArrayBuffer ? body : JSON.stringify(body)});
@@ -72,8 +71,7 @@ const finite = (key, v) => (typeof v === 'number' && !Number.isFinite(v) ? Strin
 // The run's WebSocket: every message gets one reply (ack or error), in order.
 class RunSocket {
   static open(runId) {
-    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/runs/${runId}/ws` +
-                (token ? `?token=${encodeURIComponent(token)}` : '');
+    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/runs/${runId}/ws`;
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url);
       ws.onmessage = (e) => {
@@ -518,9 +516,7 @@ $('controls').addEventListener('submit', async (e) => {
     if (!id) {
       await formReady;
       id = (await api('/api/runs', {method: 'POST', body: formConfig()})).id;
-      const q = new URLSearchParams({run: id});
-      if (token) q.set('token', token);
-      history.replaceState(null, '', `?${q}`);
+      history.replaceState(null, '', `?${new URLSearchParams({run: id})}`);
     }
     await trainRun(id);
     showRun(id, page.status);

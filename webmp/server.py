@@ -20,8 +20,11 @@ stored lives in webmp/page_runs.py, whose errors map to HTTP statuses here.
                                         plan["sample"]["vocab"]; 422 with one line for bad settings
   GET  /api/runs/{id}/sample/blob?...   that plan's blob (the same query)
 
-Binding anything but loopback needs --allow-remote and a token that the API, the WebSocket and the
-page (which takes it from its URL) must present. Every request is checked first (request_refusal):
+Binding anything but loopback needs --allow-remote and a token that the API and the WebSocket
+must present: `Authorization: Bearer <token>`, or a cookie. The URL `webmp serve` prints carries the
+token once (as Jupyter's does); opening it answers with a redirect to the same URL without it and
+sets the cookie (HttpOnly, SameSite=Strict), so the token travels in no URL after that.
+Every request is checked first (request_refusal):
 its Host must be one of the server's names (loopback, or the address bound; a page of another
 site whose name was re-pointed at 127.0.0.1 cannot talk to it), its Origin, when sent, the
 server's own, and a POST body JSON of at most 1 MiB (413 before reading a longer one).
@@ -39,10 +42,10 @@ import socket
 import sys
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
@@ -243,7 +246,7 @@ async def run_sample_blob(
 @api.websocket("/runs/{run_id}/ws")
 async def run_socket(ws: WebSocket, run_id: str) -> None:
     refused = request_refusal("GET", ws.headers, ws.app.state.hosts)
-    if not token_ok(ws.app.state.token, ws.query_params.get("token")) or refused:
+    if not token_ok(ws.app.state.token, given_token(ws.headers, ws.cookies)) or refused:
         await ws.close(code=4401)  # a missing token, a page of another site, or another Host
         return
     store: RunStore = ws.app.state.store
@@ -328,6 +331,19 @@ def request_refusal(
     return None
 
 
+TOKEN_COOKIE = "webmp_token"
+
+
+def given_token(headers: Any, cookies: Any) -> str | None:
+    """The token a request presents: `Authorization: Bearer`, or the cookie the page got when it
+    was opened with ?token= (never a query string: URLs end up in logs and histories)."""
+    auth = headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return str(auth[7:])
+    cookie = cookies.get(TOKEN_COOKIE)
+    return str(cookie) if cookie is not None else None
+
+
 def token_ok(token: str | None, given: str | None) -> bool:
     return token is None or (given is not None and secrets.compare_digest(given.encode(), token.encode()))
 
@@ -355,9 +371,17 @@ def create_app(
         refusal = request_refusal(request.method, request.headers, hosts)
         if refusal is not None:
             return JSONResponse({"detail": refusal[1]}, status_code=refusal[0])
+        if token is not None and "token" in request.query_params and not request.url.path.startswith("/api/"):
+            # the page's URL as `webmp serve` printed it: the token becomes a cookie and leaves the URL
+            if not token_ok(token, request.query_params["token"]):
+                return JSONResponse({"detail": "wrong token in the URL"}, status_code=401)
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            target = request.url.path + ("?" + urlencode(rest) if rest else "")
+            response = RedirectResponse(target, status_code=303)
+            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/")
+            return response
         if request.url.path.startswith("/api/") and token is not None:
-            auth = request.headers.get("authorization", "")
-            given = auth[7:] if auth.lower().startswith("bearer ") else request.query_params.get("token")
+            given = given_token(request.headers, request.cookies)
             if not token_ok(token, given):
                 return JSONResponse(
                     {"detail": "a valid token is required (Authorization: Bearer <token>)"}, status_code=401
