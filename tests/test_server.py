@@ -30,7 +30,16 @@ from webmp.page_runs import (
     training_data,
 )
 from webmp.rundir import RunDir
-from webmp.server import MAX_JSON_BODY, UPLOT_DIR, cli_serve, create_app, request_refusal, server_token
+from webmp.server import (
+    MAX_JSON_BODY,
+    UPLOT_DIR,
+    WS_MESSAGE_BURST,
+    WS_RATE_CLOSE,
+    cli_serve,
+    create_app,
+    request_refusal,
+    server_token,
+)
 from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_state, encode_state
 
 SMALL = dict(hidden=[16], batch_size=16, steps=30, log_every=10, checkpoint_every=10)
@@ -657,6 +666,38 @@ def test_malformed_or_oversized_messages_are_answered_and_dropped(client):
     assert send(ws, records_msg(run_id, [3]))["stored"] == 1  # the socket still works
     assert stored_steps(client, run_id) == [0, 1, 2, 3]
     assert client.get(f"/api/runs/{run_id}").json()["status"] == "running"
+    leave(ws)
+
+
+def test_a_flooding_socket_is_closed_and_others_are_still_served(client):
+    run_id = create(client)["id"]
+    ws = connect(client, run_id)
+    sent, closed = [0], []
+
+    def flood() -> None:
+        try:
+            for _ in range(5 * int(WS_MESSAGE_BURST)):
+                ws.send_text("{}")
+                sent[0] += 1
+            while True:  # the replies to what was read, then the close
+                ws.receive_json()
+        except WebSocketDisconnect as e:
+            closed.append(e)
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    flooder.start()
+    answered = 0
+    while flooder.is_alive() and answered < 3:
+        assert client.get("/api/info").status_code == 200  # served while the socket floods
+        answered += 1
+    flooder.join(timeout=30)
+    assert not flooder.is_alive() and answered >= 1
+    assert closed and closed[0].code == WS_RATE_CLOSE and "messages/s" in closed[0].reason, closed
+    leave(ws)
+    assert client.get(f"/api/runs/{run_id}").json()["status"] == "created"
+    ws = connect(client, run_id)  # a new socket starts with a full bucket
+    assert send(ws, hello(run_id))["type"] == "ack"
+    assert send(ws, records_msg(run_id, range(3)))["type"] == "ack"
     leave(ws)
 
 
