@@ -19,9 +19,27 @@ from webmp.browser import LocalServer
 from webmp.config import MODEL_DEFAULTS, TrainConfig
 from webmp.corpus import load_text, unigram_bits_per_char
 from webmp.messages import MAX_MESSAGE_BYTES
-from webmp.page_runs import PAGE_FIELDS, RunStore
+from webmp.models import build_plan
+from webmp.page_runs import (
+    MAX_BUFFER_BYTES,
+    MAX_CACHED_PLANS,
+    MAX_PLAN_BYTES,
+    PAGE_FIELDS,
+    RunStore,
+    estimate_buffers,
+    training_data,
+)
 from webmp.rundir import RunDir
-from webmp.server import MAX_JSON_BODY, UPLOT_DIR, cli_serve, create_app, request_refusal, server_token
+from webmp.server import (
+    MAX_JSON_BODY,
+    UPLOT_DIR,
+    WS_MESSAGE_BURST,
+    WS_RATE_CLOSE,
+    cli_serve,
+    create_app,
+    request_refusal,
+    server_token,
+)
 from webmp.state import METRIC_FIELDS, STATE_FIELDS, decode_state, encode_state
 
 SMALL = dict(hidden=[16], batch_size=16, steps=30, log_every=10, checkpoint_every=10)
@@ -300,7 +318,7 @@ def test_gpt_summary_carries_the_validation_loss(client):
     assert client.get(f"/api/runs/{run_id}").json()["status"] == "running"
     assert send(ws, {**base, "val_loss_sum": 1023 * 4.5})["type"] == "ack"
     leave(ws)
-    assert client.app.state.store.get(run_id).plans == {}  # an ended run holds no plan and blob
+    assert all(k[0] != run_id for k in client.app.state.store.plans.keys())  # an ended run holds no plan
     summary = client.get(f"/api/runs/{run_id}/summary").json()
     assert summary["val_loss"] == pytest.approx(4.5) and summary["test_accuracy"] == pytest.approx(100 / 1023)
     assert summary["val_bits_per_char"] == pytest.approx(4.5 / math.log(2))
@@ -512,6 +530,59 @@ def test_plan_for_each_f16_path(client):
     assert client.get(f"/api/runs/{auto}/plan", params={"f16": "fast"}).status_code == 422
 
 
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(model="mlp"),
+        dict(model="mlp-ln", hidden=[300, 100, 50], batch_size=33),
+        dict(model="mlp", precision="fp32"),
+        GPT,
+        dict(GPT, tie_head=False, n_layer=3, d_model=96, n_head=3),
+    ],
+)
+def test_the_size_estimate_matches_the_built_plan(cfg):
+    cfg = TrainConfig(**cfg)
+    data = training_data(cfg)
+    for path in ("fp32",) if cfg.precision == "fp32" else ("native", "emulated"):
+        plan, _ = build_plan(cfg, data, path)
+        real = {b["name"]: b["bytes"] for b in plan["buffers"]}
+        est = estimate_buffers(cfg, data, path)
+        assert {n: real[n] for n in est} == est  # every estimated buffer exactly as built
+        left_out = sum(real.values()) - sum(est.values())
+        assert 0 <= left_out < 0.01 * sum(real.values()) and max(est.values()) == max(real.values())
+
+
+def test_configs_too_big_for_a_page_or_the_server_are_refused(client):
+    r = client.post("/api/runs", json={**SMALL, "hidden": [60000, 60000]})
+    detail = r.json()["detail"]
+    assert r.status_code == 422 and "W1" in detail and str(60000 * 60000 * 4) in detail, detail
+    assert str(MAX_BUFFER_BYTES) in detail
+    # every buffer under the binding limit, their total over the budget
+    wide = {**SMALL, "hidden": [4096] * 16, "batch_size": 16}
+    r = client.post("/api/runs", json=wide)
+    detail = r.json()["detail"]
+    assert r.status_code == 422 and str(MAX_PLAN_BYTES) in detail and "total" in detail, detail
+    r = client.post("/api/runs", json={**GPT, "d_model": 8192, "n_head": 8})
+    assert r.status_code == 422 and "MiB" in r.json()["detail"]
+    assert client.get("/api/runs").json() == []  # nothing was created
+    create(client)  # a normal config still is
+
+
+def test_built_plans_are_held_for_a_few_runs_at_most(client):
+    store = client.app.state.store
+    ids = [create(client)["id"] for _ in range(MAX_CACHED_PLANS + 2)]
+    for run_id in ids:
+        for offer in ("native", "emulated"):
+            assert client.get(f"/api/runs/{run_id}/blob", params={"f16": offer}).status_code == 200
+    held = store.plans.keys()
+    assert len(held) == MAX_CACHED_PLANS and held[-1] == (ids[-1], "emulated")
+    assert all(k[0] in ids[-2:] for k in held)  # the least recently used went first
+    # a dropped plan is built again when asked for
+    first = client.get(f"/api/runs/{ids[0]}/plan", params={"f16": "native"})
+    assert first.status_code == 200 and store.plans.keys()[-1] == (ids[0], "native")
+    assert len(store.plans.keys()) == MAX_CACHED_PLANS
+
+
 # --- the WebSocket --------------------------------------------------------------------------------
 
 
@@ -595,6 +666,38 @@ def test_malformed_or_oversized_messages_are_answered_and_dropped(client):
     assert send(ws, records_msg(run_id, [3]))["stored"] == 1  # the socket still works
     assert stored_steps(client, run_id) == [0, 1, 2, 3]
     assert client.get(f"/api/runs/{run_id}").json()["status"] == "running"
+    leave(ws)
+
+
+def test_a_flooding_socket_is_closed_and_others_are_still_served(client):
+    run_id = create(client)["id"]
+    ws = connect(client, run_id)
+    sent, closed = [0], []
+
+    def flood() -> None:
+        try:
+            for _ in range(5 * int(WS_MESSAGE_BURST)):
+                ws.send_text("{}")
+                sent[0] += 1
+            while True:  # the replies to what was read, then the close
+                ws.receive_json()
+        except WebSocketDisconnect as e:
+            closed.append(e)
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    flooder.start()
+    answered = 0
+    while flooder.is_alive() and answered < 3:
+        assert client.get("/api/info").status_code == 200  # served while the socket floods
+        answered += 1
+    flooder.join(timeout=30)
+    assert not flooder.is_alive() and answered >= 1
+    assert closed and closed[0].code == WS_RATE_CLOSE and "messages/s" in closed[0].reason, closed
+    leave(ws)
+    assert client.get(f"/api/runs/{run_id}").json()["status"] == "created"
+    ws = connect(client, run_id)  # a new socket starts with a full bucket
+    assert send(ws, hello(run_id))["type"] == "ack"
+    assert send(ws, records_msg(run_id, range(3)))["type"] == "ack"
     leave(ws)
 
 

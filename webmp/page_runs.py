@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +28,8 @@ from .corpus import TextCorpus, checkpoint_facts, load_text, run_baseline_bits
 from .data import Dataset, load_dataset
 from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
 from .models import build_plan
-from .plan import Plan, SamplePlan, describe_f16, resolve_f16_path
+from .models.gpt import gpt_param_shapes, working_copies
+from .plan import Plan, SamplePlan, describe_f16, h_bytes, resolve_f16_path
 from .rundir import CONFIG, Record, RunDir, new_run_dir, result_line, run_summary
 from .sample_plan import (
     DEFAULT_SEED,
@@ -104,6 +107,153 @@ def training_data(cfg: TrainConfig) -> Dataset | TextCorpus:
     return _default_corpus() if cfg.model == "gpt" else _dataset(cfg.dataset, cfg.input_scale)
 
 
+# --- what a run's plan would hold, before it is built ----------------------------------------------
+
+# A page's device gets WebGPU's default limits unless it asks for more, and can ask no more than its
+# adapter offers; 128 MiB is the default maxStorageBufferBindingSize (and browsers' usual offer), so
+# a plan whose largest buffer is above it would not run on most pages. The server budget bounds what
+# one plan (buffer list and blob, held while the page fetches it) may cost: the blob holds the
+# initial contents of the weights and the data, a fraction of the buffers' total.
+MAX_BUFFER_BYTES = 128 * 2**20
+MAX_PLAN_BYTES = 2**30  # 1 GiB of GPU buffers per run
+
+
+def estimate_buffers(cfg: TrainConfig, data: Dataset | TextCorpus, path: str) -> dict[str, int]:
+    """{buffer: bytes} of the plan build_plan(cfg, data, path) would make, from the config and the
+    data's shape alone (no arrays, no blob): the parameters (master, gradient, two moments, working
+    copy), the data and the activations, exactly as webmp/models sizes them; it leaves out the
+    small buffers (state, flags, metrics ring, norm partials, LayerNorm stats, indices), so its total is a
+    little under the plan's (tests/test_server.py checks it against real plans)."""
+    sizes: dict[str, int] = {}
+
+    def f32(name: str, *shape: int) -> None:
+        n = 4
+        for d in shape:
+            n *= d
+        sizes[name] = max(4, n)
+
+    def h(name: str, rows: int, cols: int) -> None:
+        sizes[name] = max(4, h_bytes(rows, cols, path))
+
+    def param(name: str, shape: tuple[int, ...], copy: bool) -> None:
+        for prefix in ("", "g_", "m_", "v_"):
+            f32(prefix + name, *shape)
+        if copy:
+            h("h_" + name, shape[0], shape[1])
+
+    if isinstance(data, Dataset):
+        f32("train_x", *data.train_x.shape)
+        f32("train_y", *data.train_y.shape)
+        f32("test_x", *data.test_x.shape)
+        f32("test_y", *data.test_y.shape)
+        B, dims = cfg.batch_size, [data.features, *cfg.hidden, data.classes]
+        h("X", B, dims[0])
+        for l in range(len(dims) - 1):
+            param(f"W{l}", (dims[l], dims[l + 1]), True)
+            param(f"b{l}", (dims[l + 1],), False)
+            if l < len(dims) - 2:
+                h(f"Z{l}", B, dims[l + 1])
+                h(f"dZ{l}", B, dims[l + 1])
+                if cfg.model == "mlp-ln":
+                    param(f"ln_g{l}", (dims[l + 1],), False)
+                    param(f"ln_b{l}", (dims[l + 1],), False)
+                    h(f"Y{l}", B, dims[l + 1])
+                    h(f"dY{l}", B, dims[l + 1])
+            else:
+                f32("logits", B, dims[-1])
+                h("dlogits", B, dims[-1])
+        return sizes
+    V, D, T, H, L = data.vocab_size, cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer
+    R, Z = cfg.batch_size * T, cfg.batch_size * H
+    f32("tokens", len(data.train))
+    f32("val_tokens", max(1, min(len(data.val), cfg.val_tokens or len(data.val))))
+    copied = working_copies(L, cfg.tie_head)
+    for name, shape in gpt_param_shapes(V, D, L, T, cfg.tie_head).items():
+        param(name, tuple(shape), name in copied)
+    for l in range(L):
+        for name, cols in (
+            ("a", D),
+            ("qkv", 3 * D),
+            ("O", D),
+            ("x_mid", D),
+            ("m", D),
+            ("z", 4 * D),
+            ("x", D),
+        ):
+            h(f"{name}{l}", R, cols)
+        h(f"P{l}", Z * T, T)
+    h("X0", R, D)
+    f32("S", Z * T, T)
+    h("xf", R, D)
+    f32("logits", R, V)
+    h("dlogits", R, V)
+    for name, cols in (("dx", D), ("dY", D), ("dln", D), ("dO", D), ("dqkv", 3 * D), ("dz", 4 * D)):
+        h(name, R, cols)
+    h("dS", Z * T, T)
+    return sizes
+
+
+def check_plan_size(cfg: TrainConfig, data: Dataset | TextCorpus) -> None:
+    """InvalidConfig (naming the numbers) when the run's plan would not fit a page's default
+    WebGPU limits (MAX_BUFFER_BYTES) or the server's budget for one plan (MAX_PLAN_BYTES); the
+    'native' and 'emulated' paths size their buffers alike, so one estimate answers for both."""
+    sizes = estimate_buffers(cfg, data, "fp32" if cfg.precision == "fp32" else "native")
+    name = max(sizes, key=lambda n: sizes[n])
+    total = sum(sizes.values())
+    mib = 2**20
+    if sizes[name] > MAX_BUFFER_BYTES:
+        raise InvalidConfig(
+            f"this config's largest GPU buffer, {name}, would be {sizes[name]} bytes "
+            f"({sizes[name] / mib:.1f} MiB); a page's WebGPU device holds at most "
+            f"{MAX_BUFFER_BYTES} bytes ({MAX_BUFFER_BYTES // mib} MiB) in one buffer"
+        )
+    if total > MAX_PLAN_BYTES:
+        raise InvalidConfig(
+            f"this config's GPU buffers would total {total} bytes ({total / mib:.1f} MiB); "
+            f"the server serves plans of at most {MAX_PLAN_BYTES} bytes ({MAX_PLAN_BYTES // mib} MiB)"
+        )
+
+
+# Built plans are kept for the page's next requests (the plan, then its blob, then checkpoint
+# uploads and the summary): at most this many across all runs, the least recently used dropped (a
+# dropped one is rebuilt on demand, a GPT's in about a second). A plan within MAX_PLAN_BYTES has a
+# blob of a few hundred MB at most (weights and data), so the cache stays around a GB or below.
+MAX_CACHED_PLANS = 4
+
+
+class PlanCache:
+    """Built (plan, blob)s by (run id, f16 path), least recently used first; shared by a store's runs
+    and used from worker threads (hence the lock; two threads may build the same plan once each)."""
+
+    def __init__(self, size: int = MAX_CACHED_PLANS):
+        self.size = size
+        self._lock = threading.Lock()
+        self._plans: OrderedDict[tuple[str, str], tuple[Plan, bytes]] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> tuple[Plan, bytes] | None:
+        with self._lock:
+            built = self._plans.get(key)
+            if built is not None:
+                self._plans.move_to_end(key)
+            return built
+
+    def put(self, key: tuple[str, str], built: tuple[Plan, bytes]) -> None:
+        with self._lock:
+            self._plans[key] = built
+            self._plans.move_to_end(key)
+            while len(self._plans) > self.size:
+                self._plans.popitem(last=False)
+
+    def drop(self, run_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._plans if k[0] == run_id]:
+                del self._plans[key]
+
+    def keys(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._plans)
+
+
 DEFAULT_CORPUS = "the default corpus (the server's Python standard library sources)"
 
 
@@ -172,8 +322,10 @@ class PageRun:
         cfg: TrainConfig,
         state: dict[str, Any] | None = None,
         data_sha256: str | None = None,
+        plans: PlanCache | None = None,
     ):
-        """data_sha256: the training data's (config.json's), None for a built-in MLP dataset."""
+        """data_sha256: the training data's (config.json's), None for a built-in MLP dataset;
+        plans: the cache of built plans (the store's, shared by its runs)."""
         check_browser_config(cfg)
         self.id = path.name
         self.dir = RunDir(path)
@@ -188,7 +340,7 @@ class PageRun:
         self.records: list[Record] = self.dir.read_metrics()
         self.pending: dict[int, Record] = {}
         self.connected = False
-        self.plans: dict[str, tuple[Plan, bytes]] = {}
+        self.plans = plans if plans is not None else PlanCache()
         self.sampled: tuple[tuple[Any, ...], SamplePlan, bytes, SampleJob] | None = None  # the last plan
         self._changed = asyncio.Event()
 
@@ -256,9 +408,10 @@ class PageRun:
     def base_plan(self, path: str) -> tuple[Plan, bytes]:
         """The run's plan and initial blob on an f16 path, with default matmul tiles (the page's
         adapter is not known when the plan is built). Cached; runs in a worker thread."""
-        built = self.plans.get(path)
+        built = self.plans.get((self.id, path))
         if built is None:
-            built = self.plans[path] = build_plan(self.cfg, training_data(self.cfg), path)
+            built = build_plan(self.cfg, training_data(self.cfg), path)
+            self.plans.put((self.id, path), built)
         return built
 
     def plan(self, offer: Offer) -> tuple[Plan, bytes, int]:
@@ -381,7 +534,7 @@ class PageRun:
     def end(self, status: RunStatus, message: str = "") -> None:
         self.flush_pending()
         self.status, self.message = status, message
-        self.plans = {}  # a GPT's blob is ~17 MB: rebuilt (in ~1 s) if the run is resumed
+        self.plans.drop(self.id)  # a GPT's blob is ~17 MB: rebuilt (in ~1 s) if the run is resumed
         self.save()
 
     def disconnected(self) -> None:
@@ -509,6 +662,7 @@ class RunStore:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.runs: dict[str, PageRun] = {}
+        self.plans = PlanCache()  # shared by the runs: at most MAX_CACHED_PLANS held in all
         if self.root.is_dir():
             for state_file in sorted(self.root.glob(f"*/{STATE_FILE}")):
                 self._load(state_file.parent)
@@ -533,7 +687,7 @@ class RunStore:
         if state.get("status") == "running":  # the server stopped while a page was training
             state["status"], state["message"] = "disconnected", "the server restarted during the run"
         try:
-            run = PageRun(path, cfg, state, sha256)
+            run = PageRun(path, cfg, state, sha256, self.plans)
         except ValueError as e:  # a damaged metrics line: the run is kept on disk, not served
             print(f"webmp serve: skipping {path}: {e}", file=sys.stderr)
             return
@@ -549,8 +703,10 @@ class RunStore:
     def create(self, cfg: TrainConfig) -> PageRun:
         """A new run; config.json records its training data's sha256, as a native run's does (the
         data is loaded once per server process: call from a worker thread the first time)."""
-        sha256 = training_data(cfg).sha256  # checks the config before the run directory exists
-        run = PageRun(new_run_dir(self.root, prefix="browser"), cfg, data_sha256=sha256)
+        data = training_data(cfg)  # checks the config before the run directory exists
+        check_plan_size(cfg, data)
+        sha256 = data.sha256
+        run = PageRun(new_run_dir(self.root, prefix="browser"), cfg, data_sha256=sha256, plans=self.plans)
         run.save()
         self.runs[run.id] = run
         return run

@@ -13,7 +13,9 @@ stored lives in webmp/page_runs.py, whose errors map to HTTP statuses here.
                                         lacks (emulated) shader-f16, resumed from the last checkpoint
   GET  /api/runs/{id}/blob?f16=...      the plan's initial-contents blob (octet-stream)
   PUT  /api/runs/{id}/checkpoint?f16=&step=   raw bytes of plan["checkpoint_buffers"], in order
-  WS   /api/runs/{id}/ws                records and the summary (see webmp/messages.py)
+  WS   /api/runs/{id}/ws                records and the summary (see webmp/messages.py); a socket
+                                        sending faster than WS_MESSAGES_PER_S / WS_BYTES_PER_S
+                                        allow is closed with code 4429
   GET  /api/runs/{id}/sample?f16=&prompt=&tokens=&temperature=&seed=   a finished GPT run's sampling
                                         plan (`webmp sample`'s, of its final checkpoint; settings left
                                         out: its defaults, served in /api/form), the vocabulary in
@@ -40,6 +42,7 @@ import os
 import secrets
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlencode, urlsplit
@@ -66,6 +69,14 @@ from .page_runs import (
 from .resources import SHADER_DIR, UPLOT_DIR, WEB_DIR
 
 WS_PROTOCOL_MAX_BYTES = 4 * 2**20  # frames above this are cut by uvicorn itself (connection closed)
+# What one page's socket may send (token buckets: a burst, refilled at a rate). A page sends a hello,
+# one records message per log interval (a readback of the GPU's metrics ring, a few ms at least, so
+# rarely more than ~100 a second even with log_every 1), a summary or an end, and after a resume
+# its backlog in chunks of at most MAX_MESSAGE_BYTES; these allow several times that. A socket over
+# either is closed with WS_RATE_CLOSE: one client flooding would otherwise take the server's time.
+WS_MESSAGES_PER_S, WS_MESSAGE_BURST = 200.0, 1000.0
+WS_BYTES_PER_S, WS_BYTES_BURST = 4.0 * 2**20, 16.0 * 2**20
+WS_RATE_CLOSE = 4429  # "too many requests", in the application's range of close codes
 HTTP_STATUS = {
     UnknownRun: 404,
     RunStateConflict: 409,
@@ -258,6 +269,7 @@ async def run_socket(ws: WebSocket, run_id: str) -> None:
         await ws.close(code=4404 if run is None else 4409)
         return
     run.connected = True
+    limit = RateLimit()
     try:
         await ws.send_json(
             {"type": "welcome", "run_id": run.id, "status": run.status, "last_step": run.last_step}
@@ -266,11 +278,40 @@ async def run_socket(ws: WebSocket, run_id: str) -> None:
             frame = await ws.receive()
             if frame["type"] == "websocket.disconnect":
                 break
-            await ws.send_json(await reply_to(run, frame.get("text")))
+            text, data = frame.get("text"), frame.get("bytes")
+            over = limit.take(len(text.encode()) if text is not None else len(data or b""))
+            if over:
+                await ws.close(code=WS_RATE_CLOSE, reason=over)
+                break
+            await ws.send_json(await reply_to(run, text))
+            await asyncio.sleep(0)  # let other requests run between frames of a busy socket
     except WebSocketDisconnect:
         pass
     finally:
         run.disconnected()
+
+
+class RateLimit:
+    """Token buckets for one socket: WS_MESSAGE_BURST messages refilled at WS_MESSAGES_PER_S, and
+    WS_BYTES_BURST bytes at WS_BYTES_PER_S."""
+
+    def __init__(self, clock: Any = time.monotonic):
+        self.clock = clock
+        self.last = clock()
+        self.messages, self.bytes = WS_MESSAGE_BURST, WS_BYTES_BURST
+
+    def take(self, nbytes: int) -> str | None:
+        """Spend one message of nbytes; None, or the reason (a close reason, under 123 bytes) when
+        the socket has gone over a limit."""
+        now = self.clock()
+        elapsed, self.last = now - self.last, now
+        self.messages = min(WS_MESSAGE_BURST, self.messages + elapsed * WS_MESSAGES_PER_S) - 1
+        self.bytes = min(WS_BYTES_BURST, self.bytes + elapsed * WS_BYTES_PER_S) - nbytes
+        if self.messages < 0:
+            return f"over {WS_MESSAGES_PER_S:g} messages/s (burst {WS_MESSAGE_BURST:g})"
+        if self.bytes < 0:
+            return f"over {WS_BYTES_PER_S / 2**20:g} MiB/s (burst {WS_BYTES_BURST / 2**20:g} MiB)"
+        return None
 
 
 async def reply_to(run: PageRun, text: str | None) -> dict[str, Any]:
