@@ -309,7 +309,19 @@ SCALER = {
     "LOG_BETA1": ops.adam_log_beta(0.9),
     "LOG_BETA2": ops.adam_log_beta(0.999),
 }
-STATE = {"scale": 1024.0, "hysteresis_left": 1, "iteration": 5, "opt_step": 5, "bc1": 1.0, "bc2": 1.0}
+STATE = {
+    "scale": 1024.0,
+    "growth_tracker": 0,
+    "hysteresis_left": 1,  # an overflow backs the scale off at once
+    "iteration": 5,
+    "opt_step": 5,
+    "data_pos": 10,
+    "skipped_total": 0,
+    "min_scale_events": 0,
+    "first_min_scale_iter": 0,
+    "bc1": 1.0,
+    "bc2": 1.0,
+}
 
 
 @st.composite
@@ -321,8 +333,6 @@ def master_grads(draw):
     return G
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(reason="fails on every path; not yet diagnosed (see the report)", strict=False)
 @examples(40)
 @given(G=master_grads())
 @pytest.mark.parametrize("path", ["native", "emulated", "fp32"])
