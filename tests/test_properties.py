@@ -23,6 +23,9 @@ from webmp import reference as ref
 from webmp.inspect import run_matmul, run_op
 from webmp.reference import F16_MAX, U32, check_close, dot_error
 
+# hypothesis runs many GPU dispatches an example (~15 s in all): in `make test`, not `make check`
+pytestmark = pytest.mark.slow
+
 FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS = 1, 2, 4
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -191,7 +194,6 @@ def matmul_inputs(draw):
     return np.array(A, np.float64).reshape(M, K), np.array(B, np.float64).reshape(K, N)
 
 
-@pytest.mark.slow  # a pipeline compile per shape: ~25 s for the three paths
 @examples(12)
 @given(AB=matmul_inputs())
 @pytest.mark.parametrize("path", ["native", "emulated", "fp32"])
@@ -363,7 +365,12 @@ def test_grad_stats_and_scaler_on_nonfinite(gpu, path, G):
     found = int(gs["flags"][0])
     assert found == (FLAG_MASTER_GRAD if bad else 0), f"flags {found}, non-finite: {bad}"
     if not bad:
-        check_close(gs["partials"][GS_BASE:], partials, (dot_error(N) + 8 * U32) * partials, "partials")
+        # relative f32 rounding, plus what f32 cannot hold: each square below the normal range
+        # (2^-126) may be flushed to 0 or kept subnormal, an absolute error under 2^-126 per term
+        tiny = N * 2.0**-126
+        check_close(
+            gs["partials"][GS_BASE:], partials, (dot_error(N) + 8 * U32) * partials + tiny, "partials"
+        )
 
     c = {**SCALER, "NUM_PARTIALS": GS_BASE + nwg}
     loss_rows = np.ones(c["B"], np.float32)
