@@ -876,19 +876,27 @@ def gpt_loss_and_grads(
     return loss, {name: g[name] for name in params}, cache
 
 
-def gpt_eval_loss(params: dict, tokens, *, n_layer: int, n_head: int, context: int, tie_head: bool) -> float:
+def gpt_eval_loss(
+    params: dict,
+    tokens,
+    *,
+    n_layer: int,
+    n_head: int,
+    context: int,
+    tie_head: bool,
+    store: str | None = None,
+    attn_scale: float | None = None,
+) -> float:
     """The mean validation loss of program 'eval' in float64: every next token of `tokens`, predicted
-    from the consecutive windows of `context` tokens (gather_windows_eval)."""
+    from the consecutive windows of `context` tokens (gather_windows_eval). store / attn_scale as
+    for gpt_loss_and_grads (None: exact; a path: rounded where the GPU stores)."""
     n = eval_windows(len(tokens), context)
     idx, targets = gather_windows_eval(tokens, n, context, 0)
     loss, _, _ = gpt_loss_and_grads(
         params, idx.reshape(n, context), targets.reshape(n, context), n_layer=n_layer, n_head=n_head,
-        tie_head=tie_head, grads=False,
+        tie_head=tie_head, store=store, attn_scale=attn_scale, grads=False,
     )  # fmt: skip
     return loss
-
-
-# --- text generation (webmp sample) ------------------------------------------------------------------
 
 
 def sample_window(seq, n: int, T: int) -> np.ndarray:
