@@ -110,9 +110,11 @@ def generate(
     vocabulary `vocab` (token id -> character) and f32 parameters `params` (by name, as
     webmp.models.gpt.gpt_param_shapes)."""
     job = SampleJob.new(cfg, vocab, params, prompt, tokens=tokens, temperature=temperature, seed=seed)
-    gpu = gpu or default_gpu()
-    plan, blob = job.plan(path or job.path(gpu.has_f16), TileTable.for_adapter(gpu.name))
-    return job.text(replay(plan, blob, gpu))
+    ids = generate_ids(
+        cfg, job.vocab, params, job.prompt_ids, tokens=job.tokens, temperature=job.temperature,
+        seed=job.seed, gpu=gpu, path=path,
+    )  # fmt: skip
+    return job.text(ids)
 
 
 def sample(
@@ -132,5 +134,8 @@ def sample(
     TileTable(), the defaults)."""
     job = prepare(run_dir, prompt, tokens=tokens, temperature=temperature, seed=seed)  # before the GPU
     gpu = gpu or default_gpu()
-    plan, blob = job.plan(job.path(gpu.has_f16, f16), tiles or TileTable.for_adapter(gpu.name))
-    return job.text(replay(plan, blob, gpu))
+    ids = generate_ids(
+        job.cfg, job.vocab, job.params, job.prompt_ids, tokens=job.tokens, temperature=job.temperature,
+        seed=job.seed, gpu=gpu, path=job.path(gpu.has_f16, f16), tiles=tiles,
+    )  # fmt: skip
+    return job.text(ids)
