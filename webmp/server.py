@@ -43,11 +43,12 @@ import secrets
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlencode, urlsplit
 
-from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
@@ -207,26 +208,29 @@ async def upload_checkpoint(
     return {"checkpoint_step": step}
 
 
-# The settings travel as text and are checked by webmp.sample_plan.parse_settings, so that a bad
-# value is refused with one line (FastAPI's own validation answers with a list).
-async def _sample_plan(request: Request, run_id: str, f16: Offer, prompt: str, **settings: Any):
-    run = _store(request).get(run_id)
-    return await asyncio.to_thread(run.sample_plan, f16, prompt, **settings)
+@dataclass
+class SampleQuery:
+    """The query of both sample routes. The settings travel as text and are checked by
+    webmp.sample_plan.parse_settings, so that a bad value is refused with one line (FastAPI's own
+    validation answers with a list)."""
+
+    f16: Offer = F16
+    prompt: str = ""
+    tokens: str | None = None
+    temperature: str | None = None
+    seed: str | None = None
+
+    async def build(self, request: Request, run_id: str, keep: bool = True) -> Any:
+        run = _store(request).get(run_id)
+        settings = {"tokens": self.tokens, "temperature": self.temperature, "seed": self.seed}
+        return await asyncio.to_thread(run.sample_plan, self.f16, self.prompt, **settings, keep=keep)
 
 
 @api.get("/runs/{run_id}/sample", response_model=None)
 async def run_sample_plan(
-    request: Request,
-    run_id: str,
-    f16: Offer = F16,
-    prompt: str = "",
-    tokens: str | None = None,
-    temperature: str | None = None,
-    seed: str | None = None,
+    request: Request, run_id: str, q: Annotated[SampleQuery, Depends()]
 ) -> dict[str, Any]:
-    plan, _, job = await _sample_plan(
-        request, run_id, f16, prompt, tokens=tokens, temperature=temperature, seed=seed
-    )
+    plan, _, job = await q.build(request, run_id)
     return {
         "run_id": run_id,
         "f16_path": plan["f16_path"] or "fp32",
@@ -239,18 +243,8 @@ async def run_sample_plan(
 
 
 @api.get("/runs/{run_id}/sample/blob", response_model=None)
-async def run_sample_blob(
-    request: Request,
-    run_id: str,
-    f16: Offer = F16,
-    prompt: str = "",
-    tokens: str | None = None,
-    temperature: str | None = None,
-    seed: str | None = None,
-) -> Response:
-    _, blob, _ = await _sample_plan(
-        request, run_id, f16, prompt, tokens=tokens, temperature=temperature, seed=seed, keep=False
-    )
+async def run_sample_blob(request: Request, run_id: str, q: Annotated[SampleQuery, Depends()]) -> Response:
+    _, blob, _ = await q.build(request, run_id, keep=False)
     return Response(blob, media_type="application/octet-stream")
 
 
