@@ -27,7 +27,7 @@ from .corpus import TextCorpus, checkpoint_facts, describe_data, load_training_d
 from .data import Dataset
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
-from .rundir import RunDir, RunSummary, new_run_dir, result_line, run_summary
+from .rundir import METRICS, RunDir, RunSummary, new_run_dir, result_line, run_summary
 from .runtime import GPU, Runtime, default_gpu
 from .state import decode_records, decode_state
 from .tilecache import TileTable
@@ -272,7 +272,7 @@ def check_new_run_dir(out: str | Path) -> None:
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise ValueError(f"--out {p}: is a file, not a directory")
-    if (p / "metrics.jsonl").exists() or (p / TENSORS).exists():
+    if (p / METRICS).exists() or (p / TENSORS).exists():
         raise ValueError(
             f"--out {p}: holds a run already; continue it with --resume {p}, or choose another --out"
         )
