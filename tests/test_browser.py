@@ -62,6 +62,39 @@ def same(a, b) -> bool:
     return json.dumps(a) == json.dumps(b)
 
 
+def native_run(cfg: TrainConfig, browser, where: Path, monkeypatch) -> tuple[list[dict], dict]:
+    """`cfg` trained natively through wgpu-py on the browser's f16 path with the default matmul
+    tiles (those of the server's plans): its records and summary."""
+    from webmp.train import Trainer
+
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(where / "no-tune-cache.json"))
+    native = Trainer(cfg.model_copy(update={"f16": browser.f16_path}), out=where, progress=False, log=None)
+    summary = native.run()
+    assert summary["matmul_tiles"] == "default" and summary["f16_path"] == browser.f16_path
+    return native.run_dir.read_metrics(), summary
+
+
+def assert_like_native(web: list[dict], nat: list[dict], browser) -> None:
+    """A short run of the small MLP in the page against the same run natively (native_run).
+
+    The same plan runs on both, so lavapipe in Chromium and lavapipe in wgpu-py must agree bit for
+    bit. Another adapter (SwiftShader) rounds some f32 results an ulp apart (the reasoning of
+    test_browser_and_native_curves_agree): its losses agree within 1e-5 relative on the first 10
+    steps and 1e-3 on any of these short runs' steps (measured on SwiftShader: <= 5.5e-7 and
+    <= 3.5e-5), the loss scale and skipped steps exactly. A page that skipped a kernel (the batch
+    gather, an update) or read the wrong batch is off by far more on step 0 already (a runner that
+    never gathered a batch: 7.7e-2)."""
+    assert [r["step"] for r in web] == [r["step"] for r in nat]
+    if browser.kind == "lavapipe":
+        assert same(web, nat)
+        return
+    wl, nl = np.array([r["loss"] for r in web]), np.array([r["loss"] for r in nat])
+    np.testing.assert_allclose(wl[:10], nl[:10], rtol=1e-5)
+    np.testing.assert_allclose(wl, nl, rtol=1e-3)
+    for k in ("scale", "skipped", "found_inf"):
+        assert [r[k] for r in web] == [r[k] for r in nat], k
+
+
 def wait_page(page, condition: str, timeout=TIMEOUT):
     """Wait in the browser for `condition` (this also lets Playwright run its route handlers);
     a page that fails instead ends the wait with its error."""
@@ -443,12 +476,14 @@ def test_form_shows_each_models_fields_with_the_servers_defaults(server, browser
     page.close()
 
 
-def test_disconnect_then_resume_continues_the_same_curve(server, browser):
+def test_disconnect_then_resume_continues_the_same_curve(server, browser, tmp_path, monkeypatch):
     """The page uploads checkpoints every 20 steps. The test holds the second upload (step 40), so
     the page waits there with records 0..39 sent, then closes the tab: the run is `disconnected`
     with all 40 records kept. A new tab resumes from step 20 and recomputes steps 20..39, which
-    must equal the first tab's records exactly (same device, same state): the same curve."""
-    run = server.create_run(TrainConfig(**SMALL, steps=60, log_every=10, checkpoint_every=20))
+    must equal the first tab's records exactly (same device, same state): the same curve, which is
+    the one wgpu-py trains natively from the same config."""
+    cfg = TrainConfig(**SMALL, steps=60, log_every=10, checkpoint_every=20)
+    run = server.create_run(cfg)
     page = browser.browser.new_page()
     held = []
 
@@ -478,12 +513,14 @@ def test_disconnect_then_resume_continues_the_same_curve(server, browser):
     recs = on_disk(server, run)
     assert [r["step"] for r in recs] == list(range(60))
     assert same(recs[:40], first_tab)  # steps 20..39 recomputed after the resume are bit-identical
+    nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
+    assert_like_native(recs, nat, browser)  # and the page trained the model the plan describes
     assert summary["steps"] == 60 and summary["optimizer_steps"] + summary["skipped_steps"] == 60
     assert np.mean([r["loss"] for r in recs[-10:]]) < 0.5 * np.mean([r["loss"] for r in recs[:10]])
     run.close_page()
 
 
-def test_two_tabs_with_a_token_never_mix(tmp_path, browser):
+def test_two_tabs_with_a_token_never_mix(tmp_path, browser, monkeypatch):
     """Two runs at once in two tabs of one browser, against a server that requires a token (the
     page's URL carries it once; the server turns it into a cookie that the API and the WebSocket
     take, and the page's URL no longer shows it). The lr schedule is constant,
@@ -491,8 +528,8 @@ def test_two_tabs_with_a_token_never_mix(tmp_path, browser):
     with LocalServer(tmp_path, token="tab-test-token") as srv:
         # 27 steps at log_every 5: the last interval is short, and its records must arrive too
         cfg = dict(**SMALL, steps=27, log_every=5, checkpoint_every=0, schedule="constant", warmup=0)
-        a = srv.create_run(TrainConfig(**{**cfg, "lr": 1e-3, "seed": 1}), browser=browser)
-        b = srv.create_run(TrainConfig(**{**cfg, "lr": 2e-3, "seed": 2}), browser=browser)
+        configs = {lr: TrainConfig(**{**cfg, "lr": lr, "seed": seed}) for lr, seed in ((1e-3, 1), (2e-3, 2))}
+        a, b = (srv.create_run(c, browser=browser) for c in configs.values())
         a.wait(timeout=TIMEOUT)
         b.wait(timeout=TIMEOUT)
         for run, lr in ((a, 1e-3), (b, 2e-3)):
@@ -501,6 +538,8 @@ def test_two_tabs_with_a_token_never_mix(tmp_path, browser):
             assert [r["step"] for r in recs] == list(range(27))
             assert {r["lr"] for r in recs} == {float(np.float32(lr))}
             assert run.wait()["steps"] == 27
+            nat, _ = native_run(configs[lr], browser, tmp_path / f"native-{lr}", monkeypatch)
+            assert_like_native(recs, nat, browser)
             run.close_page()
 
 

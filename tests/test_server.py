@@ -4,6 +4,7 @@ A test stands in for the page by speaking its WebSocket protocol (webmp/messages
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 
+import anyio
 import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
@@ -99,14 +101,22 @@ def summary_msg(run_id: str, iteration: int) -> dict:
     }
 
 
-@pytest.fixture
-def client(tmp_path):
-    with TestClient(create_app(tmp_path / "runs"), base_url=BASE) as c:
+@contextlib.contextmanager
+def serving(app):
+    """A TestClient of `app` that closes the sockets a failed test left open (TestClient's exit
+    would wait for them forever)."""
+    with TestClient(app, base_url=BASE) as c:
         try:
             yield c
-        finally:  # a test that failed with a socket open: close it, or TestClient's exit waits forever
+        finally:
             for ws in list(OPEN_SOCKETS):
                 leave(ws)
+
+
+@pytest.fixture
+def client(tmp_path):
+    with serving(create_app(tmp_path / "runs")) as c:
+        yield c
 
 
 def create(client, **cfg) -> dict:
@@ -115,9 +125,27 @@ def create(client, **cfg) -> dict:
     return r.json()
 
 
+RECEIVE_TIMEOUT = 60.0  # seconds: a reply that never comes fails the test instead of hanging it
+
+
+def receive_json(ws, timeout: float = RECEIVE_TIMEOUT):
+    """The server's next message, as ws.receive_json() but bounded (that one waits forever)."""
+
+    async def next_message():
+        with anyio.fail_after(timeout):
+            return await ws._send_rx.receive()  # what TestClient's receive() awaits
+
+    try:
+        message = ws.portal.call(next_message)
+    except TimeoutError:
+        pytest.fail(f"no message from the server within {timeout} s")
+    ws._raise_on_close(message)  # WebSocketDisconnect when the server closed the socket
+    return json.loads(message["text"])
+
+
 def send(ws, msg) -> dict:
     ws.send_text(json.dumps(msg))
-    return ws.receive_json()
+    return receive_json(ws)
 
 
 OPEN_SOCKETS: list = []  # connected and not yet left (closed by the client fixture if a test fails)
@@ -127,7 +155,7 @@ def connect(client, run_id, **kw):
     ws = client.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws", **kw)
     ws.__enter__()  # left with leave(ws)
     OPEN_SOCKETS.append(ws)
-    assert ws.receive_json()["type"] == "welcome"
+    assert receive_json(ws)["type"] == "welcome"
     return ws
 
 
@@ -658,10 +686,10 @@ def test_malformed_or_oversized_messages_are_answered_and_dropped(client):
     ]
     for text in bad_messages:
         ws.send_text(text)
-        reply = ws.receive_json()
+        reply = receive_json(ws)
         assert reply["type"] == "error" and reply["message"], text[:80]
     ws.send_bytes(b"\x00\x01binary")
-    assert ws.receive_json()["type"] == "error"
+    assert receive_json(ws)["type"] == "error"
     assert (run_dir / "metrics.jsonl").read_bytes() == before  # nothing written, nothing corrupted
     assert send(ws, records_msg(run_id, [3]))["stored"] == 1  # the socket still works
     assert stored_steps(client, run_id) == [0, 1, 2, 3]
@@ -680,7 +708,7 @@ def test_a_flooding_socket_is_closed_and_others_are_still_served(client):
                 ws.send_text("{}")
                 sent[0] += 1
             while True:  # the replies to what was read, then the close
-                ws.receive_json()
+                receive_json(ws)
         except WebSocketDisconnect as e:
             closed.append(e)
 
@@ -778,13 +806,13 @@ def test_disconnect_keeps_records_and_a_new_page_resumes_from_the_checkpoint(cli
 
 
 def test_server_restart_keeps_runs(tmp_path):
-    with TestClient(create_app(tmp_path), base_url=BASE) as c:
+    with serving(create_app(tmp_path)) as c:
         run_id = create(c)["id"]
         ws = connect(c, run_id)
         send(ws, hello(run_id))
         send(ws, records_msg(run_id, range(5)))
         # a second server on the same directory sees what a restarted one would: a run left running
-        with TestClient(create_app(tmp_path), base_url=BASE) as restarted:
+        with serving(create_app(tmp_path)) as restarted:
             info = restarted.get(f"/api/runs/{run_id}").json()
             assert info["status"] == "disconnected" and info["last_step"] == 4
             assert "restarted" in info["message"]
@@ -794,7 +822,7 @@ def test_server_restart_keeps_runs(tmp_path):
 def test_a_torn_metrics_line_is_reported_and_repaired(tmp_path, capsys):
     """A failed write (a full disk) leaves a torn last line: the server still starts, serves the
     whole records, says so once, and the run's next append cuts the torn bytes."""
-    with TestClient(create_app(tmp_path), base_url=BASE) as c:
+    with serving(create_app(tmp_path)) as c:
         run_id = create(c)["id"]
         ws = connect(c, run_id)
         send(ws, hello(run_id))
@@ -805,7 +833,7 @@ def test_a_torn_metrics_line_is_reported_and_repaired(tmp_path, capsys):
     with open(metrics, "a") as f:
         f.write('{"step": 5, "loss": 0.1')  # torn mid-record
     capsys.readouterr()
-    with TestClient(create_app(tmp_path), base_url=BASE) as c:
+    with serving(create_app(tmp_path)) as c:
         assert "metrics.jsonl ends in a torn line (23 bytes" in capsys.readouterr().err
         info = c.get(f"/api/runs/{run_id}").json()
         assert info["last_step"] == 4
@@ -816,7 +844,7 @@ def test_a_torn_metrics_line_is_reported_and_repaired(tmp_path, capsys):
     assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(8))
     with open(metrics, "a") as f:  # damage in the middle is not a torn tail: the run is skipped
         f.write("garbage\n" + '{"step": 8}\n')
-    with TestClient(create_app(tmp_path), base_url=BASE) as c:
+    with serving(create_app(tmp_path)) as c:
         assert "line 9 is not a JSON record" in capsys.readouterr().err
         assert c.get(f"/api/runs/{run_id}").status_code == 404
     assert "garbage" in metrics.read_text()  # nothing deleted
@@ -836,9 +864,9 @@ def test_two_runs_at_once_never_mix(client):
         assert [r["step"] for r in recs] == list(range(30)) and {r["loss"] for r in recs} == {loss}
     # a second page for a run that already has one is refused
     with client.websocket_connect(f"ws://127.0.0.1/api/runs/{a}/ws") as ws2:
-        assert ws2.receive_json()["type"] == "error"
+        assert receive_json(ws2)["type"] == "error"
         with pytest.raises(WebSocketDisconnect) as e:
-            ws2.receive_json()
+            receive_json(ws2)
         assert e.value.code == 4409
     assert client.get(f"/api/runs/{a}").json()["status"] == "running"
     leave(wa)
@@ -864,7 +892,7 @@ def test_token_is_required_by_api_and_websocket(tmp_path):
     """The API and the WebSocket take the token from `Authorization: Bearer` or the page's cookie,
     never from a query string (URLs end up in logs); the page's URL with ?token= is answered with a
     redirect to the same URL without it, setting the cookie (Jupyter's model)."""
-    with TestClient(create_app(tmp_path, token="s3cret-token"), base_url=BASE) as c:
+    with serving(create_app(tmp_path, token="s3cret-token")) as c:
         assert c.get("/").status_code == 200  # the page itself is public
         assert c.get("/api/runs").status_code == 401
         assert c.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -884,21 +912,21 @@ def test_token_is_required_by_api_and_websocket(tmp_path):
                 with c.websocket_connect(
                     f"ws://127.0.0.1/api/runs/{run_id}/ws{query}", headers=headers
                 ) as ws:
-                    ws.receive_json()
+                    receive_json(ws)
             assert e.value.code == 4401
         with c.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws", headers=ok) as ws:
-            assert ws.receive_json()["type"] == "welcome"
+            assert receive_json(ws)["type"] == "welcome"
         # the printed URL: a wrong token is refused; the right one becomes a cookie and leaves the URL
         assert c.get("/?token=wrong", follow_redirects=False).status_code == 401
         r = c.get(f"/?run={run_id}&token=s3cret-token", follow_redirects=False)
         assert r.status_code == 303 and r.headers["location"] == f"/?run={run_id}"
         cookie = r.headers["set-cookie"]
         assert "webmp_token=s3cret-token" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
-    with TestClient(create_app(tmp_path, token="s3cret-token"), base_url=BASE) as c:
+    with serving(create_app(tmp_path, token="s3cret-token")) as c:
         c.cookies.set("webmp_token", "s3cret-token")
         assert c.get(plan, params={"f16": "emulated"}).status_code == 200
         with c.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws") as ws:
-            assert ws.receive_json()["type"] == "welcome"
+            assert receive_json(ws)["type"] == "welcome"
 
 
 def test_websocket_from_another_site_or_host_is_refused(client):
@@ -912,10 +940,10 @@ def test_websocket_from_another_site_or_host_is_refused(client):
     ):
         with pytest.raises(WebSocketDisconnect) as e:
             with client.websocket_connect(url, headers={"origin": origin} if origin else {}) as ws:
-                ws.receive_json()
+                receive_json(ws)
         assert e.value.code == 4401, (url, origin)
     with client.websocket_connect(f"ws://127.0.0.1/api/runs/{run_id}/ws", headers={"origin": BASE}) as ws:
-        assert ws.receive_json()["type"] == "welcome"
+        assert receive_json(ws)["type"] == "welcome"
 
 
 def test_dns_rebinding_cross_site_posts_and_big_bodies_are_refused(client):
@@ -1067,10 +1095,10 @@ def test_missing_chart_library_openapi_and_port(tmp_path, monkeypatch, capsys):
     import webmp.server as server
 
     monkeypatch.setattr(server, "UPLOT_DIR", tmp_path / "missing")
-    with TestClient(server.create_app(tmp_path / "runs"), base_url=BASE) as c:
+    with serving(server.create_app(tmp_path / "runs")) as c:
         r = c.get("/vendor/uplot/uPlot.esm.js")
         assert r.status_code == 404 and "npm ci --prefix web" in r.json()["detail"]
-    with TestClient(server.create_app(tmp_path / "runs", token="s3cret-token"), base_url=BASE) as c:
+    with serving(server.create_app(tmp_path / "runs", token="s3cret-token")) as c:
         assert c.get("/openapi.json").status_code == 404
         assert c.get("/api/openapi.json").status_code == 401
         auth = {"authorization": "Bearer s3cret-token"}
@@ -1088,13 +1116,13 @@ def test_symbolic_links_in_the_runs_directory_are_not_followed(tmp_path, capsys)
     outside.mkdir()
     (outside / "secret.txt").write_text("do not touch\n")
     runs = tmp_path / "runs"
-    with TestClient(create_app(runs), base_url=BASE) as c:
+    with serving(create_app(runs)) as c:
         a, b = create(c)["id"], create(c)["id"]
     (runs / a / "metrics.jsonl").unlink(missing_ok=True)
     (runs / a / "metrics.jsonl").symlink_to(outside / "secret.txt")
     (runs / "linked").symlink_to(runs / b)
     capsys.readouterr()
-    with TestClient(create_app(runs), base_url=BASE) as c:
+    with serving(create_app(runs)) as c:
         err = capsys.readouterr().err
         assert f"skipping {runs / a}: symbolic links are not followed (metrics.jsonl)" in err
         assert f"skipping {runs / 'linked'}: symbolic links are not followed (linked)" in err
@@ -1115,7 +1143,7 @@ def test_deep_json_and_implausible_page_messages_are_refused(client):
     run_id = create(client)["id"]
     ws = connect(client, run_id)
     ws.send_text('{"type": "records", "run_id": "' + run_id + '", "records": ' + deep + "}")
-    reply = ws.receive_json()
+    reply = receive_json(ws)
     assert reply["type"] == "error" and "nested too deeply" in reply["message"]
     send(ws, hello(run_id))  # the socket is still served
     reply = send(ws, {"type": "records", "run_id": run_id, "records": [{**record(0), "scale": 1e300}]})
