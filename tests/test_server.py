@@ -729,6 +729,52 @@ def test_a_flooding_socket_is_closed_and_others_are_still_served(client):
     leave(ws)
 
 
+class BufferedSocket:
+    """A run socket whose client has sent all its frames before the server reads one: receive()
+    returns at once without suspending, as a real socket's does while frames wait in its buffer."""
+
+    def __init__(self, app, frames: list[str]):
+        self.app, self.frames, self.sent = app, list(frames), []
+        self.headers, self.cookies = {"host": "127.0.0.1:8000"}, {}
+
+    async def accept(self) -> None:
+        pass
+
+    async def receive(self) -> dict:
+        if not self.frames:
+            return {"type": "websocket.disconnect", "code": 1000}
+        return {"type": "websocket.receive", "text": self.frames.pop(0)}
+
+    async def send_json(self, message) -> None:
+        self.sent.append(message)
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        self.closed = code
+
+
+def test_a_busy_socket_lets_other_requests_run_between_its_frames(client):
+    """run_socket yields to the event loop after each frame. Without that, a client whose frames
+    are already buffered keeps the server's one event loop until its burst is spent (receive,
+    the reply and its disk write need not suspend), and every other request waits for all of it."""
+    from webmp.server import run_socket
+
+    run_id = create(client)["id"]
+    sock = BufferedSocket(client.app, ["{}"] * 200)  # malformed messages: each gets an error reply
+    replies_when_others_ran: list[int] = []
+
+    async def other_request():
+        replies_when_others_ran.append(len(sock.sent))
+
+    async def both():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_socket, sock, run_id)
+            tg.start_soon(other_request)
+
+    anyio.run(both)
+    assert len(sock.sent) == 201 and all(m["type"] == "error" for m in sock.sent[1:])
+    assert replies_when_others_ran[0] <= 2, replies_when_others_ran  # the welcome and one reply at most
+
+
 def test_out_of_order_and_duplicate_records_are_stored_once_in_order(client):
     run_id = create(client)["id"]
     ws = connect(client, run_id)
