@@ -5,8 +5,11 @@ oversized frames, valid messages in odd orders). Derandomized, so the same cases
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from typing import Any
 
+import anyio
 import pytest
 import schemathesis
 from fastapi.testclient import TestClient
@@ -15,7 +18,8 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from tests.test_server import BASE, SMALL, hello, records_msg, summary_msg
-from webmp.server import create_app
+from webmp.messages import MAX_MESSAGE_BYTES
+from webmp.server import WS_RATE_CLOSE, create_app
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +114,171 @@ def test_api_refuses_every_request_without_the_token(tmp_path, given_token):
     runs = known_runs(app, TOKEN)
     seen = fuzz_api(app, TOKEN, auth(given_token), runs, examples=80, expect={401, 403})
     assert {status for _, status in seen} == {401}, seen
+
+
+# --- the run WebSocket -----------------------------------------------------------------------------
+
+REPLY_SECONDS = 10.0  # a frame not answered within this fails the test (a hang is a bug, not a wait)
+# close codes the socket documents (webmp/server.py): 4401 refused, 4404 no such run, 4409 a page
+# already connected, 4429 over the rate limit
+CLOSE_CODES = {4401, 4404, 4409, WS_RATE_CLOSE}
+WEIRD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([-1, 2**32, 2**32 - 1, 2**53 + 1, 10**30]),
+    st.floats(allow_nan=True, allow_infinity=True),  # json.dumps writes NaN and Infinity literals
+    st.sampled_from(["NaN", "Infinity", "-Infinity", "nan", "1", "", "x" * 3000]),
+    st.text(max_size=20),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def valid_messages(run_id: str) -> st.SearchStrategy[dict]:
+    step = st.integers(min_value=0, max_value=40)
+    return st.one_of(
+        st.builds(hello, st.just(run_id), start_step=step, f16_path=st.sampled_from(["emulated", "native"])),
+        st.builds(records_msg, st.just(run_id), st.lists(step, min_size=1, max_size=12)),
+        st.builds(summary_msg, st.just(run_id), step),
+        st.builds(lambda n: {"type": "stopped", "run_id": run_id, "step": n}, step),
+        st.just({"type": "failed", "run_id": run_id, "message": "device lost"}),
+    )
+
+
+@st.composite
+def mutated(draw, run_id: str) -> dict:
+    """A valid message with one field changed: a weird value, removed, or an extra key; in a
+    records message, possibly a field of its first record; in a summary, of its state."""
+    msg = json.loads(json.dumps(draw(valid_messages(run_id))))
+    target = msg
+    if msg["type"] == "records" and draw(st.booleans()):
+        target = msg["records"][0]
+    elif msg["type"] == "summary" and draw(st.booleans()):
+        target = msg["state"]
+    key = draw(st.sampled_from(sorted(target)))
+    how = draw(st.sampled_from(["value", "drop", "extra"]))
+    if how == "value":
+        target[key] = draw(WEIRD)
+    elif how == "drop":
+        del target[key]
+    else:
+        target[draw(st.text(min_size=1, max_size=8))] = draw(WEIRD)
+    return msg
+
+
+def frames(run_id: str) -> st.SearchStrategy:
+    """One action: a text frame, a binary frame, or "reconnect" (the page leaves and comes back)."""
+    deep = st.sampled_from([1_000, 100_000]).map(lambda n: "[" * n + "]" * n)
+    big = st.sampled_from([MAX_MESSAGE_BYTES - 200, MAX_MESSAGE_BYTES + 1, 2 * MAX_MESSAGE_BYTES])
+    return st.one_of(
+        valid_messages(run_id).map(json.dumps),
+        mutated(run_id).map(json.dumps),
+        JSON.map(json.dumps),
+        st.text(max_size=40),
+        st.binary(max_size=40),
+        deep,
+        big.map(lambda n: json.dumps({**records_msg(run_id, [0]), "pad": "x" * n})),
+        st.just("reconnect"),
+    )
+
+
+def receive(ws) -> dict:
+    """The socket's next ASGI message, within REPLY_SECONDS (TestClient's receive has no bound)."""
+
+    async def next_message() -> dict:
+        with anyio.fail_after(REPLY_SECONDS):
+            return await ws._send_rx.receive()
+
+    return ws.portal.call(next_message)
+
+
+class Page:
+    """A fuzzing page's socket on one run: open() expects the welcome; exchange() sends a frame and
+    checks its answer (an ack or an error, or a documented close)."""
+
+    def __init__(self, client: TestClient, run_id: str):
+        self.client, self.run_id, self.ws = client, run_id, None
+
+    def open(self) -> None:
+        self.ws = self.client.websocket_connect(f"ws://127.0.0.1/api/runs/{self.run_id}/ws")
+        self.ws.__enter__()
+        message = receive(self.ws)
+        assert message["type"] == "websocket.send", message
+        assert json.loads(message["text"])["type"] == "welcome", message
+
+    def close(self) -> None:
+        if self.ws is not None:
+            ws, self.ws = self.ws, None
+            ws.__exit__(None, None, None)  # re-raises what the app raised, if anything
+
+    def exchange(self, frame: str | bytes) -> str:
+        if self.ws is None:
+            self.open()
+        assert self.ws is not None
+        if isinstance(frame, bytes):
+            self.ws.send_bytes(frame)
+        else:
+            self.ws.send_text(frame)
+        message = receive(self.ws)
+        if message["type"] == "websocket.close":
+            assert message["code"] in CLOSE_CODES, message
+            self.close()
+            return "closed"
+        assert message["type"] == "websocket.send" and "text" in message, message
+        reply = json.loads(message["text"])
+        assert reply["type"] in ("ack", "error"), reply
+        assert reply["type"] == "ack" or reply["message"], reply
+        return str(reply["type"])
+
+
+def strict_json(text: str) -> Any:
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def check_run(client: TestClient, run_id: str) -> None:
+    """metrics.jsonl is strict JSON with strictly increasing steps, and what the API serves."""
+    path = client.app.state.store.get(run_id).dir.path / "metrics.jsonl"
+    lines = [strict_json(line) for line in path.read_text().splitlines()] if path.exists() else []
+    steps = [r["step"] for r in lines]
+    assert all(a < b for a, b in zip(steps, steps[1:], strict=False)), steps
+    r = client.get(f"/api/runs/{run_id}/metrics")
+    assert r.status_code == 200
+    assert strict_json(r.text)["records"] == lines
+    assert client.get(f"/api/runs/{run_id}").status_code == 200
+
+
+def test_run_socket_survives_fuzzed_frames(tmp_path):
+    """Per example a new run and a page sending 1 to 8 fuzzed frames (reconnecting in between at
+    times): every frame answered (or the socket closed with a documented code), the app never
+    raises, and the run's records on disk stay consistent with the API."""
+    with TestClient(create_app(tmp_path / "runs"), base_url=BASE) as client:
+        kinds: Counter = Counter()
+
+        @settings(max_examples=120, **FUZZ)
+        @given(data=st.data())
+        def one(data) -> None:
+            run_id = client.post("/api/runs", json=SMALL).json()["id"]
+            page = Page(client, run_id)
+            try:
+                for frame in data.draw(st.lists(frames(run_id), min_size=1, max_size=8)):
+                    if frame == "reconnect":
+                        page.close()
+                        page.open()
+                    else:
+                        kinds[page.exchange(frame)] += 1
+            finally:
+                page.close()
+            check_run(client, run_id)
+
+        one()
+        assert client.get("/api/info").status_code == 200
+        assert kinds["ack"] and kinds["error"], kinds
