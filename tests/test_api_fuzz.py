@@ -141,10 +141,13 @@ JSON = st.recursive(
 
 
 def valid_messages(run_id: str) -> st.SearchStrategy[dict]:
-    step = st.integers(min_value=0, max_value=40)
+    # often 0: a fresh run only takes a hello from step 0 and records from step 0 on
+    step = st.just(0) | st.integers(min_value=0, max_value=40)
     return st.one_of(
         st.builds(hello, st.just(run_id), start_step=step, f16_path=st.sampled_from(["emulated", "native"])),
         st.builds(records_msg, st.just(run_id), st.lists(step, min_size=1, max_size=12)),
+        # in order from a step, as a page sends them (steps past the run's 30 refused)
+        st.builds(lambda a, n: records_msg(run_id, range(a, a + n)), step, st.integers(1, 12)),
         st.builds(summary_msg, st.just(run_id), step),
         st.builds(lambda n: {"type": "stopped", "run_id": run_id, "step": n}, step),
         st.just({"type": "failed", "run_id": run_id, "message": "device lost"}),
@@ -244,8 +247,9 @@ def strict_json(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-def check_run(client: TestClient, run_id: str) -> None:
-    """metrics.jsonl is strict JSON with strictly increasing steps, and what the API serves."""
+def check_run(client: TestClient, run_id: str) -> int:
+    """metrics.jsonl is strict JSON with strictly increasing steps, and what the API serves; the
+    number of records stored."""
     path = client.app.state.store.get(run_id).dir.path / "metrics.jsonl"
     lines = [strict_json(line) for line in path.read_text().splitlines()] if path.exists() else []
     steps = [r["step"] for r in lines]
@@ -254,6 +258,7 @@ def check_run(client: TestClient, run_id: str) -> None:
     assert r.status_code == 200
     assert strict_json(r.text)["records"] == lines
     assert client.get(f"/api/runs/{run_id}").status_code == 200
+    return len(lines)
 
 
 def test_run_socket_survives_fuzzed_frames(tmp_path):
@@ -263,7 +268,7 @@ def test_run_socket_survives_fuzzed_frames(tmp_path):
     with TestClient(create_app(tmp_path / "runs"), base_url=BASE) as client:
         kinds: Counter = Counter()
 
-        @settings(max_examples=120, **FUZZ)
+        @settings(max_examples=150, **FUZZ)
         @given(data=st.data())
         def one(data) -> None:
             run_id = client.post("/api/runs", json=SMALL).json()["id"]
@@ -277,8 +282,37 @@ def test_run_socket_survives_fuzzed_frames(tmp_path):
                         kinds[page.exchange(frame)] += 1
             finally:
                 page.close()
-            check_run(client, run_id)
+            kinds["runs with records"] += check_run(client, run_id) > 0
 
         one()
         assert client.get("/api/info").status_code == 200
-        assert kinds["ack"] and kinds["error"], kinds
+        assert kinds["ack"] and kinds["error"] and kinds["runs with records"], kinds
+
+
+def test_run_socket_valid_messages_in_any_order(tmp_path):
+    """Only well-formed messages, in any order and with reconnects (records before hello, summary
+    twice, records after the summary, a hello resuming past the stored steps...): each is acked or
+    refused with a reason, and what is stored stays consistent."""
+    with TestClient(create_app(tmp_path / "runs"), base_url=BASE) as client:
+        kinds: Counter = Counter()
+
+        @settings(max_examples=80, **FUZZ)
+        @given(data=st.data())
+        def one(data) -> None:
+            run_id = client.post("/api/runs", json=SMALL).json()["id"]
+            actions = valid_messages(run_id).map(json.dumps) | st.just("reconnect")
+            page = Page(client, run_id)
+            try:
+                for frame in data.draw(st.lists(actions, min_size=1, max_size=10)):
+                    if frame == "reconnect":
+                        page.close()
+                        page.open()
+                    else:
+                        kinds[page.exchange(frame)] += 1
+            finally:
+                page.close()
+            kinds["runs with records"] += check_run(client, run_id) > 0
+
+        one()
+        assert client.get("/api/info").status_code == 200
+        assert kinds["ack"] and kinds["error"] and kinds["runs with records"], kinds
