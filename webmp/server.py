@@ -51,7 +51,7 @@ from urllib.parse import urlencode, urlsplit
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .config import TrainConfig, config_error_message
 from .messages import MAX_MESSAGE_BYTES, RUN_ID_RE, RunInfo, json_safe, parse_page_message
@@ -105,12 +105,49 @@ def _error_text(err: ValidationError, limit: int = 3) -> str:
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
+class Problem(BaseModel):
+    """Every error's body: one line, or (a query FastAPI itself refuses, 422) pydantic's list."""
+
+    detail: str | list[dict[str, Any]]
+
+
+class Info(BaseModel):
+    version: str
+    token_required: bool
+    uplot: bool
+
+
+class Metrics(BaseModel):
+    status: str
+    records: list[dict[str, Any]]
+
+
+class CheckpointSaved(BaseModel):
+    checkpoint_step: int
+
+
+def answers(*codes: int, ok: type[BaseModel] | None = None, binary: bool = False) -> dict[int | str, Any]:
+    """The responses a route documents besides its success (the schema states every status a route
+    answers: tests/test_api_fuzz.py checks each answer against it); `ok`: the success's model, for
+    routes that return plain dicts; `binary`: the success is application/octet-stream."""
+    docs: dict[int | str, Any] = {code: {"model": Problem} for code in codes}
+    if ok is not None:
+        docs[200] = {"model": ok}
+    if binary:
+        docs[200] = {
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+        }
+    return docs
+
+
 # Routes that return plain dicts say response_model=None: a return annotation would otherwise make
 # FastAPI serialise through pydantic, which writes NaN as null before SafeJSONResponse sees it.
-api = APIRouter(prefix="/api")
+# Every /api route may answer 401 (a missing or wrong token) and 403 (request_refusal: another Host
+# or Origin) before it runs.
+api = APIRouter(prefix="/api", responses=answers(401, 403))
 
 
-@api.get("/info", response_model=None)
+@api.get("/info", response_model=None, responses=answers(ok=Info))
 def api_info(request: Request) -> dict[str, Any]:
     from . import __version__
 
@@ -132,7 +169,18 @@ def list_runs(request: Request) -> list[RunInfo]:
     return [r.info() for r in _store(request).runs.values()]
 
 
-@api.post("/runs", status_code=201, response_model=RunInfo)
+@api.post(
+    "/runs",
+    status_code=201,
+    response_model=RunInfo,
+    responses=answers(413, 415, 422),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": TrainConfig.model_json_schema()}},
+        }
+    },
+)
 async def create_run(request: Request) -> RunInfo:
     raw = bytearray()
     async for chunk in request.stream():  # a body without Content-Length is cut at the same size
@@ -153,12 +201,12 @@ async def create_run(request: Request) -> RunInfo:
     return _store(request).create(cfg).info()
 
 
-@api.get("/runs/{run_id}", response_model=RunInfo)
+@api.get("/runs/{run_id}", response_model=RunInfo, responses=answers(404))
 def run_status(request: Request, run_id: str) -> RunInfo:
     return _store(request).get(run_id).info()
 
 
-@api.get("/runs/{run_id}/metrics", response_model=None)
+@api.get("/runs/{run_id}/metrics", response_model=None, responses=answers(404, 422, ok=Metrics))
 async def run_metrics(
     request: Request, run_id: str, after: int = -1, wait: float = Query(0, ge=0, le=60)
 ) -> dict[str, Any]:
@@ -168,7 +216,7 @@ async def run_metrics(
     return {"status": run.status, "records": [r for r in run.records if r["step"] > after]}
 
 
-@api.get("/runs/{run_id}/summary", response_model=None)
+@api.get("/runs/{run_id}/summary", response_model=None, responses=answers(404))
 def run_summary(request: Request, run_id: str) -> Any:
     run = _store(request).get(run_id)
     if not run.dir.has_summary():
@@ -176,20 +224,35 @@ def run_summary(request: Request, run_id: str) -> Any:
     return run.dir.read_summary()
 
 
-@api.get("/runs/{run_id}/plan", response_model=None)
+@api.get("/runs/{run_id}/plan", response_model=None, responses=answers(404, 409, 422))
 async def run_plan(request: Request, run_id: str, f16: Offer = F16) -> dict[str, Any]:
     run = _store(request).get(run_id)
     plan, _, start = await asyncio.to_thread(run.plan, f16)
     return {"run_id": run.id, "start_step": start, "f16_path": plan["f16_path"] or "fp32", "plan": plan}
 
 
-@api.get("/runs/{run_id}/blob", response_model=None)
+@api.get(
+    "/runs/{run_id}/blob",
+    response_model=None,
+    response_class=Response,
+    responses=answers(404, 409, 422, binary=True),
+)
 async def run_blob(request: Request, run_id: str, f16: Offer = F16) -> Response:
     _, blob, _ = await asyncio.to_thread(_store(request).get(run_id).plan, f16)
     return Response(blob, media_type="application/octet-stream")
 
 
-@api.put("/runs/{run_id}/checkpoint", response_model=None)
+@api.put(
+    "/runs/{run_id}/checkpoint",
+    response_model=None,
+    responses=answers(400, 404, 409, 413, 422, ok=CheckpointSaved),
+    openapi_extra={  # the raw bytes of plan["checkpoint_buffers"], in order
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
 async def upload_checkpoint(
     request: Request, run_id: str, step: int = Query(..., ge=1), f16: Offer = F16
 ) -> dict[str, int]:
@@ -226,7 +289,7 @@ class SampleQuery:
         return await asyncio.to_thread(run.sample_plan, self.f16, self.prompt, **settings, keep=keep)
 
 
-@api.get("/runs/{run_id}/sample", response_model=None)
+@api.get("/runs/{run_id}/sample", response_model=None, responses=answers(404, 409, 422))
 async def run_sample_plan(
     request: Request, run_id: str, q: Annotated[SampleQuery, Depends()]
 ) -> dict[str, Any]:
@@ -242,7 +305,12 @@ async def run_sample_plan(
     }
 
 
-@api.get("/runs/{run_id}/sample/blob", response_model=None)
+@api.get(
+    "/runs/{run_id}/sample/blob",
+    response_model=None,
+    response_class=Response,
+    responses=answers(404, 409, 422, binary=True),
+)
 async def run_sample_blob(request: Request, run_id: str, q: Annotated[SampleQuery, Depends()]) -> Response:
     _, blob, _ = await q.build(request, run_id, keep=False)
     return Response(blob, media_type="application/octet-stream")
