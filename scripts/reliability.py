@@ -920,7 +920,8 @@ def report(R: dict[str, Any]) -> str:
         "",
         "## a. Bad inputs tried and refused",
         "",
-        "Refused cleanly: the CLI exits non-zero with one `webmp train: ...` line and no Python traceback; "
+        "Refused cleanly: the CLI exits non-zero, its stderr ending in one `webmp train: ...` line"
+        " (argparse's usage line may precede it) and holding no Python traceback; "
         "HTTP answers 4xx; the WebSocket answers an `error` message or closes with a 4xxx code (1009 for "
         "frames over uvicorn's 4 MiB). Server tracebacks are counted in its stderr.",
         "",
@@ -1005,7 +1006,8 @@ def report(R: dict[str, Any]) -> str:
         f"{R['flood_max']} messages or "
         f"{R['flood_limit_s']:.0f} s) while another fetches {d['plan_fetches']} plans (6 runs, both f16 "
         "paths; the server caches 4) and a third polls `/api/info` every 20 ms. RSS is the server "
-        "process's VmRSS from /proc.",
+        "process's VmRSS from /proc; before is after phases a to c on the same server. The flood lasted "
+        f"{d['seconds']:.1f} s (until the close, or the bound).",
         "",
         table(
             [
