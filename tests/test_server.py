@@ -1201,3 +1201,26 @@ def test_deep_json_and_implausible_page_messages_are_refused(client):
     assert r.status_code == 400 and "f16 path" in r.json()["detail"]  # the run trains on emulated
     assert client.get(f"/api/runs/{run_id}").json()["status"] == "running"
     leave(ws)
+
+
+def test_runs_finishing_at_once_plot_their_curves(tmp_path):
+    """Found by scripts/reliability.py: pages finishing together plot on the server's worker threads,
+    and matplotlib's mathtext parser (log-axis tick labels) is not thread-safe: without
+    rundir.PLOT_LOCK most of these raised ParseException, dropping the page's socket (a 1006 close)."""
+    errors: list[BaseException] = []
+
+    def finish(i: int) -> None:
+        d = RunDir(tmp_path / f"run{i}")
+        d.append_metrics([record(s) for s in range(40)])
+        try:
+            d.plot_curves(f"run {i}")
+        except BaseException as e:  # collected for the assertion
+            errors.append(e)
+
+    threads = [threading.Thread(target=finish, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert all((tmp_path / f"run{i}" / "curves.png").is_file() for i in range(6))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -169,6 +170,10 @@ def new_run_dir(root: str | Path = "runs", prefix: str = "run") -> Path:
 
 
 CONFIG, METRICS, SUMMARY, CURVES = "config.json", "metrics.jsonl", "summary.json", "curves.png"
+# matplotlib's figures are per call, but its mathtext parser (the log axes' tick labels) is one shared
+# pyparsing object that is not thread-safe: two runs finishing at once on the server's worker
+# threads made it raise ParseException. One plot at a time.
+PLOT_LOCK = threading.Lock()
 
 
 class RunDir:
@@ -270,10 +275,14 @@ class RunDir:
         atomic_write(self.metrics_path, "".join(dumps(r) + "\n" for r in keep).encode())
 
     def plot_curves(self, title: str = "") -> Path:
-        # matplotlib's object API, not pyplot: no global figure state, safe in the server's threads
+        recs = self.read_metrics()
+        with PLOT_LOCK:
+            return self._plot(recs, title)
+
+    def _plot(self, recs: list[dict], title: str) -> Path:
+        # matplotlib's object API, not pyplot: no global figure state (PLOT_LOCK guards the rest)
         from matplotlib.figure import Figure
 
-        recs = self.read_metrics()
         out = self.path / CURVES
         fig = Figure(figsize=(8, 6))
         a1, a2 = fig.subplots(2, 1, sharex=True)
