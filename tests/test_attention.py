@@ -25,7 +25,10 @@ from webmp.runtime import default_gpu
 SMALL_TILES = {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 8}  # 16 x 16 tiles, K slices of 8
 # T = 37 with 16 x 16 tiles: 3 x 3 tiles a product and 5 K slices (dv, values: K = T), per batch-head
 # (The end-to-end test adds T = 13, d = 10 for every kernel.)
-PRODUCT_SHAPES = ["2x7x3x6", "2x1x2x4", "2x37x2x6/small"]
+# The register-blocked core (no workgroup memory; with subgroups where the adapter has them) reads
+# the batched operands its own way: 8 x 8 blocks of rows and columns.
+REG_TILES = {"WG_X": 8, "WG_Y": 2, "TM": 8, "TN": 8}
+PRODUCT_SHAPES = ["2x7x3x6", "2x1x2x4", "2x37x2x6/small", "2x37x2x6/reg"]
 # T = 70 > 64 threads: rows that take each thread twice
 SOFTMAX_SHAPES = ["2x7x3x6", "2x1x2x4", "1x70x2x4"]
 SENTINEL = 7.0  # what dqkv holds where a backward product must not write
@@ -35,6 +38,8 @@ PRODUCTS = ops.ATTENTION_PRODUCTS
 def parse(shape: str):
     dims, *rest = shape.split("/")
     B, T, H, d = map(int, dims.split("x"))
+    if rest == ["reg"]:
+        return B, T, H, d, {"core": "reg_sg" if default_gpu().has_subgroups else "reg", **REG_TILES}
     return B, T, H, d, (SMALL_TILES if rest else None)
 
 

@@ -54,11 +54,21 @@ MATMUL_NAMES = [
 ] + [f"matmul/{case}/17x33x65" for case in list(MATMUL_CASES)[4:]]
 # Tile shapes other than the default (webmp/tune.py picks among such per adapter) must be right
 # too; NN and TT cover all four ways of staging the operands.
+# The register-blocked cores (matmul_reg.wgsl: no workgroup memory) read each transpose their own
+# way, and their A loader with subgroups differs: all four transposes, TM and TN 4 and 8.
 TILE_VARIANTS = {
     "8x8_t8x8_k8": {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8},
     "4x4_t4x4_k32": {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 32},
+    "reg_8x4_t8x8": {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
+    "sg_8x2_t4x4": {"core": "reg_sg", "WG_X": 8, "WG_Y": 2, "TM": 4, "TN": 4},
 }
-TILE_NAMES = [f"matmul/{case}/17x33x65/{t}" for t in TILE_VARIANTS for case in ("fwd_gelu", "logits_TT_relu")]
+TILE_NAMES = [
+    f"matmul/{case}/17x33x65/{t}" for t in TILE_VARIANTS for case in ("fwd_gelu", "logits_TT_relu")
+] + [
+    f"matmul/{case}/17x33x65/{t}"
+    for t in ("reg_8x4_t8x8", "sg_8x2_t4x4")
+    for case in ("wgrad_gelu", "dgrad_gelu")
+]
 
 
 def _matmul_case(name, path):
@@ -66,6 +76,8 @@ def _matmul_case(name, path):
     variant, ta, tb, a_act, out_act = MATMUL_CASES[parts[1]]
     M, N, K = map(int, parts[2].split("x"))
     tiles = TILE_VARIANTS[parts[3]] if len(parts) > 3 else None
+    if tiles and tiles.get("core") == "reg_sg" and not default_gpu().has_subgroups:
+        pytest.skip("the adapter has no subgroups")
     rng = rng_for(name, path)
     inp = {
         "A": rand_h(rng, (K, M) if ta else (M, K), path),
@@ -120,6 +132,38 @@ def test_matmul(name, path):
         C = C[:, :N]
         assert out["flags"][0] == 0, "no value here comes near the f16 range"
     check_close(C, exact, err, name)
+
+
+CORE_TILES = [
+    {"core": "tiled", "WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 32},
+    {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
+    {"core": "reg", "WG_X": 4, "WG_Y": 2, "TM": 4, "TN": 4},
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 4},
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 1, "TM": 4, "TN": 8},
+]
+
+
+@pytest.mark.parametrize("case", ["fwd_gelu", "logits_TT_relu", "wgrad_gelu", "dgrad_gelu"])
+def test_matmul_cores_give_the_same_bits(case, path):
+    """Every core accumulates each output in k order, one fma per k from zero (f32 operands that
+    are f16 values, exact), so on one adapter each core and tile shape gives the default's bits:
+    a tuner's choice never moves a curve. On lavapipe they do; another compiler may fuse the fmas
+    of one kernel and not another's, and then test_matmul's bounds are what holds. K is odd
+    (the register cores' last step is half a word), M, N are not multiples of any block."""
+    variant, ta, tb, a_act, out_act = MATMUL_CASES[case]
+    M, N, K = 37, 45, 67
+    rng = np.random.default_rng(7)
+    A = rand_h(rng, (K, M) if ta else (M, K), path)
+    B = rand_h(rng, (N, K) if tb else (K, N), path)
+    bias, zprev = rng.standard_normal(N).astype(np.float32), rand_h(rng, (M, N), path, 2.0)
+    opts = dict(bias=bias, zprev=zprev, trans_a=ta, trans_b=tb, a_act=a_act, out_act=out_act, padded=True)
+    gpu = default_gpu()
+    want = run_matmul(variant, A, B, **opts, path=path, gpu=gpu)
+    for tiles in CORE_TILES:
+        if tiles["core"] == "reg_sg" and not gpu.has_subgroups:
+            continue
+        got = run_matmul(variant, A, B, **opts, tiles=tiles, path=path, gpu=gpu)
+        assert_same_bits(f"{case} {tiles}", got, want)
 
 
 @kernel_case("matmul/act_on_load/4096")

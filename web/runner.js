@@ -31,14 +31,15 @@ export async function openGPU() {
   }
   if (!adapter) throw new Error('navigator.gpu.requestAdapter() found no WebGPU adapter (10 tries)');
   const hasF16 = adapter.features.has('shader-f16');
+  const hasSubgroups = adapter.features.has('subgroups');
   const limits = Object.fromEntries(LIMIT_KEYS.map((k) => [k, adapter.limits[k]]));
   const device = await adapter.requestDevice({
-    requiredFeatures: hasF16 ? ['shader-f16'] : [],
+    requiredFeatures: [...(hasF16 ? ['shader-f16'] : []), ...(hasSubgroups ? ['subgroups'] : [])],
     requiredLimits: limits,
   });
   const info = adapter.info || {};
   return {
-    device, hasF16, limits,
+    device, hasF16, hasSubgroups, limits,
     features: [...adapter.features].sort(),
     adapter: {vendor: info.vendor || '', architecture: info.architecture || '', device: info.device || '',
               description: info.description || ''},
@@ -49,6 +50,9 @@ export async function openGPU() {
 export function checkPlan(plan, gpu) {
   if (plan.required_features.includes('shader-f16') && !gpu.hasF16) {
     throw new Error("the plan uses native f16 but this adapter lacks 'shader-f16'");
+  }
+  if (plan.required_features.includes('subgroups') && !gpu.hasSubgroups) {
+    throw new Error("the plan's matmul tiles use subgroups but this adapter lacks 'subgroups'");
   }
   for (const [key, need] of Object.entries(plan.required_limits)) {
     const have = gpu.limits[key];
@@ -128,7 +132,9 @@ export class Runner {
     for (const k of plan.kernels) {
       const key = k.sources.join('|');
       if (!modules.has(key)) {
-        const module = dev.createShaderModule({code: k.sources.map((f) => text[f]).join('\n'), label: k.sources.at(-1)});
+        // Browsers need the directive for subgroup builtins (wgpu-py's naga refuses it: see webmp/wgsl.py)
+        const enable = plan.required_features.includes('subgroups') ? 'enable subgroups;\n' : '';
+        const module = dev.createShaderModule({code: enable + k.sources.map((f) => text[f]).join('\n'), label: k.sources.at(-1)});
         const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === 'error');
         if (errors.length) {
           throw new Error(`WGSL of ${k.sources.join(' + ')} does not compile: ` +

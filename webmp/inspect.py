@@ -33,6 +33,7 @@ from . import ops
 from .plan import KernelPlan, PlanBuilder, pack_h, unpack_h
 from .runtime import GPU, Runtime, default_gpu
 from .state import STATE_FIELDS, decode_state, encode_state
+from .tilecache import DEFAULT_TILES
 from .wgsl import PRELUDES, parse_bindings
 
 PROGRAM = "inspect"
@@ -125,7 +126,8 @@ def run_matmul(
     by `webmp.ops.matmul`, as training does. A is [M, K] ([K, M] with trans_a), B is [K, N]
     ([N, K] with trans_b). Returns {"C": [M, N]} plus "flags" for the variants that have them;
     padded=True returns an h output C with its zero-padding column when N is odd. tiles: the tile
-    shape constants (WG_X, WG_Y, TM, TN, BK); default: DEFAULT_TILES."""
+    shape constants (WG_X, WG_Y, TM, TN, BK) and optionally the core (webmp.ops.MATMUL_CORES);
+    default: DEFAULT_TILES."""
     A, B = np.atleast_2d(A), np.atleast_2d(B)
     M, K = (A.shape[1], A.shape[0]) if trans_a else A.shape
     N = B.shape[0] if trans_b else B.shape[1]
@@ -133,7 +135,13 @@ def run_matmul(
         raise ValueError(
             f"inner dimensions differ: A {A.shape} (trans_a={trans_a}), B {B.shape} (trans_b={trans_b})"
         )
-    bindings = parse_bindings((PRELUDES[path], "common.wgsl", *ops.matmul_sources(variant)))
+    bindings = parse_bindings(
+        (
+            PRELUDES[path],
+            "common.wgsl",
+            *ops.matmul_sources(variant, ops.core_constants(tiles or DEFAULT_TILES)[0]),
+        )
+    )
     names = {b["name"] for b in bindings}
     inputs = {"A": A, "B": B}
     if "bias" in names:

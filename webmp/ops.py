@@ -54,11 +54,33 @@ class Layout(NamedTuple):
     ld: int = 0
 
 
-def matmul_sources(variant: str) -> list[str]:
-    """The shader files of a matmul variant after the prelude and common.wgsl: the core, the shared
-    f16-output epilogue for the variants that store h, the variant's own file."""
+# The matmul cores (tiles["core"], default "tiled"): their file and the tile-shape constants they take.
+MATMUL_CORES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "tiled": (("matmul.wgsl",), ("WG_X", "WG_Y", "TM", "TN", "BK")),  # workgroup-memory tiles
+    "reg": (("matmul_reg.wgsl", "matmul_reg_a.wgsl"), ("WG_X", "WG_Y", "TM", "TN")),  # no barriers
+    # register blocks, op(A) loaded once per subgroup (the `subgroups` feature)
+    "reg_sg": (("matmul_reg.wgsl", "matmul_reg_a_sg.wgsl"), ("WG_X", "WG_Y", "TM", "TN")),
+}
+
+
+def matmul_sources(variant: str, core: str = "tiled") -> list[str]:
+    """The shader files of a matmul variant after the prelude and common.wgsl: the operands, the
+    core, the shared f16-output epilogue for the variants that store h, the variant's own file."""
     h_out = ["matmul_h_out.wgsl"] if variant in H_OUT_VARIANTS else []
-    return ["matmul.wgsl", *h_out, f"{variant}.wgsl"]
+    return ["matmul_operands.wgsl", *MATMUL_CORES[core][0], *h_out, f"{variant}.wgsl"]
+
+
+def core_constants(tiles: Tiles) -> tuple[str, dict[str, int]]:
+    """The core a tile choice names and the constants it takes (ValueError for an unknown core or
+    a missing constant)."""
+    core = str(tiles.get("core", "tiled"))
+    if core not in MATMUL_CORES:
+        raise ValueError(f"unknown matmul core {core!r}; one of {tuple(MATMUL_CORES)}")
+    names = MATMUL_CORES[core][1]
+    missing = [n for n in names if n not in tiles]
+    if missing:
+        raise ValueError(f"matmul core {core!r} needs the tile constants {missing} (got {dict(tiles)})")
+    return core, {n: int(tiles[n]) for n in names}
 
 
 def matmul(
@@ -94,8 +116,9 @@ def matmul(
     the constants are exactly the unbatched kernel's."""
     if variant not in MATMUL_VARIANTS:
         raise ValueError(f"unknown matmul variant {variant!r}; one of {MATMUL_VARIANTS}")
+    core, shape = core_constants(tiles)
     consts: dict[str, Any] = {"M": M, "N": N, "K": K, "TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
-    consts.update(tiles)
+    consts.update(shape)
     if not 1 <= batch <= MAX_WORKGROUPS_PER_DIM or z_inner < 1:
         raise ValueError(
             f"batch {batch} (z_inner {z_inner}): 1 .. {MAX_WORKGROUPS_PER_DIM} products a dispatch"
@@ -126,7 +149,7 @@ def matmul(
     if c_is_h:
         binds["flags"] = flags
     workgroups = [cdiv(N, tiles["WG_X"] * tiles["TN"]), cdiv(M, tiles["WG_Y"] * tiles["TM"]), batch]
-    pb.dispatch(program, matmul_sources(variant), variant, consts, binds, workgroups)
+    pb.dispatch(program, matmul_sources(variant, core), variant, consts, binds, workgroups)
 
 
 def _given(buffer: str | None, what: str, variant: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from .state import METRIC_FIELDS, STATE_FIELDS, WordKind
-from .wgsl import PRELUDES, Binding, parse_bindings
+from .wgsl import PRELUDES, Binding, parse_bindings, source_features
 
 PLAN_FORMAT = "webmp-plan/1"
 
@@ -328,7 +328,11 @@ class PlanBuilder:
             "buffers": buffers,
             "kernels": kernels,
             "programs": self.programs,
-            "required_features": ["shader-f16"] if self.path == "native" else [],
+            "required_features": sorted(
+                ({"shader-f16"} if self.path == "native" else set()).union(
+                    *(source_features(k["sources"]) for k in kernels)
+                )
+            ),
             "required_limits": required_limits(buffers, kernels),
             "state": {"buffer": state, "fields": STATE_FIELDS},
             "metrics": {"buffer": metrics, "ring": ring, "fields": METRIC_FIELDS},

@@ -51,6 +51,9 @@ class GPU:
             wanted.add("shader-f16")
         if "timestamp-query" in adapter.features:
             wanted.add("timestamp-query")
+        self.has_subgroups = "subgroup" in adapter.features  # wgpu-py's name of WebGPU's "subgroups"
+        if self.has_subgroups:
+            wanted.add("subgroup")
         missing = wanted - set(adapter.features)
         if missing:
             raise RuntimeError(f"the WebGPU adapter lacks required features: {sorted(missing)}")
@@ -76,6 +79,11 @@ class GPU:
         if "shader-f16" in plan["required_features"] and not self.has_f16:
             raise RuntimeError(
                 "the plan uses native f16 but this adapter lacks 'shader-f16'; build it with f16='emulated'"
+            )
+        if "subgroups" in plan["required_features"] and not self.has_subgroups:
+            raise RuntimeError(
+                "the plan's matmul tiles use subgroups but this adapter lacks them; build it with tiles "
+                "for this adapter (TileTable.for_adapter) or the defaults"
             )
         for key, need in plan["required_limits"].items():
             have = self.limits[key]

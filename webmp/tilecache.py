@@ -1,9 +1,11 @@
 """Matmul tile shapes: the defaults, the shape classes and the per-adapter cache on disk.
 
-The matmul kernels (shaders/matmul.wgsl) take their tile shape as pipeline-overridable constants
-(WG_X, WG_Y, TM, TN, BK). Which shape a plan uses is decided by the caller of `build_plan`, which
-passes a `TileTable`: `TileTable.for_adapter(name)` reads what `webmp bench --tune` (webmp/tune.py)
-measured for that adapter, `TileTable()` is the defaults. Nothing here is process-global.
+The matmul kernels take their core (tiles["core"]: "tiled", the default, shaders/matmul.wgsl;
+"reg" and "reg_sg", shaders/matmul_reg.wgsl: see webmp.ops.MATMUL_CORES) and tile shape as
+pipeline-overridable constants (WG_X, WG_Y, TM, TN, and BK for the tiled core). Which a plan
+uses is decided by the caller of `build_plan`, which passes a `TileTable`:
+`TileTable.for_adapter(name)` reads what `webmp bench --tune` (webmp/tune.py) measured for that
+adapter, `TileTable()` is the defaults. Nothing here is process-global.
 
 The cache is JSON at $WEBMP_TUNE_CACHE, default ~/.cache/webmp/tune.json:
 {adapter name: {shape class: tiles}}.
@@ -15,8 +17,9 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-Tiles = dict[str, int]
+Tiles = dict[str, Any]  # tile-shape constants (int) and, optionally, "core" (webmp.ops.MATMUL_CORES)
 
 DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
 TILE_KEYS = tuple(DEFAULT_TILES)

@@ -21,15 +21,22 @@ from .plan import Plan, PlanBuilder, pack_h, resolve_f16_path, unpack_h
 from .runtime import Runtime, default_gpu
 from .tilecache import DEFAULT_TILES, Tiles, cache_path, load_cache, save_cache, shape_class
 
-# Tile shapes to try, most promising first (the tuner stops when its time is up): 64x64 and
-# 128x128 tiles with 8x8 register blocks, then smaller blocks and deeper K slices for small or
-# skinny problems and for CPU adapters. Filtered by the device's limits.
-CANDIDATES = [
+# Tile shapes to try, most promising first (the tuner stops when its time is up): the default,
+# then the register-blocked cores (no workgroup memory or barriers: what a CPU adapter runs best;
+# with subgroups, op(A) loaded once per subgroup), then tiled 64x64 and 128x128 tiles with 8x8
+# register blocks, smaller blocks and deeper K slices for small or skinny problems. Filtered by the
+# device's limits and features.
+CANDIDATES: list[Tiles] = [
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 4},
+    {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 1, "TM": 8, "TN": 8},
     {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8},
     {"WG_X": 16, "WG_Y": 16, "TM": 8, "TN": 8, "BK": 8},
     {"WG_X": 16, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8},
     {"WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 32},
     {"WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 16},
+    {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 8},
     {"WG_X": 16, "WG_Y": 16, "TM": 4, "TN": 4, "BK": 16},
     {"WG_X": 16, "WG_Y": 16, "TM": 4, "TN": 4, "BK": 8},
     {"WG_X": 16, "WG_Y": 16, "TM": 8, "TN": 8, "BK": 16},
@@ -40,12 +47,17 @@ CANDIDATES = [
 ]
 
 
-def fits(tiles: dict, limits) -> bool:
-    """Whether the device's limits allow this tile shape (limits: device.limits, wgpu-py names)."""
+def fits(tiles: dict, limits, has_subgroups: bool = False) -> bool:
+    """Whether the device allows this tile choice (limits: device.limits, wgpu-py names; the
+    subgroup core needs the `subgroups` feature)."""
+    core = tiles.get("core", "tiled")
     threads = tiles["WG_X"] * tiles["WG_Y"]
-    shared = 4 * tiles["BK"] * (tiles["WG_Y"] * tiles["TM"] + tiles["WG_X"] * tiles["TN"])  # f32 tiles
+    shared = 0
+    if core == "tiled":  # f32 tiles of both operands in workgroup memory
+        shared = 4 * tiles["BK"] * (tiles["WG_Y"] * tiles["TM"] + tiles["WG_X"] * tiles["TN"])
     return (
-        threads <= limits["max-compute-invocations-per-workgroup"]
+        (core != "reg_sg" or has_subgroups)
+        and threads <= limits["max-compute-invocations-per-workgroup"]
         and tiles["WG_X"] <= limits["max-compute-workgroup-size-x"]
         and tiles["WG_Y"] <= limits["max-compute-workgroup-size-y"]
         and shared <= limits["max-compute-workgroup-storage-size"]
@@ -227,7 +239,7 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     cands = [
         c
         for c in [DEFAULT_TILES] + [c for c in CANDIDATES if c != DEFAULT_TILES]
-        if fits(c, gpu.device.limits)
+        if fits(c, gpu.device.limits, gpu.has_subgroups)
     ]
     cache = load_cache()
     mine = cache.setdefault(gpu.name, {})

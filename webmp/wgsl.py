@@ -24,13 +24,19 @@ after it to define):
   bindings. Defines the workgroup array `red`, RED_SUM, RED_MAX, workgroup_reduce, workgroup_sum
   and workgroup_max. Expects `alias RedT` (f32 or vec2<f32>) and `const WG: u32` (the workgroup
   size, a power of two).
-- matmul.wgsl: bindings 0 A, 1 B. Defines every override of the matmul kernels (M, N, K, TRANS_A,
-  TRANS_B, A_ACT, OUT_ACT, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}, the tile
-  shape), the tiles, mm_z, batch_start, out_index, mm_tile, mm_run, out_row, out_col, mask_cols.
-  Expects `fn col4(c: u32) -> vec4<f32>`,
+- matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B. Defines every override of the
+  matmul kernels but the tile shape (M, N, K, TRANS_A, TRANS_B, A_ACT, OUT_ACT, the batch constants
+  Z_INNER and {A,B,C}_{OFF,SB,SH,LD}), mm_z, batch_start, out_index, act2, act4, operand_word,
+  load_word, mask_cols, store_group, mm_run. Expects a core (the tile-shape overrides, TM_MAX,
+  TN4_MAX, `acc`, mm_tile filling it, out_row, out_col), then `fn col4(c: u32) -> vec4<f32>`,
   `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool` (storing at out_index) and an
   entry point that calls mm_run (see mm_run).
-- matmul_h_out.wgsl (between matmul.wgsl and matmul_fwd / matmul_dgrad / matmul_plain): no
+- The cores (webmp.ops.MATMUL_CORES, chosen by tiles["core"]): matmul.wgsl ("tiled": workgroup
+  memory tiles; overrides WG_X, WG_Y, TM, TN, BK); matmul_reg.wgsl ("reg", "reg_sg": register
+  blocks read straight from storage; overrides WG_X, WG_Y, TM, TN), which expects `fn a_setup(row0)`
+  and `fn a_words(row0, k)` from matmul_reg_a.wgsl ("reg") or matmul_reg_a_sg.wgsl ("reg_sg",
+  subgroup builtins: see SOURCE_FEATURES). No bindings.
+- matmul_h_out.wgsl (between the core and matmul_fwd / matmul_dgrad / matmul_plain): no
   bindings. Defines h_overflows4, store_h4, mm_run_h. Expects the bindings `C: array<HW>` and
   `flags: array<atomic<u32>>` from the variant (their numbers differ between variants).
 - attn_softmax.wgsl (after reduce.wgsl, before attn_softmax_fwd / attn_softmax_bwd): no bindings;
@@ -66,8 +72,9 @@ Rules:
   dgrad, f32 in logits and wgrad).
 - naga 29 (wgpu-py 0.32) panics (handlevec.rs, in process_overrides) on an `override` declared
   after a workgroup array sized by an override expression (matmul's tile_a, tile_b). Hence every
-  override of the matmul kernels, OUT_ACT (matmul_dgrad's) included, is declared in matmul.wgsl
-  before those arrays, and the files after it declare none. reduce.wgsl's array has a const size,
+  override of the matmul kernels, OUT_ACT (matmul_dgrad's) included, is declared in
+  matmul_operands.wgsl or before those arrays in matmul.wgsl, and the files after the core
+  declare none. reduce.wgsl's array has a const size,
   so its families may declare overrides anywhere (attn_softmax.wgsl declares T and SCALE).
 """
 
@@ -80,6 +87,10 @@ from typing import Literal, TypedDict
 from .resources import SHADER_DIR
 
 PRELUDES = {"native": "prelude_native.wgsl", "emulated": "prelude_emulated.wgsl", "fp32": "prelude_f32.wgsl"}
+# Files that use an optional WebGPU feature (its WebGPU name; the plan requires it). wgpu-py's naga
+# takes subgroup builtins without a directive (it rejects `enable subgroups;`), browsers need the
+# directive: web/runner.js puts `enable subgroups;` before each module of a plan that requires it.
+SOURCE_FEATURES = {"matmul_reg_a_sg.wgsl": "subgroups"}
 
 _BINDING = re.compile(
     r"@group\(0\)\s*@binding\((\d+)\)\s*var<storage,\s*(read|read_write)>\s*(\w+)\s*:\s*([^;]+);"
@@ -92,6 +103,10 @@ def read_shader(name: str) -> str:
     if path.parent != SHADER_DIR or not path.is_file():
         raise FileNotFoundError(f"no shader {name!r} in {SHADER_DIR}")
     return path.read_text()
+
+
+def source_features(sources: list[str] | tuple[str, ...]) -> set[str]:
+    return {SOURCE_FEATURES[s] for s in sources if s in SOURCE_FEATURES}
 
 
 def join_sources(sources: list[str] | tuple[str, ...]) -> str:

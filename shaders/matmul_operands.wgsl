@@ -1,0 +1,134 @@
+// Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B) and every override but a
+// core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_run; the variant
+// defines col4, store4.
+// The operands of the matmul kernels: C[M,N] = op(A)[M,K] * op(B)[K,N] with f16 operands (read
+// from packed HW words) and f32 accumulation, for each batch z of the grid's z dimension (one
+// batch: the MLP). A core computes the products: matmul.wgsl stages tiles in workgroup memory,
+// matmul_reg.wgsl reads register blocks straight from storage (no workgroup memory, no barriers).
+// A variant file (matmul_fwd, matmul_logits, matmul_wgrad, matmul_dgrad, matmul_plain; fwd, dgrad
+// and plain after matmul_h_out.wgsl) adds its bindings, its epilogue (col4 and store4: see mm_run)
+// and an entry point (@workgroup_size(WG_X, WG_Y)) that calls mm_run.
+//
+// Storage layout of an HW ("h") matrix [rows, cols]: row-major, rows * ceil(cols/2) words,
+// two consecutive columns per word, low half first; an odd row's last half is zero padding.
+//
+// Batched, strided operands (attention): workgroup z is a batch index, split as z = b * Z_INNER + h
+// (b: batch, h: head). Operand X (A, B or C) of batch z starts at element
+//   X_OFF + b * X_SB + h * X_SH
+// of its buffer, and its rows are X_LD elements apart (0: the natural stride, its column count
+// rounded up to whole words, or N for an f32 C). All of these are in elements; for h matrices
+// they must be even (whole words: webmp.ops checks), so staging keeps its whole-word loads and a
+// store never shares a word with a neighbouring batch. The defaults (one batch, offset 0, natural
+// strides) address exactly as before: the MLP's matmuls compute the same values.
+//
+// Every core accumulates each output in k order, one fma per k from zero, on f32 values (f16
+// values are exact in f32): the cores compute the same values on one adapter.
+
+@group(0) @binding(0) var<storage, read> A: array<HW>;
+@group(0) @binding(1) var<storage, read> B: array<HW>;
+
+override M: u32;
+override N: u32;
+override K: u32;
+override TRANS_A: u32 = 0u;  // 1: A is stored [K, M] and read transposed
+override TRANS_B: u32 = 0u;  // 1: B is stored [N, K] and read transposed
+override A_ACT: u32 = 0u;    // activation applied to A's values as they are loaded (ACT_*)
+// matmul_dgrad's epilogue: the activation whose derivative multiplies the product (ACT_*).
+// Declared here because naga 29 (wgpu-py 0.32) panics on an override declared after the
+// override-sized workgroup arrays of matmul.wgsl.
+override OUT_ACT: u32 = 0u;
+// Batched operands (see the header), declared here for the same reason. Per operand: the offset,
+// the strides per b and per h, the row stride (elements).
+override Z_INNER: u32 = 1u;  // batch index z = b * Z_INNER + h
+override A_OFF: u32 = 0u;  override A_SB: u32 = 0u;  override A_SH: u32 = 0u;  override A_LD: u32 = 0u;
+override B_OFF: u32 = 0u;  override B_SB: u32 = 0u;  override B_SH: u32 = 0u;  override B_LD: u32 = 0u;
+override C_OFF: u32 = 0u;  override C_SB: u32 = 0u;  override C_SH: u32 = 0u;  override C_LD: u32 = 0u;
+
+var<private> mm_z: u32;  // this workgroup's batch index (workgroup_id.z), set by the core
+
+// First element of batch mm_z of an operand with offset `off` and batch strides `sb`, `sh`.
+fn batch_start(off: u32, sb: u32, sh: u32) -> u32 {
+  return off + (mm_z / Z_INNER) * sb + (mm_z % Z_INNER) * sh;
+}
+
+// Element index of C(r, c) in batch mm_z; `natural_ld` is the row stride when C_LD is 0.
+fn out_index(r: u32, c: u32, natural_ld: u32) -> u32 {
+  return batch_start(C_OFF, C_SB, C_SH) + r * select(C_LD, natural_ld, C_LD == 0u) + c;
+}
+
+// A_ACT applied to values of A as they are loaded, rounded to f16 as a stored activation is.
+fn act2(v: vec2<f32>) -> vec2<f32> {
+  if (A_ACT == ACT_NONE) { return v; }
+  return vec2<f32>(h_round(act_fwd(v.x, A_ACT)), h_round(act_fwd(v.y, A_ACT)));
+}
+fn act4(v: vec4<f32>) -> vec4<f32> { return vec4<f32>(act2(v.xy), act2(v.zw)); }
+
+// Which operand a load helper works on. WGSL (without the unrestricted_pointer_parameters
+// extension) cannot pass storage or workgroup arrays to functions; a constant selector folds away
+// once the helpers are inlined.
+const OPERAND_A: u32 = 0u;
+const OPERAND_B: u32 = 1u;
+
+// Word index of word j of row i of an operand of batch mm_z whose rows are cw words long
+// (X_OFF, X_SB, X_SH, X_LD: see the header).
+fn operand_word(off: u32, sb: u32, sh: u32, ld: u32, i: u32, j: u32, cw: u32) -> u32 {
+  return (batch_start(off, sb, sh) + i * select(ld, 2u * cw, ld == 0u)) / 2u + j;
+}
+
+// Word j of row i of the operand's h matrix with `rows` rows and `cols` columns, as two f32
+// values; zero outside the matrix, and the padding half of an odd row is masked too.
+fn load_word(op: u32, i: u32, j: u32, rows: u32, cols: u32) -> vec2<f32> {
+  let cw = (cols + 1u) / 2u;
+  if (i >= rows || j >= cw) { return vec2<f32>(0.0); }
+  var w: vec2<f32>;
+  if (op == OPERAND_A) {
+    w = h_unpack(A[operand_word(A_OFF, A_SB, A_SH, A_LD, i, j, cw)]);
+  } else {
+    w = h_unpack(B[operand_word(B_OFF, B_SB, B_SH, B_LD, i, j, cw)]);
+  }
+  return vec2<f32>(w.x, select(0.0, w.y, 2u * j + 1u < cols));
+}
+
+// Zeroes the components of a 4-column group starting at column c that lie beyond N.
+fn mask_cols(v: vec4<f32>, c: u32) -> vec4<f32> {
+  return select(vec4<f32>(0.0), v, vec4<u32>(c, c + 1u, c + 2u, c + 3u) < vec4<u32>(N));
+}
+
+// Stores accumulator column group j of this thread (g[i]: its row i) through the variant's
+// epilogue; whether a value overflowed.
+fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, TM_MAX>) -> bool {
+  let c = out_col(wg, lid, j);
+  if (c >= N) { return false; }
+  let col = col4(c);
+  var bad = false;
+  for (var i = 0u; i < TM; i++) {
+    let r = out_row(wg, lid, i);
+    if (r >= M) { break; }
+    let o = store4(r, c, g[i], col);  // not `bad || store4(...)`: that would skip the store
+    bad = bad || o;
+  }
+  return bad;
+}
+
+// Called by the variant's entry point: computes this thread's block of C with the core (its
+// mm_tile fills `acc`; out_row and out_col place accumulator row i and column group j) and hands
+// it to the variant's epilogue, one 4-column group of one row at a time, for the groups that
+// start inside C:
+//   fn col4(c: u32) -> vec4<f32>: what the variant needs of columns c..c+3 (fwd: the bias),
+//     evaluated once per column group (loading the bias per row was ~10% slower at small K);
+//   fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool: stores the accumulators v
+//     of row r < M, columns c.. (c < N) of batch mm_z (out_index gives where) and says whether a
+//     value overflowed the storage format.
+// Returns whether any did. `acc` is only indexed by constants (an array indexed by a loop
+// variable is kept in memory by lavapipe's compiler, registers are faster).
+fn mm_run(wg: vec3<u32>, lid: vec3<u32>) -> bool {
+  mm_tile(wg, lid);
+  var bad = store_group(wg, lid, 0u, array<vec4<f32>, TM_MAX>(
+    acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0], acc[6][0], acc[7][0]));
+  if (TN > 4u) {
+    let o = store_group(wg, lid, 1u, array<vec4<f32>, TM_MAX>(
+      acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1], acc[6][1], acc[7][1]));
+    bad = bad || o;
+  }
+  return bad;
+}

@@ -1,0 +1,128 @@
+// Contract (webmp/wgsl.py): a matmul core, after matmul_operands.wgsl and before the file that
+// loads op(A) (matmul_reg_a.wgsl, or matmul_reg_a_sg.wgsl with subgroups); defines the tile-shape
+// overrides, acc, row_words, a_word, a_rows, mm_tile, out_row, out_col. Expects
+// `fn a_setup(row0: u32)` (called once per thread, before the K loop) and
+// `fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX>` (a_word t of step k for t < TM).
+// No bindings.
+//
+// Register-blocked core without workgroup memory or barriers: each thread reads its operands
+// straight from storage. On a CPU adapter (lavapipe runs a workgroup's invocations as SIMD lanes)
+// a barrier costs more than the reuse that staging tiles in workgroup memory buys; GPUs favour the
+// tiled core (matmul.wgsl). The tuner chooses per adapter and shape class.
+//
+// Thread (lx, ly) of workgroup (wx, wy) computes the TM x TN block of C at rows
+// (wy * WG_Y + ly) * TM .. and columns (wx * WG_X + lx) * TN .. . K advances a word (two values) at
+// a time: per step TM words of op(A) (k and k + 1 of a row; with TRANS_A, a pair of rows at k or
+// at k + 1) and TN words of op(B), and each accumulator takes its two fmas in k order. Rows and
+// columns beyond C are computed from clamped reads and never stored; values beyond K are zeroed
+// (they would add into stored outputs).
+//
+// The loops over TM and TN are written out, with `if (TM > 4u)`-style guards that fold away once
+// the overrides are known: lavapipe's compiler does not unroll them, and an accumulator array
+// indexed by a loop variable lives in memory instead of registers (written out: 1.5x faster).
+
+override WG_X: u32 = 8u;     // threads along N
+override WG_Y: u32 = 4u;     // threads along M
+override TM: u32 = 8u;       // rows per thread: 4 or 8
+override TN: u32 = 8u;       // columns per thread: 4 or 8
+const TM_MAX: u32 = 8u;      // register arrays need constant sizes
+const TN4_MAX: u32 = 2u;
+
+var<private> acc: array<array<vec4<f32>, TN4_MAX>, TM_MAX>;
+
+// Words per stored row of an operand whose rows hold `cols` values (X_LD, or whole words).
+fn row_words(ld: u32, cols: u32) -> u32 { return select(ld, cols + (cols & 1u), ld == 0u) / 2u; }
+
+// Word t (< TM) of the op(A) words a thread needs at step k: without TRANS_A, row row0 + t's word
+// holding k and k + 1; with TRANS_A (A [K, M], a word holds two rows), the word of rows
+// row0 + 2t, row0 + 2t + 1 at k for t < TM / 2, and the word of rows row0 + 2(t - TM/2) .. at
+// k + 1 for the others. Activation applied; reads clamped into the operand.
+fn a_word(row0: u32, k: u32, t: u32) -> vec2<f32> {
+  let base = batch_start(A_OFF, A_SB, A_SH) / 2u;
+  if (TRANS_A == 0u) {
+    return act2(h_unpack(A[base + min(row0 + t, M - 1u) * row_words(A_LD, K) + k / 2u]));
+  }
+  let half = TM / 2u;
+  let kk = min(k + select(0u, 1u, t >= half), K - 1u);
+  let j = min(row0 / 2u + t % half, (M + 1u) / 2u - 1u);
+  return act2(h_unpack(A[base + kk * row_words(A_LD, M) + j]));
+}
+
+// op(A)[row0 + i, k] and [row0 + i, k + 1] (a[i].x, a[i].y) from the step's words; `hi` false
+// zeroes the k + 1 values (K odd, last step).
+fn a_pair(lo: vec2<f32>, hi_word: vec2<f32>, hi: bool) -> vec2<f32> {
+  return vec2<f32>(lo.x, select(0.0, hi_word.x, hi));
+}
+fn a_rows(w: array<vec2<f32>, TM_MAX>, hi: bool) -> array<vec2<f32>, TM_MAX> {
+  if (TRANS_A == 0u) {
+    return array<vec2<f32>, TM_MAX>(
+      a_pair(w[0], w[0].yy, hi), a_pair(w[1], w[1].yy, hi), a_pair(w[2], w[2].yy, hi), a_pair(w[3], w[3].yy, hi),
+      a_pair(w[4], w[4].yy, hi), a_pair(w[5], w[5].yy, hi), a_pair(w[6], w[6].yy, hi), a_pair(w[7], w[7].yy, hi));
+  }
+  if (TM == 4u) {  // rows 0, 1 from words 0 (k) and 2 (k + 1); rows 2, 3 from words 1 and 3
+    return array<vec2<f32>, TM_MAX>(
+      a_pair(w[0], w[2], hi), a_pair(w[0].yx, w[2].yx, hi), a_pair(w[1], w[3], hi), a_pair(w[1].yx, w[3].yx, hi),
+      vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0));
+  }
+  return array<vec2<f32>, TM_MAX>(
+    a_pair(w[0], w[4], hi), a_pair(w[0].yx, w[4].yx, hi), a_pair(w[1], w[5], hi), a_pair(w[1].yx, w[5].yx, hi),
+    a_pair(w[2], w[6], hi), a_pair(w[2].yx, w[6].yx, hi), a_pair(w[3], w[7], hi), a_pair(w[3].yx, w[7].yx, hi));
+}
+
+// op(B)[k, c .. c + 3] (k0) and [k + 1, c .. c + 3] (k1, zero when `hi` is false).
+struct BRows { k0: vec4<f32>, k1: vec4<f32> }
+fn b_rows(base: u32, ld: u32, c: u32, k: u32, hi: bool) -> BRows {
+  if (TRANS_B == 0u) {  // B [K, N]: words hold column pairs
+    let cw = (N + 1u) / 2u;
+    let j0 = min(c / 2u, cw - 1u);
+    let j1 = min(c / 2u + 1u, cw - 1u);
+    let r0 = base + k * ld;
+    let r1 = base + min(k + 1u, K - 1u) * ld;
+    let k1 = vec4<f32>(h_unpack(B[r1 + j0]), h_unpack(B[r1 + j1]));
+    return BRows(vec4<f32>(h_unpack(B[r0 + j0]), h_unpack(B[r0 + j1])), select(vec4<f32>(0.0), k1, hi));
+  }
+  // B [N, K]: words hold k pairs of one column
+  let w0 = h_unpack(B[base + min(c, N - 1u) * ld + k / 2u]);
+  let w1 = h_unpack(B[base + min(c + 1u, N - 1u) * ld + k / 2u]);
+  let w2 = h_unpack(B[base + min(c + 2u, N - 1u) * ld + k / 2u]);
+  let w3 = h_unpack(B[base + min(c + 3u, N - 1u) * ld + k / 2u]);
+  let k1 = vec4<f32>(w0.y, w1.y, w2.y, w3.y);
+  return BRows(vec4<f32>(w0.x, w1.x, w2.x, w3.x), select(vec4<f32>(0.0), k1, hi));
+}
+
+// Row i's two fmas per column group, k then k + 1.
+fn acc_row(i: u32, a: vec2<f32>, b0: BRows, b1: BRows) {
+  acc[i][0] = fma(vec4<f32>(a.y), b0.k1, fma(vec4<f32>(a.x), b0.k0, acc[i][0]));
+  if (TN > 4u) { acc[i][1] = fma(vec4<f32>(a.y), b1.k1, fma(vec4<f32>(a.x), b1.k0, acc[i][1])); }
+}
+
+// Accumulates this thread's TM x TN block of C into `acc`.
+fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
+  mm_z = wg.z;
+  let row0 = (wg.y * WG_Y + lid.y) * TM;
+  let col0 = (wg.x * WG_X + lid.x) * TN;
+  a_setup(row0);
+  acc = array<array<vec4<f32>, TN4_MAX>, TM_MAX>();
+  let b_base = batch_start(B_OFF, B_SB, B_SH) / 2u;
+  let b_ld = row_words(B_LD, select(N, K, TRANS_B == 1u));
+  var b1 = BRows(vec4<f32>(0.0), vec4<f32>(0.0));
+  for (var k = 0u; k < K; k += 2u) {
+    let hi = k + 1u < K;
+    let b0 = b_rows(b_base, b_ld, col0, k, hi);
+    if (TN > 4u) { b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi); }
+    let a = a_rows(a_words(row0, k), hi);
+    acc_row(0u, a[0], b0, b1);
+    acc_row(1u, a[1], b0, b1);
+    acc_row(2u, a[2], b0, b1);
+    acc_row(3u, a[3], b0, b1);
+    if (TM > 4u) {
+      acc_row(4u, a[4], b0, b1);
+      acc_row(5u, a[5], b0, b1);
+      acc_row(6u, a[6], b0, b1);
+      acc_row(7u, a[7], b0, b1);
+    }
+  }
+}
+
+fn out_row(wg: vec3<u32>, lid: vec3<u32>, i: u32) -> u32 { return (wg.y * WG_Y + lid.y) * TM + i; }
+fn out_col(wg: vec3<u32>, lid: vec3<u32>, j: u32) -> u32 { return (wg.x * WG_X + lid.x) * TN + 4u * j; }

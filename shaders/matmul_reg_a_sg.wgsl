@@ -1,0 +1,46 @@
+// Contract (webmp/wgsl.py): after matmul_reg.wgsl; defines a_setup and a_words. No bindings. Needs
+// the `subgroups` feature (a browser's WGSL also needs `enable subgroups;`: see wgsl.SOURCE_FEATURES).
+// The threads of a subgroup that share their rows of C (those along x, when the subgroup is
+// WG_X consecutive invocations and at least TM wide) load the TM words of op(A) a step needs once
+// between them, one each, and hand them out with subgroupBroadcast: TM loads a thread become one.
+// Elsewhere (another subgroup size or layout) each thread loads all its words, as
+// matmul_reg_a.wgsl does: the values are the same either way.
+
+var<private> sg_lane: u32;
+var<private> sg_shared: bool;
+
+fn a_setup(row0: u32) {
+  sg_lane = subgroupExclusiveAdd(1u);  // the lane index, without entry-point builtins
+  let lanes = subgroupAdd(1u);  // every invocation is active here
+  sg_shared = subgroupAll(lanes >= TM && row0 == subgroupBroadcastFirst(row0));
+}
+
+fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX> {
+  var w: array<vec2<f32>, TM_MAX>;
+  if (sg_shared) {
+    let mine = a_word(row0, k, sg_lane % TM);
+    // subgroupBroadcast takes a constant lane
+    w[0] = subgroupBroadcast(mine, 0u);
+    w[1] = subgroupBroadcast(mine, 1u);
+    w[2] = subgroupBroadcast(mine, 2u);
+    w[3] = subgroupBroadcast(mine, 3u);
+    if (TM > 4u) {
+      w[4] = subgroupBroadcast(mine, 4u);
+      w[5] = subgroupBroadcast(mine, 5u);
+      w[6] = subgroupBroadcast(mine, 6u);
+      w[7] = subgroupBroadcast(mine, 7u);
+    }
+  } else {
+    w[0] = a_word(row0, k, 0u);
+    w[1] = a_word(row0, k, 1u);
+    w[2] = a_word(row0, k, 2u);
+    w[3] = a_word(row0, k, 3u);
+    if (TM > 4u) {
+      w[4] = a_word(row0, k, 4u);
+      w[5] = a_word(row0, k, 5u);
+      w[6] = a_word(row0, k, 6u);
+      w[7] = a_word(row0, k, 7u);
+    }
+  }
+  return w;
+}
