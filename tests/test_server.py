@@ -865,6 +865,40 @@ def test_server_restart_keeps_runs(tmp_path):
         leave(ws)
 
 
+@pytest.mark.parametrize("block", [7, 1 << 16])
+def test_repair_reads_only_the_tail(tmp_path, monkeypatch, block):
+    """repair_metrics (run before every append) cuts a torn tail found by reading back from the end
+    a block at a time, also when the torn part or the last whole line spans several blocks; it
+    reads one byte of a file that ends in a newline (the whole file each time made appends
+    quadratic in a run's length)."""
+    from webmp import rundir
+
+    monkeypatch.setattr(rundir, "REPAIR_BLOCK", block)
+    run = RunDir(tmp_path / "run")
+    run.append_metrics([{"step": s, "note": "x" * 40} for s in range(3)])
+    whole = run.metrics_path.read_bytes()
+    for torn in (b'{"step": 3, "lo', b"y" * 100, b"z"):
+        with open(run.metrics_path, "ab") as f:
+            f.write(torn)
+        assert run.repair_metrics() == len(torn)
+        assert run.metrics_path.read_bytes() == whole
+    run.metrics_path.write_bytes(b"no newline at all")
+    assert run.repair_metrics() == 17 and run.metrics_path.read_bytes() == b""
+    run.metrics_path.write_bytes(whole * 100)  # many blocks
+    reads: list[int] = []
+    real_open = open
+
+    def counting_open(*a, **kw):
+        f = real_open(*a, **kw)
+        real_read = f.read
+        f.read = lambda n=-1: reads.append(n) or real_read(n)
+        return f
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    assert run.repair_metrics() == 0
+    assert 0 < sum(reads) <= block, reads
+
+
 def test_a_torn_metrics_line_is_reported_and_repaired(tmp_path, capsys):
     """A failed write (a full disk) leaves a torn last line: the server still starts, serves the
     whole records, says so once, and the run's next append cuts the torn bytes."""

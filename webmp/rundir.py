@@ -176,6 +176,9 @@ CONFIG, METRICS, SUMMARY, CURVES = "config.json", "metrics.jsonl", "summary.json
 PLOT_LOCK = threading.Lock()
 
 
+REPAIR_BLOCK = 1 << 16  # bytes repair_metrics reads at a time, from the end of metrics.jsonl
+
+
 class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -241,14 +244,23 @@ class RunDir:
             raise OSError(f"{self.metrics_path} is a symbolic link; run files are not written through links")
         if not self.metrics_path.exists():
             return 0
-        raw = self.metrics_path.read_bytes()
-        keep = raw.rfind(b"\n") + 1
-        if keep < len(raw):
-            with open(self.metrics_path, "r+b") as f:
+        with open(self.metrics_path, "r+b") as f:
+            keep = size = f.seek(0, os.SEEK_END)
+            # from the end back to the last newline, a block at a time: every append calls this,
+            # and reading the whole file each time would make a run's appends quadratic
+            while keep > 0:
+                start = max(0, keep - REPAIR_BLOCK)
+                f.seek(start)
+                newline = f.read(keep - start).rfind(b"\n")
+                if newline >= 0:
+                    keep = start + newline + 1
+                    break
+                keep = start
+            if keep < size:
                 f.truncate(keep)
                 f.flush()
                 os.fsync(f.fileno())
-        return len(raw) - keep
+        return size - keep
 
     def read_metrics(self) -> list[dict]:
         """The records of metrics.jsonl. A torn last line (no newline after it) is left out and
