@@ -219,6 +219,13 @@ def _attention_layout(kind: str, h: bool, T: int, H: int, d: int) -> Layout:
     return Layout(off=part * H * d, sb=T * ld, sh=d, ld=ld)
 
 
+def attention_shape(variant: str, T: int, d: int) -> tuple[int, int, int, int, int]:
+    """(M, N, K, trans_a, trans_b) of one batch-head's product: what picks its tiles."""
+    _, _, _, c, trans_a, trans_b = ATTENTION_PRODUCTS[variant]
+    N, K = (T, d) if c[1] == "rows" else (d, T)
+    return T, N, K, trans_a, trans_b
+
+
 def attention_matmul(
     pb: PlanBuilder,
     program: str,
@@ -253,7 +260,7 @@ def attention_matmul(
     if any(given[n] is None for n in used) or any(given[n] is not None for n in set(given) - used):
         raise ValueError(f"attention product {variant!r} takes the buffers {sorted(used)}")
     c_h = mm_variant in H_OUT_VARIANTS
-    N, K = (T, d) if c[1] == "rows" else (d, T)
+    _, N, K, _, _ = attention_shape(variant, T, d)
     matmul(
         pb,
         program,

@@ -104,6 +104,11 @@ class ModelBuilder:
         shape = (self.path, kw["M"], kw["N"], kw["K"], kw.get("trans_a", 0), kw.get("trans_b", 0))
         ops.matmul(self.pb, program, variant, tiles=self.tiles.for_shape(*shape), **kw)
 
+    def attention_matmul(self, program: str, variant: str, **kw: Any) -> None:
+        """ops.attention_matmul with the tile shape the table gives one batch-head's product."""
+        shape = ops.attention_shape(variant, kw["T"], kw["d"])
+        ops.attention_matmul(self.pb, program, variant, tiles=self.tiles.for_shape(self.path, *shape), **kw)
+
     def optimizer(self, program: str, batch: int) -> None:
         """After the backward pass: overflow check and norm partials over every master gradient,
         the scaler's verdict and metrics record, then AdamW on every parameter."""

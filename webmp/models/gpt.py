@@ -189,9 +189,9 @@ class GPTForward:
                 program, "matmul_fwd", A=c["a"], B=w(f"Wqkv{l}"), C=c["qkv"], bias=m(f"bqkv{l}"),
                 M=R, N=3 * D, K=D, flags=flags,
             )  # fmt: skip
-            ops.attention_matmul(pb, program, "scores", qkv=c["qkv"], S="S", **att)
+            mb.attention_matmul(program, "scores", qkv=c["qkv"], S="S", **att)
             ops.attn_softmax_fwd(pb, program, S="S", P=c["P"], **att)
-            ops.attention_matmul(pb, program, "values", P=c["P"], qkv=c["qkv"], O=c["O"], **att)
+            mb.attention_matmul(program, "values", P=c["P"], qkv=c["qkv"], O=c["O"], **att)
             mb.matmul(
                 program, "matmul_fwd", A=c["O"], B=w(f"Wo{l}"), C=c["x_mid"], bias=m(f"bo{l}"),
                 M=R, N=D, K=D, flags=flags,
@@ -332,11 +332,11 @@ def build_gpt_plan(
         mb.matmul(S, "matmul_wgrad", A=c["O"], B="dx", C=g(f"Wo{l}"), M=D, N=D, K=R, trans_a=1)
         ops.colsum(pb, S, G="dx", out=g(f"bo{l}"), M=R, N=D)
         mb.matmul(S, "matmul_plain", A="dx", B=w(f"Wo{l}"), C="dO", M=R, N=D, K=D, trans_b=1)
-        ops.attention_matmul(pb, S, "dv", P=c["P"], dO="dO", dqkv="dqkv", **att)
-        ops.attention_matmul(pb, S, "dp", dO="dO", qkv=c["qkv"], dP="S", **att)
+        mb.attention_matmul(S, "dv", P=c["P"], dO="dO", dqkv="dqkv", **att)
+        mb.attention_matmul(S, "dp", dO="dO", qkv=c["qkv"], dP="S", **att)
         ops.attn_softmax_bwd(pb, S, P=c["P"], dP="S", dS="dS", **att)
-        ops.attention_matmul(pb, S, "dq", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
-        ops.attention_matmul(pb, S, "dk", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
+        mb.attention_matmul(S, "dq", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
+        mb.attention_matmul(S, "dk", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
         mb.matmul(S, "matmul_wgrad", A=c["a"], B="dqkv", C=g(f"Wqkv{l}"), M=D, N=3 * D, K=R, trans_a=1)
         ops.colsum(pb, S, G="dqkv", out=g(f"bqkv{l}"), M=R, N=3 * D)
         mb.matmul(S, "matmul_plain", A="dqkv", B=w(f"Wqkv{l}"), C="dY", M=R, N=D, K=3 * D, trans_b=1)
