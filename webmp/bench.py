@@ -24,6 +24,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import math
 import os
 import platform
 import sys
@@ -40,7 +41,7 @@ from .corpus import TextCorpus, describe_data, load_text, tokenize
 from .data import Dataset, load_digits, make_dataset
 from .models import build_plan
 from .plan import Plan, resolve_f16_path
-from .tilecache import TileTable, cache_path, load_cache
+from .tilecache import DEFAULT_TILES, Tiles, TileTable, cache_path, load_cache
 
 TARGETS = {
     "host_over_floor": 1.2,
@@ -218,6 +219,65 @@ def matmul_shapes(preset) -> list[tuple]:
     return shapes
 
 
+# A tile choice per matmul core (webmp.ops.MATMUL_CORES), timed beside the tuned choice at every
+# benchmarked shape: what each core does here, whatever the tuner picked.
+CORE_TILES: dict[str, Tiles] = {
+    "tiled": DEFAULT_TILES,
+    "reg": {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
+    "reg_sg": {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
+}
+
+
+def core_gflops(gpu, path, M, N, K, variant, ta, tb, target_s) -> dict[str, float]:
+    """GFLOP/s of each core (CORE_TILES) that the device runs, each checked first; a core whose
+    result is wrong here gets NaN (and is never chosen by the tuner, which checks the same way)."""
+    out = {}
+    for core, tiles in CORE_TILES.items():
+        if not tune.fits(tiles, gpu.device.limits, gpu.has_subgroups):
+            continue
+        case = tune.MatmulCase(gpu, path, M, N, K, variant, ta, tb, tiles=tiles)
+        out[core] = case.gflops(target_s) if case.check() <= 1.0 else math.nan
+    return out
+
+
+def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
+    """GFLOP/s of every distinct matmul shape of each model's mixed plan, with the tiles the plan
+    uses (the tune cache's, else the defaults), per path, and their median per path. Attention's
+    batched products are timed as one batch-head's product (the same tiles)."""
+    table = TileTable.for_adapter(gpu.name)
+    out: dict[str, Any] = {}
+    for (name, precision), (plan, _, _) in plans.items():
+        if precision != "mixed":
+            continue
+        shapes = list(dict.fromkeys(s[1:] for s in tune.plan_shapes(plan)))
+        rows = []
+        for M, N, K, ta, tb in shapes:
+            row: dict[str, Any] = {
+                "M": M,
+                "N": N,
+                "K": K,
+                "trans_a": ta,
+                "trans_b": tb,
+                "gflops": {},
+                "tiles": {},
+            }
+            for path in paths:
+                tiles = table.for_shape(path, M, N, K, ta, tb)
+                case = tune.MatmulCase(gpu, path, M, N, K, "matmul_wgrad", ta, tb, tiles=tiles)
+                if case.check() > 1.0:
+                    raise RuntimeError(f"matmul {M}x{N}x{K} ({ta}{tb}) with {tiles} on {path} is wrong")
+                row["gflops"][path] = case.gflops(target_s)
+                row["tiles"][path] = tiles
+            rows.append(row)
+        median = {path: float(np.median([r["gflops"][path] for r in rows])) for path in paths}
+        out[name] = {"shapes": rows, "median_gflops": median}
+        log(
+            f"  {name}: median over its {len(rows)} matmul shapes "
+            + "  ".join(f"{p} {g:.2f}" for p, g in median.items())
+        )
+    return out
+
+
 def bench_matmul(gpu, paths, preset, log) -> list[dict]:
     table = TileTable.for_adapter(gpu.name)
     rows = []
@@ -232,6 +292,7 @@ def bench_matmul(gpu, paths, preset, log) -> list[dict]:
             "gflops": {},
             "error_ratio": {},
             "tiles": {},
+            "cores": {},
         }
         case: tune.MatmulCase | None = None
         for path in paths:
@@ -247,6 +308,7 @@ def bench_matmul(gpu, paths, preset, log) -> list[dict]:
                     f"(worst error {err:.3g} x its tolerance); not timing it"
                 )
             row["gflops"][path] = _best_of(lambda case=case: case.gflops(preset["matmul_s"]), 2)
+            row["cores"][path] = core_gflops(gpu, path, M, N, K, variant, ta, tb, preset["matmul_s"])
         assert case is not None, "bench_matmul needs at least one path"
         a = (case.a.T if ta else case.a).astype(np.float32)
         b = (case.b.T if tb else case.b).astype(np.float32)
@@ -783,6 +845,8 @@ def _run_bench(gpu, size, profile, tune_first, paths, log, tune_budget, models) 
 
     log("matmul (GFLOP/s):")
     result["matmul"] = bench_matmul(gpu, paths, preset, log)
+    log("the step models' matmul shapes (GFLOP/s, the plans' tiles):")
+    result["model_matmuls"] = bench_model_matmuls(gpu, plans, paths, preset["matmul_s"], log)
 
     log("training step:")
     steps, firsts, profiles = [], [], {}
@@ -950,6 +1014,20 @@ def format_table(r: dict) -> str:
         out.append(
             f"{m['kind']:6} {m['product']:7} {shape:>17} "
             + " ".join(f"{m['gflops'][c]:11.2f}" if c in m["gflops"] else f"{'-':>11}" for c in cols)
+        )
+    out += ["", "matmul GFLOP/s by core (a fixed tile choice each: bench.CORE_TILES), per path"]
+    cores = list(CORE_TILES)
+    for m in r["matmul"]:
+        shape = f"{m['M']}x{m['N']}x{m['K']}"
+        cells = "  ".join(
+            f"{path} " + "/".join(f"{c.get(k, math.nan):.1f}" for k in cores)
+            for path, c in m["cores"].items()
+        )
+        out.append(f"{m['kind']:6} {m['product']:7} {shape:>17}  ({'/'.join(cores)})  {cells}")
+    for name, mm in r.get("model_matmuls", {}).items():
+        med = "  ".join(f"{p} {g:.2f}" for p, g in mm["median_gflops"].items())
+        out.append(
+            f"{name}: median GFLOP/s over its {len(mm['shapes'])} matmul shapes (the plan's tiles): {med}"
         )
     out += [
         "",
