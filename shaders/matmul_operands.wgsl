@@ -24,8 +24,8 @@
 // Every core accumulates each output in k order, one fma per k from zero, on f32 values (f16
 // values are exact in f32): the cores compute the same values on one adapter.
 
-@group(0) @binding(0) var<storage, read> A: array<HW>;
-@group(0) @binding(1) var<storage, read> B: array<HW>;
+@group(0) @binding(0) var<storage, read> A: array<HWLoad>;
+@group(0) @binding(1) var<storage, read> B: array<HWLoad>;
 
 override M: u32;
 override N: u32;
@@ -82,9 +82,9 @@ fn load_word(op: u32, i: u32, j: u32, rows: u32, cols: u32) -> vec2<f32> {
   if (i >= rows || j >= cw) { return vec2<f32>(0.0); }
   var w: vec2<f32>;
   if (op == OPERAND_A) {
-    w = h_unpack(A[operand_word(A_OFF, A_SB, A_SH, A_LD, i, j, cw)]);
+    w = h_load(A[operand_word(A_OFF, A_SB, A_SH, A_LD, i, j, cw)]);
   } else {
-    w = h_unpack(B[operand_word(B_OFF, B_SB, B_SH, B_LD, i, j, cw)]);
+    w = h_load(B[operand_word(B_OFF, B_SB, B_SH, B_LD, i, j, cw)]);
   }
   return vec2<f32>(w.x, select(0.0, w.y, 2u * j + 1u < cols));
 }

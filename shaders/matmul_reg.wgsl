@@ -40,12 +40,12 @@ fn row_words(ld: u32, cols: u32) -> u32 { return select(ld, cols + (cols & 1u), 
 fn a_word(row0: u32, k: u32, t: u32) -> vec2<f32> {
   let base = batch_start(A_OFF, A_SB, A_SH) / 2u;
   if (TRANS_A == 0u) {
-    return act2(h_unpack(A[base + min(row0 + t, M - 1u) * row_words(A_LD, K) + k / 2u]));
+    return act2(h_load(A[base + min(row0 + t, M - 1u) * row_words(A_LD, K) + k / 2u]));
   }
   let half = TM / 2u;
   let kk = min(k + select(0u, 1u, t >= half), K - 1u);
   let j = min(row0 / 2u + t % half, (M + 1u) / 2u - 1u);
-  return act2(h_unpack(A[base + kk * row_words(A_LD, M) + j]));
+  return act2(h_load(A[base + kk * row_words(A_LD, M) + j]));
 }
 
 // op(A)[row0 + i, k] and [row0 + i, k + 1] (a[i].x, a[i].y) from the step's words; `hi` false
@@ -78,14 +78,14 @@ fn b_rows(base: u32, ld: u32, c: u32, k: u32, hi: bool) -> BRows {
     let j1 = min(c / 2u + 1u, cw - 1u);
     let r0 = base + k * ld;
     let r1 = base + min(k + 1u, K - 1u) * ld;
-    let k1 = vec4<f32>(h_unpack(B[r1 + j0]), h_unpack(B[r1 + j1]));
-    return BRows(vec4<f32>(h_unpack(B[r0 + j0]), h_unpack(B[r0 + j1])), select(vec4<f32>(0.0), k1, hi));
+    let k1 = vec4<f32>(h_load(B[r1 + j0]), h_load(B[r1 + j1]));
+    return BRows(vec4<f32>(h_load(B[r0 + j0]), h_load(B[r0 + j1])), select(vec4<f32>(0.0), k1, hi));
   }
   // B [N, K]: words hold k pairs of one column
-  let w0 = h_unpack(B[base + min(c, N - 1u) * ld + k / 2u]);
-  let w1 = h_unpack(B[base + min(c + 1u, N - 1u) * ld + k / 2u]);
-  let w2 = h_unpack(B[base + min(c + 2u, N - 1u) * ld + k / 2u]);
-  let w3 = h_unpack(B[base + min(c + 3u, N - 1u) * ld + k / 2u]);
+  let w0 = h_load(B[base + min(c, N - 1u) * ld + k / 2u]);
+  let w1 = h_load(B[base + min(c + 1u, N - 1u) * ld + k / 2u]);
+  let w2 = h_load(B[base + min(c + 2u, N - 1u) * ld + k / 2u]);
+  let w3 = h_load(B[base + min(c + 3u, N - 1u) * ld + k / 2u]);
   let k1 = vec4<f32>(w0.y, w1.y, w2.y, w3.y);
   return BRows(vec4<f32>(w0.x, w1.x, w2.x, w3.x), select(vec4<f32>(0.0), k1, hi));
 }

@@ -9,4 +9,7 @@ const H_OVERFLOW_BITS: u32 = 0x477fe000u;  // |x| >= 65504 (f16 max), Inf or NaN
 
 fn h_unpack(w: HW) -> vec2<f32> { return vec2<f32>(w); }
 fn h_pack(v: vec2<f32>) -> HW { return HW(v); }
+// A word of h values as read by the matmuls' operand loads (the same bits as HW).
+alias HWLoad = u32;
+fn h_load(w: HWLoad) -> vec2<f32> { return unpack2x16float(w); }
 fn h_round(x: f32) -> f32 { return f16_round(x); }  // not f32(f16(x)): see common.wgsl

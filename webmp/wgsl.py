@@ -13,7 +13,9 @@ The contract between the files of a kernel (what a shared file owns, and what it
 after it to define):
 
 - prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, H_OVERFLOW_BITS, h_unpack,
-  h_pack, h_round. The f16 preludes' h_round uses common.wgsl's f16_round.
+  h_pack, h_round, and HWLoad / h_load: the same words as the matmul operands read them (u32 and
+  unpack2x16float on both f16 paths: lavapipe reads a vec2<f16> as two 16-bit loads, which made
+  the native matmuls ~1.4x slower than the emulated ones; the values are the same). The f16 preludes' h_round uses common.wgsl's f16_round.
 - common.wgsl: no bindings. Defines State, FLAG_*, NO_LABEL, f32_nonfinite, h_overflows,
   f16_round, h_index, ACT_*, act_fwd, act_grad, and the seeded data order pcg_hash and
   seeded_permute (used by gather.wgsl and windows.wgsl; numpy twin webmp.data.permute).
@@ -116,7 +118,7 @@ def join_sources(sources: list[str] | tuple[str, ...]) -> str:
 def element_kind(wgsl_type: str) -> str:
     """'h' for activation-format words, else the scalar type ('f32', 'u32', 'atomic', 'State')."""
     t = wgsl_type.replace(" ", "")
-    if t == "array<HW>":
+    if t in ("array<HW>", "array<HWLoad>"):
         return "h"
     if t.startswith("array<atomic<"):
         return "atomic"
