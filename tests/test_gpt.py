@@ -66,7 +66,7 @@ def run_step(path, gpu, tie_head=True):
     return _STEPS[path, tie_head]
 
 
-def _run_step(path, gpu, tie_head):
+def _run_step(path, gpu, tie_head, tiles=None):
     from webmp.inspect import cached_runtime
     from webmp.models.gpt import build_gpt_plan
 
@@ -77,7 +77,7 @@ def _run_step(path, gpu, tie_head):
         warmup=0, schedule="constant", n_layer=L, n_head=H, d_model=D, context=T, tie_head=tie_head,
     )  # fmt: skip
     params = tiny_params(tie_head)
-    plan, blob = build_gpt_plan(cfg, corpus, path, params=params)
+    plan, blob = build_gpt_plan(cfg, corpus, path, params=params, tiles=tiles)
     rt = cached_runtime(plan, blob, gpu)
     scale = decode_state(rt.read("state"))["scale"]
     rt.run("train_step")
@@ -117,6 +117,26 @@ def test_gpt_gradients(path, gpu, tie_head):
     assert max(exact.values()) <= TOL_EXACT[path], f"{path}: normwise errors {exact}"
     assert abs(loss - loss_s) <= TOL_STORED[path] * loss_s
     assert abs(loss - loss64) <= TOL_EXACT[path] * loss64
+
+
+@pytest.mark.slow  # a second GPT plan's ~100 pipelines per path
+def test_gpt_gradients_are_the_same_bits_with_every_matmul_core(path, gpu):
+    """Every matmul of the step (attention's batched products included) on a register-blocked
+    core, with subgroups where the adapter has them, instead of the default tiled core: the same
+    gradients and loss bit for bit (each core adds the k products in order, one fma each)."""
+    from webmp.tilecache import TileTable
+
+    core = {"core": "reg_sg" if gpu.has_subgroups else "reg", "WG_X": 8, "WG_Y": 2, "TM": 4, "TN": 8}
+
+    class AllOneCore(TileTable):
+        def for_shape(self, *shape):
+            return dict(core)
+
+    other = _run_step(path, gpu, True, tiles=AllOneCore())
+    default = run_step(path, gpu, True)
+    for name, g in default[4].items():
+        assert np.array_equal(other[4][name], g), name
+    assert other[5] == default[5]
 
 
 @pytest.mark.parametrize("tie_head", [True, False], ids=["tied", "untied"])
