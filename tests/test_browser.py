@@ -543,6 +543,39 @@ def test_two_tabs_with_a_token_never_mix(tmp_path, browser, monkeypatch):
             run.close_page()
 
 
+def test_page_runs_matmuls_on_the_subgroup_core(server, browser, tmp_path, monkeypatch):
+    """The server's plan edited on the way so that every matmul runs on the register-blocked
+    subgroup core (8 x 8 blocks of 8 x 8 threads: the default tiles' 64 x 64 per workgroup, so
+    the dispatches stay as they are): the plan then requires `subgroups` and the page compiles
+    the kernels with `enable subgroups;` (browsers need it, naga refuses it). Each core gives the
+    default core's bits, so the records are those of the default plan natively (on lavapipe bit
+    for bit; SwiftShader's 4-wide subgroups take the core's per-thread loads)."""
+    cfg = TrainConfig(**SMALL, steps=20, log_every=10, checkpoint_every=0)
+    run = server.create_run(cfg)
+    page = browser.browser.new_page()
+    edited = []
+
+    def to_subgroup_core(route):
+        body = route.fetch().json()
+        for k in body["plan"]["kernels"]:
+            if "matmul.wgsl" in k["sources"]:
+                i = k["sources"].index("matmul.wgsl")
+                k["sources"][i : i + 1] = ["matmul_reg.wgsl", "matmul_reg_a_sg.wgsl"]
+                del k["constants"]["BK"]
+                k["constants"].update(WG_X=8, WG_Y=8, TM=8, TN=8)
+                edited.append(k["name"])
+        body["plan"]["required_features"] = sorted({*body["plan"]["required_features"], "subgroups"})
+        route.fulfill(json=body)
+
+    page.route(re.compile(r"/plan\?"), to_subgroup_core)
+    page.goto(run.page_url)
+    wait_page(page, "window.webmp.status === 'finished'")
+    assert edited and all(n.startswith("matmul_") for n in edited)
+    nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
+    assert_like_native(on_disk(server, run), nat, browser)
+    page.close()
+
+
 def test_page_refuses_a_plan_beyond_the_adapter_limits(server, browser):
     """The plan says it needs more than the adapter allows (the server's answer is edited on the
     way): the page refuses it with a clear message before downloading the blob."""
