@@ -216,8 +216,13 @@ def test_softmax_bwd(shape, path):
 
 def _bits(out: dict) -> dict:
     """Every output as its raw 32-bit patterns (h outputs are unpacked to f32 exactly)."""
-    return {k: np.ascontiguousarray(v, np.float32 if np.asarray(v).dtype.kind == "f" else None).view(np.uint32)
-            for k, v in out.items()}  # fmt: skip
+
+    def raw(v):
+        return np.ascontiguousarray(v, np.float32 if np.asarray(v).dtype.kind == "f" else None).view(
+            np.uint32
+        )
+
+    return {k: raw(v) for k, v in out.items()}
 
 
 def _forms_agree(launcher, inputs, outputs, path, shape):

@@ -299,8 +299,13 @@ def _ln_inputs(name, path):
 
 def _bits(out: dict) -> dict:
     """Every output as its raw 32-bit patterns (h outputs are unpacked to f32 exactly)."""
-    return {k: np.ascontiguousarray(v, np.float32 if np.asarray(v).dtype.kind == "f" else None).view(np.uint32)
-            for k, v in out.items()}  # fmt: skip
+
+    def raw(v):
+        return np.ascontiguousarray(v, np.float32 if np.asarray(v).dtype.kind == "f" else None).view(
+            np.uint32
+        )
+
+    return {k: raw(v) for k, v in out.items()}
 
 
 def _ln_forms(launcher, inp, outputs, path, M, N):
