@@ -1,4 +1,4 @@
-// Causal softmax of the attention scores, backward, in f32; one workgroup per row (attn_softmax.wgsl):
+// Causal softmax of the attention scores, backward, in f32 (both forms: attn_softmax.wgsl):
 //   dS[j] = P[j] * (dP[j] - c) * SCALE   for j <= i, else 0,   c = sum_{k <= i} dP[k] P[k],
 // the gradient with respect to the unscaled scores S = Q K^T (the 1/sqrt(d) of the forward folded
 // in). P is read as stored (h); c is an f32 reduction. dS is stored in the activation format; a
@@ -15,27 +15,35 @@ var<private> dot: f32;     // c
 fn causal_value(j: u32) -> f32 {
   return h_unpack(P[p_row + j / 2u])[j % 2u] * (dP[s_row + j] - dot) * SCALE;
 }
+fn store_word(w: u32, v: vec2<f32>) { dS[p_row + w] = h_pack(v); }
 
-@compute @workgroup_size(WG)
-fn attn_softmax_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-  let i = wg.x;
-  let r = wg.y * T + i;
-  let t = lid.x;
-  let nw = (T + 1u) / 2u;
-  s_row = r * T;
-  p_row = r * nw;
+fn set_row(r: u32) { s_row = r * T; p_row = r * ((T + 1u) / 2u); }
+// Lane l's partial of c over the visible words w = l, l + WG, ... (2w <= i).
+fn lane_dot(i: u32, l: u32) -> f32 {
   var c = 0.0;
-  for (var w = t; 2u * w <= i; w += WG) {
+  for (var w = l; 2u * w <= i; w += WG) {
     let p = h_unpack(P[p_row + w]);
     c += p.x * dP[s_row + 2u * w];
     if (2u * w + 1u <= i) { c += p.y * dP[s_row + 2u * w + 1u]; }
   }
-  dot = workgroup_sum(c, t);
-  var bad = false;
-  for (var w = t; w < nw; w += WG) {
-    let v = causal_word(i, w);
-    bad = bad || h_overflows(v.x) || h_overflows(v.y);
-    dS[p_row + w] = h_pack(v);
-  }
-  if (bad) { atomicOr(&flags[0], FLAG_H_STORE); }
+  return c;
+}
+
+@compute @workgroup_size(WG)
+fn attn_softmax_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+  let i = wg.x;
+  let t = lid.x;
+  set_row(wg.y * T + i);
+  dot = workgroup_sum(lane_dot(i, t), t);
+  causal_store(i, t, WG);
+}
+
+@compute @workgroup_size(WG)
+fn attn_softmax_bwd_thread(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let i = gid.x;
+  if (i >= T) { return; }
+  set_row(gid.y * T + i);
+  for (var l = 0u; l < WG; l++) { lanes[l] = lane_dot(i, l); }
+  dot = serial_reduce(RED_SUM);
+  causal_store(i, 0u, 1u);
 }

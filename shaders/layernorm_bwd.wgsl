@@ -1,4 +1,6 @@
-// LayerNorm backward to the input, in f32: one workgroup per row.
+// LayerNorm backward to the input, in f32. Two forms, the same bits: layernorm_bwd (a workgroup a
+// row: lane t = local index, workgroup_sum) and layernorm_bwd_thread (a thread a row, WG rows a
+// workgroup: the thread runs every lane in turn, serial_reduce).
 //   g = dY * gamma,  xhat = (Z - mean) * rstd,
 //   dZ = rstd * (g - mean(g) - xhat * mean(g * xhat)), stored in the activation format.
 @group(0) @binding(0) var<storage, read> dY: array<HW>;         // [M, N]
@@ -12,26 +14,30 @@ override M: u32;
 override N: u32;
 
 const WG: u32 = 64u;
-alias RedT = vec2<f32>;  // what workgroup_sum (reduce.wgsl) adds
+alias RedT = vec2<f32>;  // what workgroup_sum and serial_reduce (reduce.wgsl) add
 
 fn gamma2(c: u32) -> vec2<f32> { return vec2<f32>(gamma[c], select(0.0, gamma[min(c + 1u, N - 1u)], c + 1u < N)); }
 
-@compute @workgroup_size(WG)
-fn layernorm_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-  let r = wg.x;
-  let t = lid.x;
+// Lane l's partial (sum g, sum g * xhat) over the words w = l, l + WG, ... of row r (padding has g = 0).
+fn lane_acc(r: u32, l: u32) -> vec2<f32> {
   let nw = (N + 1u) / 2u;
   let mean = stats[2u * r];
   let rstd = stats[2u * r + 1u];
-  var acc = vec2<f32>(0.0);  // (sum g, sum g * xhat); padding has g = 0
-  for (var w = t; w < nw; w += WG) {
+  var acc = vec2<f32>(0.0);
+  for (var w = l; w < nw; w += WG) {
     let g = h_unpack(dY[r * nw + w]) * gamma2(2u * w);
     let xhat = (h_unpack(Z[r * nw + w]) - mean) * rstd;
     acc += vec2<f32>(g.x + g.y, dot(g, xhat));
   }
-  let sums = workgroup_sum(acc, t) / f32(N);
+  return acc;
+}
+// Stores words w0, w0 + step, ... of row r's dZ (sums: the two means); whether a value did not fit.
+fn store_row(r: u32, w0: u32, step: u32, sums: vec2<f32>) -> bool {
+  let nw = (N + 1u) / 2u;
+  let mean = stats[2u * r];
+  let rstd = stats[2u * r + 1u];
   var bad = false;
-  for (var w = t; w < nw; w += WG) {
+  for (var w = w0; w < nw; w += step) {
     let g = h_unpack(dY[r * nw + w]) * gamma2(2u * w);
     let xhat = (h_unpack(Z[r * nw + w]) - mean) * rstd;
     var v = rstd * (g - sums.x - xhat * sums.y);
@@ -39,5 +45,22 @@ fn layernorm_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation
     bad = bad || h_overflows(v.x) || h_overflows(v.y);
     dZ[r * nw + w] = h_pack(v);
   }
-  if (bad) { atomicOr(&flags[0], FLAG_H_STORE); }
+  return bad;
+}
+
+@compute @workgroup_size(WG)
+fn layernorm_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+  let r = wg.x;
+  let t = lid.x;
+  let sums = workgroup_sum(lane_acc(r, t), t) / f32(N);
+  if (store_row(r, t, WG, sums)) { atomicOr(&flags[0], FLAG_H_STORE); }
+}
+
+@compute @workgroup_size(WG)
+fn layernorm_bwd_thread(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let r = gid.x;
+  if (r >= M) { return; }
+  for (var l = 0u; l < WG; l++) { lanes[l] = lane_acc(r, l); }
+  let sums = serial_reduce(RED_SUM) / f32(N);
+  if (store_row(r, 0u, 1u, sums)) { atomicOr(&flags[0], FLAG_H_STORE); }
 }

@@ -1,6 +1,7 @@
 // Contract (webmp/wgsl.py): no bindings; the family file defines `alias RedT` and `const WG: u32`.
 // Workgroup tree reductions (sum, max) of RedT values (f32 or vec2<f32>; max is componentwise) over
-// WG threads (a power of two: the family's @workgroup_size).
+// WG threads (a power of two: the family's @workgroup_size), and the same tree run by one thread
+// over WG "virtual lanes" (serial_reduce: the thread-per-row forms, no barriers), bit for bit.
 
 var<workgroup> red: array<RedT, WG>;
 
@@ -29,3 +30,16 @@ fn workgroup_reduce(v: RedT, t: u32, op: u32) -> RedT {
 
 fn workgroup_sum(v: RedT, t: u32) -> RedT { return workgroup_reduce(v, t, RED_SUM); }
 fn workgroup_max(v: RedT, t: u32) -> RedT { return workgroup_reduce(v, t, RED_MAX); }
+
+// What lane l (0 <= l < WG) would pass to workgroup_reduce, for serial_reduce.
+var<private> lanes: array<RedT, WG>;
+
+// The tree of workgroup_reduce run by one thread over lanes[0 .. WG): for s = WG/2, ..., 1, slot
+// t < s combines slot t + s into itself, red_op(lanes[t], lanes[t + s]) — the same f32 operations in
+// the same order, so the result is bit-identical. Overwrites `lanes`.
+fn serial_reduce(op: u32) -> RedT {
+  for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    for (var t = 0u; t < s; t++) { lanes[t] = red_op(lanes[t], lanes[t + s], op); }
+  }
+  return lanes[0];
+}

@@ -214,6 +214,65 @@ def test_softmax_bwd(shape, path):
     assert out["flags"][0] == 0
 
 
+def _bits(out: dict) -> dict:
+    """Every output as its raw 32-bit patterns (h outputs are unpacked to f32 exactly)."""
+
+    def raw(v):
+        return np.ascontiguousarray(v, np.float32 if np.asarray(v).dtype.kind == "f" else None).view(
+            np.uint32
+        )
+
+    return {k: raw(v) for k, v in out.items()}
+
+
+def _forms_agree(launcher, inputs, outputs, path, shape):
+    """Runs both row-kernel forms on the same inputs; asserts every output is bit-identical."""
+    wg, th = (_bits(_op(launcher, inputs, outputs, path, shape, rows=r)) for r in ops.ROW_FORMS)
+    for k in wg:
+        diff = np.flatnonzero(wg[k] != th[k])
+        assert not diff.size, f"{k}: the thread form differs at {diff.size} entries, first {diff[:5]}"
+
+
+# T = 1, 7 and 70 > 64 (a row takes a lane twice; the thread form's grid needs two workgroups a
+# batch-head, the second partly past the end), odd T for the padding half
+@pytest.mark.parametrize(
+    "shape", [pytest.param(SOFTMAX_SHAPES[1], marks=pytest.mark.slow), SOFTMAX_SHAPES[0], SOFTMAX_SHAPES[2]]
+)
+def test_softmax_thread_form_bit_identical(shape, path):
+    """rows="thread" (a thread a row, the workgroup tree run serially) gives the workgroup form's bits,
+    forward and backward, P and dS with their padding and masked zeros, and the flags."""
+    B, T, H, d, _ = parse(shape)
+    rng = rng_for(f"softmax_rows/{shape}", path)
+    S = _scores(rng, B, T, H, d)
+    rows = (B * H * T, T)
+    flags = np.zeros(4, np.uint32)
+    _forms_agree(
+        ops.attn_softmax_fwd,
+        {"S": S, "flags": flags},
+        {"P": (rows, "padded"), "flags": None},
+        path,
+        dims(B, T, H, d),
+    )
+    P = ref.round_h(ref.attn_softmax_fwd(ref.attn_squares(S, B, H, T), ops.attention_scale(d)), path)
+    dP = (100 * rng.standard_normal(P.shape)).astype(np.float32)
+    inputs = {"P": P.reshape(rows), "dP": dP.reshape(rows), "flags": flags}
+    _forms_agree(
+        ops.attn_softmax_bwd, inputs, {"dS": (rows, "padded"), "flags": None}, path, dims(B, T, H, d)
+    )
+
+
+def test_row_forms_checked():
+    with pytest.raises(ValueError, match="rows must be one of"):
+        _op(
+            ops.attn_softmax_fwd,
+            {"S": np.zeros((1, 1), np.float32)},
+            {"P": (1, 1)},
+            "fp32",
+            dims(1, 1, 1, 2),
+            rows="warp",
+        )
+
+
 def _softmax(S, path, d=4):
     T = S.shape[1]
     inputs = {"S": S.astype(np.float32), "flags": np.zeros(4, np.uint32)}

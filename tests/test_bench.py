@@ -14,10 +14,11 @@ import pytest
 from webmp import bench, tune
 from webmp.config import TrainConfig
 from webmp.models import build_plan
+from webmp.ops import ROW_FORMS
 from webmp.plan import pack_h
 from webmp.runtime import Runtime
 from webmp.state import decode_state
-from webmp.tilecache import DEFAULT_TILES, TILE_KEYS, TileTable
+from webmp.tilecache import DEFAULT_TILES, ROWS_KEY, TILE_KEYS, TileTable
 
 
 @pytest.fixture(scope="module")
@@ -289,8 +290,13 @@ def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
     shape = ("fp32", 24, 20, 16, 1, 0)
     report = tune.tune_shapes(gpu, [shape], budget_s=0.5, log=lambda *a: None)
     cls = tune.shape_class(*shape)
-    assert list(report) == [cls] and report[cls]["tried"] >= 1
+    assert list(report) == [cls, ROWS_KEY] and report[cls]["tried"] >= 1
     cached = json.loads(tune_cache.read_text())[gpu.name][cls]
+    # the row kernels' form: both forms gave the same bits here, the faster is cached
+    assert report[ROWS_KEY]["seconds"] is not None and report[ROWS_KEY]["form"] in ROW_FORMS
+    assert TileTable.for_adapter(gpu.name).row_kernels == report[ROWS_KEY]["form"]
+    assert TileTable.for_adapter("another adapter").row_kernels == "workgroup"
+    assert ROWS_KEY not in TileTable.for_adapter(gpu.name).by_class
     assert TileTable.for_adapter(None).for_shape(*shape) == DEFAULT_TILES
     assert TileTable.for_adapter("another adapter").for_shape(*shape) == DEFAULT_TILES
     table = TileTable.for_adapter(gpu.name)

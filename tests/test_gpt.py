@@ -243,3 +243,31 @@ def test_gpt_trains(gpu):
     # the same bounds as the gradients': f32 sums and a few rounding flips vs the stored reference
     assert abs(got - stored) <= TOL_STORED["emulated"] * stored
     assert abs(got - exact) <= TOL_EXACT["emulated"] * exact
+
+
+def test_gpt_row_kernel_forms_train_identically(gpu, tmp_path, monkeypatch):
+    """The GPT plan built with the thread-per-row row kernels (the adapter's cache entry under
+    tilecache.ROWS_KEY) trains 4 steps to records bit-identical to the workgroup forms'."""
+    import json
+
+    from webmp.tilecache import ROWS_KEY
+    from webmp.train import Trainer
+
+    cfg = TrainConfig(
+        model="gpt", n_layer=1, d_model=32, n_head=2, context=16, batch_size=4, steps=4, log_every=2,
+        val_tokens=1024,
+    )  # fmt: skip
+    records = {}
+    for form in ops.ROW_FORMS:
+        cache = tmp_path / f"tune-{form}.json"
+        cache.write_text(json.dumps({gpu.name: {ROWS_KEY: {"form": form}}}))
+        monkeypatch.setenv("WEBMP_TUNE_CACHE", str(cache))
+        t = Trainer(cfg, out=tmp_path / form, gpu=gpu, progress=False, log=None)
+        assert t.tiles.row_kernels == form
+        entries = {k["entry"] for k in t.plan["kernels"]}
+        assert ("attn_softmax_fwd_thread" in entries) == (form == "thread")
+        assert ("layernorm_bwd_thread" in entries) == (form == "thread")
+        t.run()
+        records[form] = t.records  # the GPU's metrics ring: loss, scale, norms, flags per step
+    assert len(records["thread"]) == 4
+    assert records["thread"] == records["workgroup"]

@@ -297,6 +297,51 @@ def _ln_inputs(name, path):
     )
 
 
+def _bits(out: dict) -> dict:
+    """Every output as its raw 32-bit patterns (h outputs are unpacked to f32 exactly)."""
+
+    def raw(v):
+        return np.ascontiguousarray(v, np.float32 if np.asarray(v).dtype.kind == "f" else None).view(
+            np.uint32
+        )
+
+    return {k: raw(v) for k, v in out.items()}
+
+
+def _ln_forms(launcher, inp, outputs, path, M, N):
+    """Both row-kernel forms on the same inputs: asserts every output is bit-identical, returns one."""
+    wg, th = (
+        run_op(launcher, inp, outputs, M=M, N=N, path=path, gpu=default_gpu(), rows=r) for r in ops.ROW_FORMS
+    )
+    for k in wg:
+        a, b = _bits({k: wg[k]})[k], _bits({k: th[k]})[k]
+        assert np.array_equal(a, b), f"{k}: the thread form differs at {np.count_nonzero(a != b)} entries"
+    return wg
+
+
+# N = 1, 37 (odd: the padding half), 131 (66 words > 64: a lane takes two), M = 70 > 64 rows (the
+# thread form's second workgroup partly past the end)
+@pytest.mark.parametrize(
+    "name", [pytest.param(LN_NAMES[0], marks=pytest.mark.slow), *LN_NAMES[1:], "layernorm/70x130"]
+)
+def test_layernorm_thread_form_bit_identical(name, path):
+    """rows="thread" (a thread a row, the workgroup tree run serially) gives the workgroup form's
+    bits: Y, stats and flags forward, dZ and flags backward."""
+    M, N, rng, inp = _ln_inputs(name, path)
+    inp = {**inp, "flags": np.zeros(4, np.uint32)}
+    fwd = _ln_forms(
+        ops.layernorm_fwd, inp, {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": None}, path, M, N
+    )
+    bwd_inp = {
+        "dY": rand_h(rng, (M, N), path),
+        "Z": inp["Z"],
+        "stats": fwd["stats"],
+        "gamma": inp["gamma"],
+        "flags": inp["flags"],
+    }
+    _ln_forms(ops.layernorm_bwd, bwd_inp, {"dZ": ((M, N), "padded"), "flags": None}, path, M, N)
+
+
 def _ln_stats_error(Z):
     """Bounds on the kernel's f32 mean (abs) and rstd (relative): the mean is an f32 sum of N
     values; the variance sums squares of (z - mean'), whose cross term with the mean's error

@@ -165,7 +165,8 @@ def _given(buffer: str | None, what: str, variant: str) -> str:
 #   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)) / sqrt(d),  dQ = dS K,  dK = dS^T Q.
 # Every product is one dispatch of a matmul variant for all Z = B * H batch-heads (workgroup
 # z = b * H + h, matmul.wgsl's batch constants; attention_matmul); each softmax is one dispatch of
-# a workgroup per row (grid [T, Z]: attn_softmax_fwd, attn_softmax_bwd). Order in a layer: forward
+# a workgroup per row (grid [T, Z]: attn_softmax_fwd, attn_softmax_bwd) or, rows="thread", a thread
+# per row (grid [ceil(T / 64), Z], the same bits). Order in a layer: forward
 # scores, attn_softmax_fwd, values; backward dv, dp, attn_softmax_bwd, dq, dk. Buffers (h: the
 # activation format, two values a word, rows padded to whole words):
 #   qkv, dqkv  h [B*T, 3D]  rows b*T + t; columns [q | k | v], head h owning h*d .. h*d + d - 1 of
@@ -283,20 +284,45 @@ def attention_matmul(
     )
 
 
+ROW_FORMS = ("workgroup", "thread")  # the row kernels' forms (TileTable.row_kernels)
+ROWS_PER_WG = 64  # the thread form's rows a workgroup (the shaders' WG)
+
+
+def _row_entry(entry: str, rows: str) -> str:
+    """The entry point of a row kernel's form: `entry` (a workgroup a row, reductions with
+    workgroup_reduce) or `entry`_thread (a thread a row, the same tree run serially: the same bits)."""
+    if rows not in ROW_FORMS:
+        raise ValueError(f"rows must be one of {ROW_FORMS}, got {rows!r}")
+    return entry if rows == "workgroup" else f"{entry}_thread"
+
+
 def _attn_softmax(
-    pb: PlanBuilder, program: str, entry: str, binds: dict, B: int, T: int, H: int, d: int
+    pb: PlanBuilder, program: str, entry: str, binds: dict, B: int, T: int, H: int, d: int, rows: str
 ) -> None:
     _attention_check(B, T, H, d)
     sources = ["reduce.wgsl", "attn_softmax.wgsl", f"{entry}.wgsl"]
-    pb.dispatch(program, sources, entry, {"T": T, "SCALE": attention_scale(d)}, binds, [T, B * H])
+    wgs = [T, B * H] if rows == "workgroup" else [cdiv(T, ROWS_PER_WG), B * H]
+    consts = {"T": T, "SCALE": attention_scale(d)}
+    pb.dispatch(program, sources, _row_entry(entry, rows), consts, binds, wgs)
 
 
 def attn_softmax_fwd(
-    pb: PlanBuilder, program: str, *, S: str, P: str, B: int, T: int, H: int, d: int, flags: str = "flags"
+    pb: PlanBuilder,
+    program: str,
+    *,
+    S: str,
+    P: str,
+    B: int,
+    T: int,
+    H: int,
+    d: int,
+    flags: str = "flags",
+    rows: str = "workgroup",
 ) -> None:
     """P = causal softmax(S / sqrt(d)) row-wise in f32, stored h (masked entries 0, overflow
-    flagged); a workgroup a row (grid [T, B * H])."""
-    _attn_softmax(pb, program, "attn_softmax_fwd", {"S": S, "P": P, "flags": flags}, B, T, H, d)
+    flagged); rows "workgroup": a workgroup a row (grid [T, B * H]), "thread": a thread a row
+    (grid [ceil(T / 64), B * H]), bit-identical."""
+    _attn_softmax(pb, program, "attn_softmax_fwd", {"S": S, "P": P, "flags": flags}, B, T, H, d, rows)
 
 
 def attn_softmax_bwd(
@@ -311,10 +337,12 @@ def attn_softmax_bwd(
     H: int,
     d: int,
     flags: str = "flags",
+    rows: str = "workgroup",
 ) -> None:
     """dS = P * (dP - rowsum(dP * P)) / sqrt(d) in f32 (masked entries 0), stored h (overflow
-    flagged); a workgroup a row (grid [T, B * H])."""
-    _attn_softmax(pb, program, "attn_softmax_bwd", {"P": P, "dP": dP, "dS": dS, "flags": flags}, B, T, H, d)
+    flagged); rows as attn_softmax_fwd's."""
+    binds = {"P": P, "dP": dP, "dS": dS, "flags": flags}
+    _attn_softmax(pb, program, "attn_softmax_bwd", binds, B, T, H, d, rows)
 
 
 # --- data ----------------------------------------------------------------------------------------
@@ -437,15 +465,17 @@ def layernorm_fwd(
     M: int,
     N: int,
     flags: str = "flags",
+    rows: str = "workgroup",
 ) -> None:
-    """Y = LayerNorm(Z) * gamma + beta over rows of N, keeping (mean, rstd) per row; a workgroup a row."""
+    """Y = LayerNorm(Z) * gamma + beta over rows of N, keeping (mean, rstd) per row; rows
+    "workgroup": a workgroup a row, "thread": a thread a row (64 rows a workgroup), bit-identical."""
     pb.dispatch(
         program,
         ["reduce.wgsl", "layernorm_fwd.wgsl"],
-        "layernorm_fwd",
+        _row_entry("layernorm_fwd", rows),
         {"M": M, "N": N},
         {"Z": Z, "gamma": gamma, "beta": beta, "Y": Y, "stats": stats, "flags": flags},
-        [M],
+        _row_grid(M, rows),
     )
 
 
@@ -475,16 +505,25 @@ def layernorm_bwd(
     M: int,
     N: int,
     flags: str = "flags",
+    rows: str = "workgroup",
 ) -> None:
-    """dZ from dY through the LayerNorm; a workgroup a row."""
+    """dZ from dY through the LayerNorm; rows as layernorm_fwd's."""
     pb.dispatch(
         program,
         ["reduce.wgsl", "layernorm_bwd.wgsl"],
-        "layernorm_bwd",
+        _row_entry("layernorm_bwd", rows),
         {"M": M, "N": N},
         {"dY": dY, "Z": Z, "stats": stats, "gamma": gamma, "dZ": dZ, "flags": flags},
-        [M],
+        _row_grid(M, rows),
     )
+
+
+def _row_grid(M: int, rows: str) -> list[int]:
+    """Workgroups of a LayerNorm kernel over M rows in its form."""
+    n = M if rows == "workgroup" else cdiv(M, ROWS_PER_WG)
+    if not 1 <= n <= MAX_WORKGROUPS_PER_DIM:
+        raise ValueError(f"{M} rows: {n} workgroups in form {rows!r}, 1 .. {MAX_WORKGROUPS_PER_DIM} allowed")
+    return [n]
 
 
 # --- the overflow check, the loss scaler, the optimizer ---------------------------------------------

@@ -8,7 +8,9 @@ uses is decided by the caller of `build_plan`, which passes a `TileTable`:
 adapter, `TileTable()` is the defaults. Nothing here is process-global.
 
 The cache is JSON at $WEBMP_TUNE_CACHE, default ~/.cache/webmp/tune.json:
-{adapter name: {shape class: tiles}}.
+{adapter name: {shape class: tiles}}. The reserved key ROWS_KEY ("rows") of an adapter's entry holds
+{"form": "workgroup" | "thread"}: which form the row kernels (attn_softmax_*, layernorm_fwd/bwd,
+webmp.ops.ROW_FORMS; both give the same bits) take, `TileTable.row_kernels` ("workgroup" when absent).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ Tiles = dict[str, Any]  # tile-shape constants (int) and, optionally, "core" (we
 
 DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
 TILE_KEYS = tuple(DEFAULT_TILES)
+ROWS_KEY = "rows"  # reserved key of an adapter's cache entry: {"form": the row kernels' form}
+DEFAULT_ROWS = "workgroup"
 
 
 def cache_path() -> Path:
@@ -67,8 +71,12 @@ class TileTable:
     """Tile shapes by shape class; classes it lacks get DEFAULT_TILES."""
 
     def __init__(self, by_class: Mapping[str, Tiles] | None = None, adapter: str | None = None):
-        self.by_class = {cls: dict(t) for cls, t in (by_class or {}).items()}
+        by_class = dict(by_class or {})
+        rows = by_class.pop(ROWS_KEY, None) or {}
+        self.by_class = {cls: dict(t) for cls, t in by_class.items()}
         self.adapter = adapter
+        # the row kernels' form (webmp.ops.ROW_FORMS): a workgroup or a thread a row, the same bits
+        self.row_kernels: str = str(rows.get("form", DEFAULT_ROWS))
 
     @classmethod
     def for_adapter(cls, adapter: str | None) -> TileTable:
@@ -81,4 +89,5 @@ class TileTable:
     def describe(self) -> str:
         """For summaries: 'default', or how many shape classes are tuned."""
         n = len(self.by_class)
-        return f"tuned ({n} shape classes cached)" if n else "default"
+        rows = "" if self.row_kernels == DEFAULT_ROWS else f", {self.row_kernels}-per-row row kernels"
+        return (f"tuned ({n} shape classes cached)" if n else "default") + rows

@@ -1,4 +1,5 @@
-"""Matmul auto-tuning: time candidate tile shapes per adapter and shape class, cache the fastest.
+"""Matmul auto-tuning: time candidate tile shapes per adapter and shape class, cache the fastest;
+and the row kernels' form (a workgroup or a thread a row: `tune_rows`, `RowCase`).
 
 `tune_shapes` (run by `webmp bench --tune`, or `python -m webmp.tune`) fills the cache that
 webmp/tilecache.py reads; training uses it through `TileTable.for_adapter`. Nothing here runs
@@ -16,10 +17,19 @@ import numpy as np
 from .config import TrainConfig
 from .data import load_digits
 from .models import build_plan
-from .ops import matmul
+from .ops import ROW_FORMS, attn_softmax_bwd, attn_softmax_fwd, layernorm_bwd, layernorm_fwd, matmul
 from .plan import Plan, PlanBuilder, pack_h, resolve_f16_path, unpack_h
 from .runtime import Runtime, default_gpu
-from .tilecache import DEFAULT_TILES, Tiles, cache_path, load_cache, save_cache, shape_class
+from .tilecache import (
+    DEFAULT_ROWS,
+    DEFAULT_TILES,
+    ROWS_KEY,
+    Tiles,
+    cache_path,
+    load_cache,
+    save_cache,
+    shape_class,
+)
 
 # Tile shapes to try, most promising first (the tuner stops when its time is up): the default,
 # then the register-blocked cores (no workgroup memory or barriers: what a CPU adapter runs best;
@@ -210,6 +220,98 @@ class MatmulCase:
         return self.flops * reps / self.run(reps) / 1e9
 
 
+# --- the row kernels' forms ----------------------------------------------------------------------
+
+
+class RowCase:
+    """The four row kernels at a GPT-sized shape on random data, once per form (program = the form,
+    its own outputs): layernorm_fwd and layernorm_bwd over [M, N], attn_softmax_fwd and
+    attn_softmax_bwd at T for Z batch-heads."""
+
+    OUTPUTS = ("Y", "stats", "dZ", "P", "dS")
+
+    def __init__(self, gpu, path: str, M: int = 1024, N: int = 128, T: int = 64, Z: int = 64, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        pb = PlanBuilder(path)
+        pb.h("Z", M, N, init=pack_h(rng.normal(0.5, 2.0, (M, N)), path))
+        pb.h("dY", M, N, init=pack_h(rng.normal(0.0, 1.0, (M, N)), path))
+        pb.f32("gamma", (N,), "other", 1 + 0.2 * rng.standard_normal(N))
+        pb.f32("beta", (N,), "other", 0.2 * rng.standard_normal(N))
+        pb.f32("S", (Z * T, T), "activations", 12 * rng.standard_normal((Z * T, T)))
+        pb.f32("dP", (Z * T, T), "activations", rng.standard_normal((Z * T, T)))
+        pb.u32("flags", (4,), "other")
+        for form in ROW_FORMS:
+            o = {k: f"{k}_{form}" for k in self.OUTPUTS}
+            pb.h(o["Y"], M, N)
+            pb.f32(o["stats"], (M, 2), "activations")
+            pb.h(o["dZ"], M, N)
+            pb.h(o["P"], Z * T, T)
+            pb.h(o["dS"], Z * T, T)
+            layernorm_fwd(
+                pb, form, Z="Z", gamma="gamma", beta="beta", Y=o["Y"], stats=o["stats"], M=M, N=N, rows=form
+            )
+            layernorm_bwd(
+                pb, form, dY="dY", Z="Z", stats=o["stats"], gamma="gamma", dZ=o["dZ"], M=M, N=N, rows=form
+            )
+            attn_softmax_fwd(pb, form, S="S", P=o["P"], B=Z, T=T, H=1, d=16, rows=form)
+            attn_softmax_bwd(pb, form, P=o["P"], dP="dP", dS=o["dS"], B=Z, T=T, H=1, d=16, rows=form)
+        plan = pb.kernel_plan(state="flags", metrics="flags")
+        self.rt = Runtime(plan, bytes(pb.blob), gpu)
+        self.device = self.rt.device
+
+    def identical(self) -> bool:
+        """Runs each form once: whether every output of the two forms is the same bytes."""
+        for form in ROW_FORMS:
+            self.run(form, 1)
+        a, b = ROW_FORMS
+        return all(self.rt.read(f"{k}_{a}") == self.rt.read(f"{k}_{b}") for k in self.OUTPUTS)
+
+    def run(self, form: str, reps: int, kernel: int | None = None) -> float:
+        """Seconds for `reps` passes over the form's kernels (or only its `kernel`-th dispatch) in one
+        submit and one wait (as MatmulCase.run)."""
+        import wgpu
+
+        program = self.rt.programs[form]
+        chosen = program if kernel is None else [program[kernel]]
+        enc = self.device.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        for _ in range(reps):
+            for pipeline, bg, (x, y, z) in chosen:
+                cpass.set_pipeline(pipeline)
+                cpass.set_bind_group(0, bg)
+                cpass.dispatch_workgroups(x, y, z)
+        cpass.end()
+        enc.copy_buffer_to_buffer(self.rt.buffers[f"dS_{form}"], 0, self.rt.staging, 0, 4)
+        cmd = enc.finish()
+        t0 = time.perf_counter()
+        self.device.queue.submit([cmd])
+        self.rt.staging.map_sync(wgpu.MapMode.READ)
+        dt = time.perf_counter() - t0
+        self.rt.staging.unmap()
+        return dt
+
+    def seconds(self, reps: int = 3, rounds: int = 3, kernel: int | None = None) -> dict[str, float]:
+        """{form: best seconds a pass}, the forms alternated `rounds` times (the CPUs may be shared)."""
+        best = {form: float("inf") for form in ROW_FORMS}
+        for _ in range(rounds):
+            for form in ROW_FORMS:
+                best[form] = min(best[form], self.run(form, reps, kernel) / reps)
+        return best
+
+
+def tune_rows(gpu, path: str, log=print) -> dict:
+    """Times both row-kernel forms (RowCase) and returns {"form", "seconds"}: the faster, provided
+    the two give the same bits on this adapter (else the default, "workgroup")."""
+    case = RowCase(gpu, path)
+    if not case.identical():
+        log("tune rows: the thread form's results differ from the workgroup form's; keeping workgroup")
+        return {"form": DEFAULT_ROWS, "seconds": None}
+    secs = case.seconds()
+    form = min(secs, key=lambda f: secs[f])
+    log("tune rows: " + ", ".join(f"{f} {1e3 * s:.2f} ms" for f, s in secs.items()) + f" -> {form}")
+    return {"form": form, "seconds": secs}
+
+
 # --- the tuner -----------------------------------------------------------------------------------
 
 
@@ -230,8 +332,9 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     """For each shape class (represented by the first of its shapes given), times the candidates
     that fit the device, most promising first, until the class's share of the budget is spent;
     keeps the fastest that passes its correctness check and stores it in the cache under gpu.name.
-    Classes with the most work go first, and time one class leaves unused goes to the next.
-    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}}."""
+    Classes with the most work go first, and time one class leaves unused goes to the next. Then
+    the row kernels' form (tune_rows, on the first shape's path), stored under ROWS_KEY.
+    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}, ROWS_KEY: tune_rows's}."""
     by_class: dict[str, tuple] = {}
     for s in shapes:
         by_class.setdefault(shape_class(*s), s)
@@ -267,6 +370,9 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
         mine[cls] = best
         report[cls] = {"tiles": best, "gflops": best_gf, "default_gflops": default_gf, "tried": len(results)}
         log(f"tune {cls}: {best} {best_gf:.2f} GFLOP/s (default {default_gf or 0:.2f}, {len(results)} tried)")
+    rows = tune_rows(gpu, order[0][1][0] if order else "fp32", log)
+    mine[ROWS_KEY] = {"form": rows["form"]}
+    report[ROWS_KEY] = rows
     save_cache(cache)
     return report
 

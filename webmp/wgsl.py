@@ -24,8 +24,14 @@ after it to define):
   two sums of column c) and an entry point that calls column_sums.
 - reduce.wgsl (before layernorm_fwd, layernorm_bwd, grad_stats, scaler, attn_softmax): no
   bindings. Defines the workgroup array `red`, RED_SUM, RED_MAX, workgroup_reduce, workgroup_sum
-  and workgroup_max. Expects `alias RedT` (f32 or vec2<f32>) and `const WG: u32` (the workgroup
-  size, a power of two).
+  and workgroup_max, and for the thread-per-row forms the private array `lanes` and
+  serial_reduce (workgroup_reduce's tree run by one thread over WG lane partials: the same bits).
+  Expects `alias RedT` (f32 or vec2<f32>) and `const WG: u32` (the workgroup size, a power of two).
+- The row kernels (attn_softmax_fwd, attn_softmax_bwd, layernorm_fwd, layernorm_bwd) each have two
+  entry points in their file, the same bits (webmp.ops.ROW_FORMS, launcher argument `rows`):
+  `<name>` (a workgroup a row, lane t = local index) and `<name>_thread` (a thread a row, WG rows a
+  workgroup, rows past the end return at once; the thread computes every lane's partial in turn
+  and reduces with serial_reduce). Lane partials and per-element stores are functions both call.
 - matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B. Defines every override of the
   matmul kernels but the tile shape (M, N, K, TRANS_A, TRANS_B, A_ACT, OUT_ACT, the batch constants
   Z_INNER and {A,B,C}_{OFF,SB,SH,LD}), mm_z, batch_start, out_index, act2, act4, operand_word,
@@ -42,9 +48,11 @@ after it to define):
   bindings. Defines h_overflows4, store_h4, mm_run_h. Expects the bindings `C: array<HW>` and
   `flags: array<atomic<u32>>` from the variant (their numbers differ between variants).
 - attn_softmax.wgsl (after reduce.wgsl, before attn_softmax_fwd / attn_softmax_bwd): no bindings;
-  overrides T, SCALE. Defines WG and RedT (for reduce.wgsl) and causal_word. Expects
-  `fn causal_value(j: u32) -> f32` (the output at visible column j of the workgroup's row) and an
-  entry point that stores rows with causal_word.
+  overrides T, SCALE. Defines WG and RedT (for reduce.wgsl), causal_word and causal_store. Expects
+  `fn causal_value(j: u32) -> f32` (the output at visible column j of the current row),
+  `fn store_word(w: u32, v: vec2<f32>)` (stores word w of the current row's output), the binding
+  `flags`, and both entry points (attn_softmax_{fwd,bwd} and _thread), which store rows with
+  causal_store.
 - adamw.wgsl: bindings 0 state, 1 P, 2 G, 3 Mo, 4 V; overrides N, WD, BETA1, BETA2, EPS; defines
   adamw_update and the entry point adamw. adamw_copy.wgsl adds binding 5 Wh, ROWS, COLS and the
   entry point adamw_copy.

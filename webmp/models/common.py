@@ -109,6 +109,22 @@ class ModelBuilder:
         shape = ops.attention_shape(variant, kw["T"], kw["d"])
         ops.attention_matmul(self.pb, program, variant, tiles=self.tiles.for_shape(self.path, *shape), **kw)
 
+    def layernorm_fwd(self, program: str, **kw: Any) -> None:
+        """ops.layernorm_fwd in the row kernels' form the table gives (TileTable.row_kernels)."""
+        ops.layernorm_fwd(self.pb, program, rows=self.tiles.row_kernels, **kw)
+
+    def layernorm_bwd(self, program: str, **kw: Any) -> None:
+        """ops.layernorm_bwd in the table's row kernels' form."""
+        ops.layernorm_bwd(self.pb, program, rows=self.tiles.row_kernels, **kw)
+
+    def attn_softmax_fwd(self, program: str, **kw: Any) -> None:
+        """ops.attn_softmax_fwd in the table's row kernels' form."""
+        ops.attn_softmax_fwd(self.pb, program, rows=self.tiles.row_kernels, **kw)
+
+    def attn_softmax_bwd(self, program: str, **kw: Any) -> None:
+        """ops.attn_softmax_bwd in the table's row kernels' form."""
+        ops.attn_softmax_bwd(self.pb, program, rows=self.tiles.row_kernels, **kw)
+
     def optimizer(self, program: str, batch: int) -> None:
         """After the backward pass: overflow check and norm partials over every master gradient,
         the scaler's verdict and metrics record, then AdamW on every parameter."""

@@ -172,8 +172,8 @@ class GPTForward:
 
     def _ln(self, program: str, x: str, gname: str, bname: str, y: str, stats: str, flags: str) -> None:
         m = self.master
-        ops.layernorm_fwd(
-            self.pb, program, Z=x, gamma=m(gname), beta=m(bname), Y=y, stats=stats, M=self.R, N=self.D,
+        self.mb.layernorm_fwd(
+            program, Z=x, gamma=m(gname), beta=m(bname), Y=y, stats=stats, M=self.R, N=self.D,
             flags=flags,
         )  # fmt: skip
 
@@ -190,7 +190,7 @@ class GPTForward:
                 M=R, N=3 * D, K=D, flags=flags,
             )  # fmt: skip
             mb.attention_matmul(program, "scores", qkv=c["qkv"], S="S", **att)
-            ops.attn_softmax_fwd(pb, program, S="S", P=c["P"], **att)
+            mb.attn_softmax_fwd(program, S="S", P=c["P"], **att)
             mb.attention_matmul(program, "values", P=c["P"], qkv=c["qkv"], O=c["O"], **att)
             mb.matmul(
                 program, "matmul_fwd", A=c["O"], B=w(f"Wo{l}"), C=c["x_mid"], bias=m(f"bo{l}"),
@@ -291,7 +291,7 @@ def build_gpt_plan(
     def layernorm_back(program: str, x: str, stats: str, gname: str, bname: str, dZ: str = "dln") -> None:
         """dY (the LayerNorm output's gradient) -> its parameters' gradients and dZ."""
         ops.layernorm_wgrad(pb, program, dY="dY", Z=x, stats=stats, dgamma=g(gname), dbeta=g(bname), M=R, N=D)
-        ops.layernorm_bwd(pb, program, dY="dY", Z=x, stats=stats, gamma=m(gname), dZ=dZ, M=R, N=D)
+        mb.layernorm_bwd(program, dY="dY", Z=x, stats=stats, gamma=m(gname), dZ=dZ, M=R, N=D)
 
     # --- the training step ---------------------------------------------------------------------
     S = TRAIN_STEP
@@ -334,7 +334,7 @@ def build_gpt_plan(
         mb.matmul(S, "matmul_plain", A="dx", B=w(f"Wo{l}"), C="dO", M=R, N=D, K=D, trans_b=1)
         mb.attention_matmul(S, "dv", P=c["P"], dO="dO", dqkv="dqkv", **att)
         mb.attention_matmul(S, "dp", dO="dO", qkv=c["qkv"], dP="S", **att)
-        ops.attn_softmax_bwd(pb, S, P=c["P"], dP="S", dS="dS", **att)
+        mb.attn_softmax_bwd(S, P=c["P"], dP="S", dS="dS", **att)
         mb.attention_matmul(S, "dq", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
         mb.attention_matmul(S, "dk", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
         mb.matmul(S, "matmul_wgrad", A=c["a"], B="dqkv", C=g(f"Wqkv{l}"), M=D, N=3 * D, K=R, trans_a=1)

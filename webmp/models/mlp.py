@@ -92,8 +92,7 @@ def build_mlp_plan(
             mb.matmul(program, "matmul_fwd", C=lay["Z"], **common)
             if lay["ln"]:
                 ln = lay["ln"]
-                ops.layernorm_fwd(
-                    pb,
+                mb.layernorm_fwd(
                     program,
                     Z=lay["Z"],
                     gamma=ln["g"]["master"],
@@ -172,8 +171,7 @@ def build_mlp_plan(
                 M=Bt,
                 N=n,
             )
-            ops.layernorm_bwd(
-                pb,
+            mb.layernorm_bwd(
                 T,
                 dY=lnp["dY"],
                 Z=prev["Z"],
