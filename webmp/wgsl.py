@@ -15,7 +15,8 @@ after it to define):
 - prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, H_OVERFLOW_BITS, h_unpack,
   h_pack, h_round, and HWLoad / h_load: the same words as the matmul operands read them (u32 and
   unpack2x16float on both f16 paths: lavapipe reads a vec2<f16> as two 16-bit loads, which made
-  the native matmuls ~1.4x slower than the emulated ones; the values are the same). The f16 preludes' h_round uses common.wgsl's f16_round.
+  the native matmuls ~1.4x slower than the emulated ones; the values are the same). The f16
+  preludes' h_round uses common.wgsl's f16_round.
 - common.wgsl: no bindings. Defines State, FLAG_*, NO_LABEL, f32_nonfinite, h_overflows,
   f16_round, h_index, ACT_*, act_fwd, act_grad, and the seeded data order pcg_hash and
   seeded_permute (used by gather.wgsl and windows.wgsl; numpy twin webmp.data.permute).
