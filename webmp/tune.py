@@ -74,6 +74,30 @@ def fits(tiles: dict, limits, has_subgroups: bool = False) -> bool:
     )
 
 
+def time_dispatches(rt: Runtime, dispatches, reps: int, last_written: str) -> float:
+    """Seconds for `reps` rounds of a runtime's prepared dispatches recorded in one compute pass,
+    submitted once and waited for once: by mapping a 4-byte copy of `last_written`, a buffer the
+    dispatches write, made after them (wgpu-py 0.32's on_submitted_work_done is broken)."""
+    import wgpu
+
+    enc = rt.device.create_command_encoder()
+    cpass = enc.begin_compute_pass()
+    for _ in range(reps):
+        for pipeline, bg, (x, y, z) in dispatches:
+            cpass.set_pipeline(pipeline)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(x, y, z)
+    cpass.end()
+    enc.copy_buffer_to_buffer(rt.buffers[last_written], 0, rt.staging, 0, 4)
+    cmd = enc.finish()
+    t0 = time.perf_counter()
+    rt.device.queue.submit([cmd])
+    rt.staging.map_sync(wgpu.MapMode.READ)
+    dt = time.perf_counter() - t0
+    rt.staging.unmap()
+    return dt
+
+
 # --- one matmul, on its own ----------------------------------------------------------------------
 
 
@@ -191,27 +215,8 @@ class MatmulCase:
         return float((err / tol).max())
 
     def run(self, reps: int) -> float:
-        """Seconds for `reps` dispatches recorded in one pass, submitted once, waited for once
-        (by mapping a 4-byte copy of the output made after them: wgpu-py 0.32's
-        on_submitted_work_done is broken)."""
-        import wgpu
-
-        enc = self.device.create_command_encoder()
-        cpass = enc.begin_compute_pass()
-        for _ in range(reps):
-            for pipeline, bg, (x, y, z) in self.rt.programs["mm"]:
-                cpass.set_pipeline(pipeline)
-                cpass.set_bind_group(0, bg)
-                cpass.dispatch_workgroups(x, y, z)
-        cpass.end()
-        enc.copy_buffer_to_buffer(self.rt.buffers["C"], 0, self.rt.staging, 0, 4)
-        cmd = enc.finish()
-        t0 = time.perf_counter()
-        self.device.queue.submit([cmd])
-        self.rt.staging.map_sync(wgpu.MapMode.READ)
-        dt = time.perf_counter() - t0
-        self.rt.staging.unmap()
-        return dt
+        """Seconds for `reps` dispatches in one pass (time_dispatches)."""
+        return time_dispatches(self.rt, self.rt.programs["mm"], reps, "C")
 
     def gflops(self, target_s: float = 0.2, max_reps: int = 200) -> float:
         """GFLOP/s from one batch of dispatches lasting about target_s (after a warm-up)."""
@@ -269,26 +274,8 @@ class RowCase:
     def run(self, form: str, reps: int, kernel: int | None = None) -> float:
         """Seconds for `reps` passes over the form's kernels (or only its `kernel`-th dispatch) in one
         submit and one wait (as MatmulCase.run)."""
-        import wgpu
-
         program = self.rt.programs[form]
-        chosen = program if kernel is None else [program[kernel]]
-        enc = self.device.create_command_encoder()
-        cpass = enc.begin_compute_pass()
-        for _ in range(reps):
-            for pipeline, bg, (x, y, z) in chosen:
-                cpass.set_pipeline(pipeline)
-                cpass.set_bind_group(0, bg)
-                cpass.dispatch_workgroups(x, y, z)
-        cpass.end()
-        enc.copy_buffer_to_buffer(self.rt.buffers[f"dS_{form}"], 0, self.rt.staging, 0, 4)
-        cmd = enc.finish()
-        t0 = time.perf_counter()
-        self.device.queue.submit([cmd])
-        self.rt.staging.map_sync(wgpu.MapMode.READ)
-        dt = time.perf_counter() - t0
-        self.rt.staging.unmap()
-        return dt
+        return time_dispatches(self.rt, program if kernel is None else [program[kernel]], reps, f"dS_{form}")
 
     def seconds(self, reps: int = 3, rounds: int = 3, kernel: int | None = None) -> dict[str, float]:
         """{form: best seconds a pass}, the forms alternated `rounds` times (the CPUs may be shared)."""
