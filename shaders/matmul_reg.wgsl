@@ -1,6 +1,6 @@
 // Contract (webmp/wgsl.py): a matmul core, after matmul_operands.wgsl and before the file that
 // loads op(A) (matmul_reg_a.wgsl, or matmul_reg_a_sg.wgsl with subgroups); defines the tile-shape
-// overrides, acc, row_words, a_word, a_rows, mm_tile, out_row, out_col. Expects
+// overrides, acc, row_words, a_word, own_a_words, a_rows, mm_tile, out_row, out_col. Expects
 // `fn a_setup(row0: u32)` (called once per thread, before the K loop) and
 // `fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX>` (a_word t of step k for t < TM).
 // No bindings.
@@ -46,6 +46,22 @@ fn a_word(row0: u32, k: u32, t: u32) -> vec2<f32> {
   let kk = min(k + select(0u, 1u, t >= half), K - 1u);
   let j = min(row0 / 2u + t % half, (M + 1u) / 2u - 1u);
   return act2(h_load(A[base + kk * row_words(A_LD, M) + j]));
+}
+
+// All the a_words of step k, each loaded by this thread.
+fn own_a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX> {
+  var w: array<vec2<f32>, TM_MAX>;
+  w[0] = a_word(row0, k, 0u);
+  w[1] = a_word(row0, k, 1u);
+  w[2] = a_word(row0, k, 2u);
+  w[3] = a_word(row0, k, 3u);
+  if (TM > 4u) {
+    w[4] = a_word(row0, k, 4u);
+    w[5] = a_word(row0, k, 5u);
+    w[6] = a_word(row0, k, 6u);
+    w[7] = a_word(row0, k, 7u);
+  }
+  return w;
 }
 
 // op(A)[row0 + i, k] and [row0 + i, k + 1] (a[i].x, a[i].y) from the step's words; `hi` false

@@ -4,7 +4,7 @@
 // WG_X consecutive invocations and at least TM wide) load the TM words of op(A) a step needs once
 // between them, one each, and hand them out with subgroupBroadcast: TM loads a thread become one.
 // Elsewhere (another subgroup size or layout) each thread loads all its words, as
-// matmul_reg_a.wgsl does: the values are the same either way.
+// matmul_reg_a.wgsl does (own_a_words): the values are the same either way.
 
 var<private> sg_lane: u32;
 var<private> sg_shared: bool;
@@ -34,17 +34,7 @@ fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX> {
       w[6] = subgroupBroadcast(mine, 6u);
       w[7] = subgroupBroadcast(mine, 7u);
     }
-  } else {
-    w[0] = a_word(row0, k, 0u);
-    w[1] = a_word(row0, k, 1u);
-    w[2] = a_word(row0, k, 2u);
-    w[3] = a_word(row0, k, 3u);
-    if (TM > 4u) {
-      w[4] = a_word(row0, k, 4u);
-      w[5] = a_word(row0, k, 5u);
-      w[6] = a_word(row0, k, 6u);
-      w[7] = a_word(row0, k, 7u);
-    }
+    return w;
   }
-  return w;
+  return own_a_words(row0, k);
 }
