@@ -16,9 +16,9 @@ fn a_setup(row0: u32) {
 }
 
 // sg_shared is the same in every lane of a subgroup (subgroupAll), so the broadcasts under it run
-// with the whole subgroup; WGSL's uniformity analysis cannot see that (Tint refuses the module
-// without this filter; naga does not check).
-@diagnostic(off, subgroup_uniformity)
+// with the whole subgroup. WGSL's uniformity analysis cannot see that: Tint refuses the module
+// unless it starts with `diagnostic(off, subgroup_uniformity);`, which web/runner.js puts there
+// with `enable subgroups;` (naga does not check, and prints an error for the rule's name).
 fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX> {
   var w: array<vec2<f32>, TM_MAX>;
   if (sg_shared) {

@@ -132,8 +132,10 @@ export class Runner {
     for (const k of plan.kernels) {
       const key = k.sources.join('|');
       if (!modules.has(key)) {
-        // Browsers need the directive for subgroup builtins (wgpu-py's naga refuses it: see webmp/wgsl.py)
-        const enable = plan.required_features.includes('subgroups') ? 'enable subgroups;\n' : '';
+        // Browsers need these for the subgroup matmul core (wgpu-py's naga refuses the first and does
+        // not know the second's rule: see webmp/wgsl.py SOURCE_FEATURES)
+        const enable = plan.required_features.includes('subgroups')
+          ? 'enable subgroups;\ndiagnostic(off, subgroup_uniformity);\n' : '';
         const module = dev.createShaderModule({code: enable + k.sources.map((f) => text[f]).join('\n'), label: k.sources.at(-1)});
         const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === 'error');
         if (errors.length) {

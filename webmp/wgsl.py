@@ -100,7 +100,9 @@ from .resources import SHADER_DIR
 PRELUDES = {"native": "prelude_native.wgsl", "emulated": "prelude_emulated.wgsl", "fp32": "prelude_f32.wgsl"}
 # Files that use an optional WebGPU feature (its WebGPU name; the plan requires it). wgpu-py's naga
 # takes subgroup builtins without a directive (it rejects `enable subgroups;`), browsers need the
-# directive: web/runner.js puts `enable subgroups;` before each module of a plan that requires it.
+# directive, and Tint also `diagnostic(off, subgroup_uniformity);` (matmul_reg_a_sg.wgsl broadcasts
+# under a subgroup-uniform branch it cannot prove; naga prints an error for the rule's name):
+# web/runner.js puts both before each module of a plan that requires subgroups.
 SOURCE_FEATURES = {"matmul_reg_a_sg.wgsl": "subgroups"}
 
 _BINDING = re.compile(
