@@ -116,12 +116,15 @@ def main() -> None:
     model = GPT(a.vocab, a.d_model, a.n_layer, a.n_head, a.context)
     params = nn.state.get_parameters(model)
     # decay matrices and embeddings (ndim 2), not biases or LayerNorm gains/shifts
-    decayed = [t for t in params if t.ndim == 2]
-    other = [t for t in params if t.ndim != 2]
-    opt = nn.optim.OptimizerGroup(
-        nn.optim.AdamW(decayed, lr=a.lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=a.weight_decay),
-        nn.optim.AdamW(other, lr=a.lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0),
-    )
+    # one AdamW per parameter (the same update as one over all of them): with a single optimizer
+    # over the 2-layer model's parameters tinygrad 0.14's scheduler stops at "cycle detected in
+    # assign graph" (1 layer is fine); each parameter's update is realized on its own
+    opts = [
+        nn.optim.AdamW(
+            [t], lr=a.lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=a.weight_decay if t.ndim == 2 else 0.0
+        )
+        for t in params
+    ]
     n_params = sum(t.numel() for t in params)
 
     # a few random batches made on the device up front; the step cycles through them
@@ -137,11 +140,14 @@ def main() -> None:
     @TinyJit
     def step(x: Tensor, y: Tensor) -> Tensor:
         with Context(TRAINING=1):
-            opt.zero_grad()
+            for o in opts:
+                o.zero_grad()
             loss = model(x).sparse_categorical_crossentropy(y)
             loss.backward()
-            opt.step()
-            return loss.realize()
+            Tensor.realize(loss, *[t.grad for t in params if t.grad is not None])
+            for o in opts:
+                o.step()
+            return loss
 
     first: list[float] = []
     for i in range(a.warmup):
