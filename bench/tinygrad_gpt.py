@@ -115,16 +115,31 @@ def main() -> None:
     Tensor.manual_seed(0)
     model = GPT(a.vocab, a.d_model, a.n_layer, a.n_head, a.context)
     params = nn.state.get_parameters(model)
-    # decay matrices and embeddings (ndim 2), not biases or LayerNorm gains/shifts
-    # one AdamW per parameter (the same update as one over all of them): with a single optimizer
-    # over the 2-layer model's parameters tinygrad 0.14's scheduler stops at "cycle detected in
-    # assign graph" (1 layer is fine); each parameter's update is realized on its own
-    opts = [
-        nn.optim.AdamW(
-            [t], lr=a.lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=a.weight_decay if t.ndim == 2 else 0.0
+    # AdamW per block (and one for the embeddings and final LayerNorm), each split into the decayed
+    # matrices and embeddings (ndim 2) and the undecayed biases and LayerNorm gains/shifts: the same
+    # update as one AdamW over all parameters, but tinygrad 0.14's scheduler stops at "cycle
+    # detected in assign graph" when one optimizer holds parameters of both blocks (1 layer is
+    # fine; one AdamW per parameter works too, with 264 kernels a step instead of 220 at L2)
+    groups = [nn.state.get_parameters(b) for b in model.blocks]
+    rest = [t for t in params if not any(t is u for g in groups for u in g)]
+    groups.append(rest)
+    opts = []
+    for g in groups:
+        opts.append(
+            nn.optim.AdamW(
+                [t for t in g if t.ndim == 2],
+                lr=a.lr,
+                b1=0.9,
+                b2=0.999,
+                eps=1e-8,
+                weight_decay=a.weight_decay,
+            )
         )
-        for t in params
-    ]
+        opts.append(
+            nn.optim.AdamW(
+                [t for t in g if t.ndim != 2], lr=a.lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0
+            )
+        )
     n_params = sum(t.numel() for t in params)
 
     # a few random batches made on the device up front; the step cycles through them
@@ -202,6 +217,7 @@ def main() -> None:
         "loss_after_warmup": round(loss0, 4),
         "loss_end": round(loss1, 4),
     }
+    out["kernels_per_step"] = len(step.captured.linear.src) if step.captured is not None else None
     print(json.dumps(out))
     sys.stdout.flush()
 
