@@ -89,18 +89,23 @@ def test_matmul_rows(result, gpu):
             assert positive(m["gflops"][p]), (m, p)
             assert 0 < m["error_ratio"][p] <= 1, (m, p)  # 0 would mean the check compared nothing
             assert set(m["tiles"][p]) == set(TILE_KEYS)
-            want_cores = {"tiled", "reg"} | ({"reg_sg"} if gpu.has_subgroups else set())
-            assert set(m["cores"][p]) == want_cores and all(positive(g) for g in m["cores"][p].values())
+            if m is result["matmul"][0]:  # the tiny size times the cores at the first shape only
+                want_cores = {"tiled", "reg"} | ({"reg_sg"} if gpu.has_subgroups else set())
+                assert set(m["cores"][p]) == want_cores
+                assert all(positive(g) for g in m["cores"][p].values())
+            else:
+                assert m["cores"] == {}
         assert positive(m["gflops"]["numpy_f32"])
 
 
 def test_model_matmul_shapes(result, plans, gpu):
-    """Every distinct matmul shape of each model's mixed plan, timed with the plan's tiles, and the
+    """Every distinct matmul shape of the GPT's mixed plan, timed with the plan's tiles, and the
     median per path."""
     from webmp.tune import plan_shapes
 
     paths = ["native", "emulated", "fp32"] if gpu.has_f16 else ["emulated", "fp32"]
-    for name in MODELS:
+    assert list(result["model_matmuls"]) == ["gpt"]
+    for name in ["gpt"]:
         mm = result["model_matmuls"][name]
         shapes = {s[1:] for s in plan_shapes(plans[(name, "mixed")])}
         assert {(r["M"], r["N"], r["K"], r["trans_a"], r["trans_b"]) for r in mm["shapes"]} == shapes

@@ -245,6 +245,7 @@ def test_gpt_trains(gpu):
     assert abs(got - exact) <= TOL_EXACT["emulated"] * exact
 
 
+@pytest.mark.slow  # two GPT plans' pipelines; the kernels are compared bit for bit in the fast tier
 def test_gpt_row_kernel_forms_train_identically(gpu, tmp_path, monkeypatch):
     """The GPT plan built with the thread-per-row row kernels (the adapter's cache entry under
     tilecache.ROWS_KEY) trains 4 steps to records bit-identical to the workgroup forms'."""
