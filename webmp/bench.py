@@ -281,7 +281,7 @@ def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
 
 def bench_matmul(gpu, paths, preset, log) -> list[dict]:
     table = TileTable.for_adapter(gpu.name)
-    rows = []
+    rows: list[dict] = []
     for kind, product, (M, N, K) in matmul_shapes(preset):
         variant, ta, tb = PRODUCTS[product]
         row = {
