@@ -345,7 +345,7 @@ def _weights(t):
     return {n: t.runtime.read(n) for n in t.plan["checkpoint_buffers"]}
 
 
-@pytest.mark.parametrize("precision", ["mixed", "fp32"])
+@pytest.mark.parametrize("precision", ["mixed", pytest.param("fp32", marks=pytest.mark.slow)])
 def test_resume_is_exact(tmp_path, precision):
     kw = dict(steps=30, precision=precision, growth_interval=4, init_scale=2.0**20)
     whole = run(tmp_path, "whole", **kw)
