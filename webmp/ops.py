@@ -43,8 +43,8 @@ MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimens
 
 
 class Layout(NamedTuple):
-    """Where each batch of a batched matmul operand lives in its buffer, in elements (matmul.wgsl's
-    X_OFF, X_SB, X_SH, X_LD): batch z = b * z_inner + h starts at off + b * sb + h * sh, and its rows
+    """Where each batch of a batched matmul operand lives in its buffer, in elements
+    (matmul_operands.wgsl's X_OFF, X_SB, X_SH, X_LD): batch z = b * z_inner + h starts at off + b * sb + h * sh, and its rows
     are ld apart (0: the natural stride, the column count rounded up to whole words, or N for an
     f32 C). For h matrices (two values a word) every field must be even."""
 
@@ -164,9 +164,9 @@ def _given(buffer: str | None, what: str, variant: str) -> str:
 #   S = Q K^T,  P = softmax_causal(S / sqrt(d)),  O = P V;
 #   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)) / sqrt(d),  dQ = dS K,  dK = dS^T Q.
 # Every product is one dispatch of a matmul variant for all Z = B * H batch-heads (workgroup
-# z = b * H + h, matmul.wgsl's batch constants; attention_matmul); each softmax is one dispatch of
-# a workgroup per row (grid [T, Z]: attn_softmax_fwd, attn_softmax_bwd) or, rows="thread", a thread
-# per row (grid [ceil(T / 64), Z], the same bits). Order in a layer: forward
+# z = b * H + h, matmul_operands.wgsl's batch constants; attention_matmul); each softmax is one
+# dispatch of a workgroup per row (grid [T, Z]: attn_softmax_fwd, attn_softmax_bwd) or, rows="thread",
+# a thread per row (grid [ceil(T / 64), Z], the same bits). Order in a layer: forward
 # scores, attn_softmax_fwd, values; backward dv, dp, attn_softmax_bwd, dq, dk. Buffers (h: the
 # activation format, two values a word, rows padded to whole words):
 #   qkv, dqkv  h [B*T, 3D]  rows b*T + t; columns [q | k | v], head h owning h*d .. h*d + d - 1 of
