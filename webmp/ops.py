@@ -44,9 +44,10 @@ MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimens
 
 class Layout(NamedTuple):
     """Where each batch of a batched matmul operand lives in its buffer, in elements
-    (matmul_operands.wgsl's X_OFF, X_SB, X_SH, X_LD): batch z = b * z_inner + h starts at off + b * sb + h * sh, and its rows
-    are ld apart (0: the natural stride, the column count rounded up to whole words, or N for an
-    f32 C). For h matrices (two values a word) every field must be even."""
+    (matmul_operands.wgsl's X_OFF, X_SB, X_SH, X_LD): batch z = b * z_inner + h starts at
+    off + b * sb + h * sh, and its rows are ld apart (0: the natural stride, the column count
+    rounded up to whole words, or N for an f32 C). For h matrices (two values a word) every field
+    must be even."""
 
     off: int = 0
     sb: int = 0
