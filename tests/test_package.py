@@ -92,7 +92,7 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {f"webmp/shaders/{p.name}" for p in (ROOT / "shaders").glob("*.wgsl")}
     expected |= {
-        f"webmp/web/{p.name}" for p in (ROOT / "web").iterdir() if p.suffix in (".html", ".js", ".css")
+        f"webmp/web/{p.name}" for p in (ROOT / "web").iterdir() if p.suffix in (".html", ".js", ".css", ".svg")
     }
     expected |= {f"webmp/web/node_modules/uplot/dist/{f}" for f in ("uPlot.esm.js", "uPlot.min.css")}
     # every module of the package, subpackages included

@@ -204,6 +204,15 @@ def test_serves_page_shaders_and_local_chart_library(client):
     assert "cdn" not in page.text.lower() and "https://" not in page.text
 
 
+def test_favicon_is_served_and_linked(client):
+    """Browsers ask for /favicon.ico (a 404 in every server log otherwise); the page links the SVG."""
+    for path in ("/favicon.ico", "/favicon.svg"):
+        icon = client.get(path)
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml"), path
+        assert icon.content.startswith(b"<svg"), path
+    assert '<link rel="icon" href="/favicon.svg"' in client.get("/").text
+
+
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory):
     with LocalServer(tmp_path_factory.mktemp("runs")) as srv:

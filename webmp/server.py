@@ -506,6 +506,10 @@ def create_app(
             detail = "the chart library is not installed: run `npm ci --prefix web`"
             return JSONResponse({"detail": detail}, status_code=404)
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:  # what browsers and tools ask for by default; the page links favicon.svg
+        return Response((WEB_DIR / "favicon.svg").read_bytes(), media_type="image/svg+xml")
+
     app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
     return app
 
