@@ -8,6 +8,7 @@ import contextlib
 import http.client
 import json
 import math
+import signal
 import subprocess
 import sys
 import threading
@@ -1099,6 +1100,36 @@ def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("wait", [False, True], ids=["at-once", "serving"])
+def test_webmp_serve_ends_on_ctrl_c_with_one_line(tmp_path, wait):
+    """SIGINT (Ctrl-C), right after the URL is printed or once requests are served: a one-line
+    message, no traceback, exit status 0 (ending the server is what Ctrl-C is for)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webmp", "serve", "--port", "0", "--runs", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line
+        if wait:
+            host, port = line.split("http://", 1)[1].split()[0].rstrip("/").split(":")
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.request("GET", "/api/info")
+            assert conn.getresponse().status == 200
+            conn.close()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().splitlines()[-1] == "webmp serve: stopped (Ctrl-C)", err
+    assert proc.returncode == 0
 
 
 # --- the Python API, with a scripted page ----------------------------------------------------------

@@ -613,16 +613,23 @@ def cli_serve(argv: list[str]) -> int:
         print(f"webmp serve: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1
     server = make_server(app)
-    print(
-        f"webmp: serving the browser runtime at {page_url(args.host, sock.getsockname()[1], token)}"
-        f"  (runs in {args.runs}/)",
-        flush=True,
-    )
-    if not is_loopback(args.host):
+    try:
         print(
-            "webmp: note: browsers only expose WebGPU to secure contexts (https or localhost); from another "
-            "machine, forward the port (ssh -L 8000:localhost:8000 ...) or put the server behind https",
+            f"webmp: serving the browser runtime at {page_url(args.host, sock.getsockname()[1], token)}"
+            f"  (runs in {args.runs}/)",
             flush=True,
         )
-    server.run(sockets=[sock])
+        if not is_loopback(args.host):
+            print(
+                "webmp: note: browsers only expose WebGPU to secure contexts (https or localhost); from "
+                "another machine, forward the port (ssh -L 8000:localhost:8000 ...) or put the server "
+                "behind https",
+                flush=True,
+            )
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        # uvicorn shuts down on the first Ctrl-C, then raises SIGINT again; one before it has started
+        # lands here directly. Ctrl-C is how a server is ended, not a failure: status 0, as
+        # `python -m http.server` does.
+        print("webmp serve: stopped (Ctrl-C)", file=sys.stderr, flush=True)
     return 0
