@@ -518,6 +518,36 @@ def test_without_webgpu_the_page_says_what_to_do_and_creates_no_run(tmp_path, br
         page.close()
 
 
+def test_charts_follow_the_window_width(server, browser):
+    """The charts are as wide as their section when drawn, and again after the window narrows or widens."""
+    run = server.create_run(TrainConfig(**SMALL, steps=20, log_every=10, checkpoint_every=0), browser=browser)
+    run.wait(timeout=TIMEOUT)
+    page = run.page
+    wait_page(page, "document.querySelectorAll('.uplot').length === 2", timeout=60)
+    widths = """() => ({section: document.getElementById('charts').clientWidth,
+        charts: [...document.querySelectorAll('.uplot canvas')]
+            .map((c) => c.getBoundingClientRect().width)})"""
+
+    def check():
+        got = page.evaluate(widths)
+        assert len(got["charts"]) == 2 and all(abs(w - got["section"]) <= 4 for w in got["charts"]), got
+        return got["section"]
+
+    wide = check()
+    sections = []
+    for width in (640, 1200):  # narrower than the page's max-width, then wider again
+        page.set_viewport_size({"width": width, "height": 900})
+        section = page.evaluate("document.getElementById('charts').clientWidth")
+        page.wait_for_function(
+            f"[...document.querySelectorAll('.uplot canvas')].every((c) => "
+            f"Math.abs(c.getBoundingClientRect().width - {section}) <= 4)",
+            timeout=10_000,
+        )
+        sections.append(check())
+    assert sections[0] < 640 < wide and sections[1] == wide, (wide, sections)
+    run.close_page()
+
+
 def test_disconnect_then_resume_continues_the_same_curve(server, browser, tmp_path, monkeypatch):
     """The page uploads checkpoints every 20 steps. The test holds the second upload (step 40), so
     the page waits there with records 0..39 sent, then closes the tab: the run is `disconnected`

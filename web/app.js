@@ -219,7 +219,15 @@ formReady.catch((e) => { page.error = e.message; setStatus('failed', `the form c
 // --- charts: loss (log10) and loss scale (log2) with skipped steps marked ------------------------
 
 class Charts {
-  constructor() { this.reset(); }
+  constructor() {
+    this.reset();
+    // The charts take their section's width, also after the window is resized.
+    new ResizeObserver(() => {
+      for (const c of [this.lossChart, this.scaleChart]) c?.setSize({width: this.width(), height: 230});
+    }).observe($('charts'));
+  }
+
+  width() { return Math.max(300, $('charts').clientWidth); }
 
   reset() {
     this.data = {step: [], loss: [], scale: [], skipped: []};
@@ -242,7 +250,7 @@ class Charts {
     if (!uPlot || this.data.step.length === 0) return;
     const d = this.data;
     if (!this.lossChart) {
-      const width = Math.max(400, $('charts').clientWidth);
+      const width = this.width();
       const x = {time: false};
       this.lossChart = new uPlot({
         title: 'training loss', width, height: 230, scales: {x, y: {distr: 3}},
