@@ -476,6 +476,78 @@ def test_form_shows_each_models_fields_with_the_servers_defaults(server, browser
     page.close()
 
 
+NO_WEBGPU = {
+    "missing": "Object.defineProperty(Navigator.prototype, 'gpu', {get: () => undefined});",
+    "no-adapter": "navigator.gpu.requestAdapter = async () => null;",
+}
+
+
+@pytest.mark.parametrize("how", list(NO_WEBGPU))
+def test_without_webgpu_the_page_says_what_to_do_and_creates_no_run(tmp_path, browser, how):
+    """No navigator.gpu, or an adapter request that finds nothing: the page says what would work
+    (a browser with WebGPU, a secure context, the headless flags), Start stays disabled, submitting
+    the form anyway creates no run, and opening a created run's page leaves it created."""
+    with LocalServer(tmp_path) as srv:
+        waiting = srv.create_run(TrainConfig(**SMALL, steps=10))
+        page = browser.browser.new_page(viewport={"width": 1100, "height": 900})
+        page.add_init_script(NO_WEBGPU[how])
+        page.goto(srv.url + "/")
+        page.wait_for_function(
+            "window.webmp.noWebGPU && !!document.querySelector('#cfg-model')", timeout=60_000
+        )
+        box = page.locator("#no-webgpu")
+        assert box.is_visible() and not page.locator("#gpu-panel").is_visible()
+        text = box.inner_text()
+        for words in ("Chrome or Edge 113", "--enable-unsafe-webgpu", "secure context", "--headless=new"):
+            assert words in text, words
+        assert "isSecureContext" not in text  # 127.0.0.1 is a secure context: that hint stays hidden
+        why = "navigator.gpu is undefined" if how == "missing" else "found no WebGPU adapter"
+        assert why in page.locator("#no-webgpu-why").inner_text()
+        assert "WebGPU unavailable" in page.locator("#status").inner_text()
+        assert page.locator("#start").is_disabled()
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"browser-no-webgpu-{how}-{browser.kind}.png"), full_page=True)
+        page.evaluate("document.getElementById('controls').requestSubmit()")  # Enter in a field
+        page.wait_for_timeout(500)
+        assert [r["id"] for r in srv.runs()] == [waiting.id]
+        page.goto(waiting.page_url)
+        page.wait_for_function("window.webmp.noWebGPU", timeout=60_000)
+        page.wait_for_timeout(500)
+        assert waiting.info()["status"] == "created" and page.locator("#start").is_disabled()
+        assert [r["id"] for r in srv.runs()] == [waiting.id]
+        page.close()
+
+
+def test_charts_follow_the_window_width(server, browser):
+    """The charts are as wide as their section when drawn, and again after the window narrows or widens."""
+    run = server.create_run(TrainConfig(**SMALL, steps=20, log_every=10, checkpoint_every=0), browser=browser)
+    run.wait(timeout=TIMEOUT)
+    page = run.page
+    wait_page(page, "document.querySelectorAll('.uplot').length === 2", timeout=60)
+    widths = """() => ({section: document.getElementById('charts').clientWidth,
+        charts: [...document.querySelectorAll('.uplot canvas')]
+            .map((c) => c.getBoundingClientRect().width)})"""
+
+    def check():
+        got = page.evaluate(widths)
+        assert len(got["charts"]) == 2 and all(abs(w - got["section"]) <= 4 for w in got["charts"]), got
+        return got["section"]
+
+    wide = check()
+    sections = []
+    for width in (640, 1200):  # narrower than the page's max-width, then wider again
+        page.set_viewport_size({"width": width, "height": 900})
+        section = page.evaluate("document.getElementById('charts').clientWidth")
+        page.wait_for_function(
+            f"[...document.querySelectorAll('.uplot canvas')].every((c) => "
+            f"Math.abs(c.getBoundingClientRect().width - {section}) <= 4)",
+            timeout=10_000,
+        )
+        sections.append(check())
+    assert sections[0] < 640 < wide and sections[1] == wide, (wide, sections)
+    run.close_page()
+
+
 def test_disconnect_then_resume_continues_the_same_curve(server, browser, tmp_path, monkeypatch):
     """The page uploads checkpoints every 20 steps. The test holds the second upload (step 40), so
     the page waits there with records 0..39 sent, then closes the tab: the run is `disconnected`

@@ -8,6 +8,7 @@ import contextlib
 import http.client
 import json
 import math
+import signal
 import subprocess
 import sys
 import threading
@@ -202,6 +203,15 @@ def test_serves_page_shaders_and_local_chart_library(client):
     lib = client.get("/vendor/uplot/uPlot.esm.js")
     assert lib.status_code == 200 and "uPlot" in lib.text
     assert "cdn" not in page.text.lower() and "https://" not in page.text
+
+
+def test_favicon_is_served_and_linked(client):
+    """Browsers ask for /favicon.ico (a 404 in every server log otherwise); the page links the SVG."""
+    for path in ("/favicon.ico", "/favicon.svg"):
+        icon = client.get(path)
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml"), path
+        assert icon.content.startswith(b"<svg"), path
+    assert '<link rel="icon" href="/favicon.svg"' in client.get("/").text
 
 
 @pytest.fixture(scope="module")
@@ -1090,6 +1100,36 @@ def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("wait", [False, True], ids=["at-once", "serving"])
+def test_webmp_serve_ends_on_ctrl_c_with_one_line(tmp_path, wait):
+    """SIGINT (Ctrl-C), right after the URL is printed or once requests are served: a one-line
+    message, no traceback, exit status 0 (ending the server is what Ctrl-C is for)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webmp", "serve", "--port", "0", "--runs", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line
+        if wait:
+            host, port = line.split("http://", 1)[1].split()[0].rstrip("/").split(":")
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.request("GET", "/api/info")
+            assert conn.getresponse().status == 200
+            conn.close()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().splitlines()[-1] == "webmp serve: stopped (Ctrl-C)", err
+    assert proc.returncode == 0
 
 
 # --- the Python API, with a scripted page ----------------------------------------------------------

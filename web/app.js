@@ -8,7 +8,8 @@ const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
 // What tests and scripts can read: the page's status, its run, the f16 path and any error.
 const page = window.webmp = {status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null,
-                             sample: {status: 'idle'}, sampled: 0};  // sampled: samples ended (done or failed)
+                             sample: {status: 'idle'}, sampled: 0,  // sampled: samples ended (done or failed)
+                             noWebGPU: false};  // true: no adapter here, the page cannot train
 // The form's fields (GET /api/form), their inputs and the model they show; `sample`: the text
 // generation form's defaults (`webmp sample`'s) and limits.
 const form = {ready: false, fields: [], defaults: {}, sample: null, inputs: {}, labels: {}, model: null};
@@ -31,7 +32,7 @@ function setStatus(status, text = status) {
   $('status').textContent = text;
   $('status-line').className = status;
   const busy = status === 'preparing' || status === 'running';
-  $('start').disabled = busy || !form.ready;
+  $('start').disabled = busy || !form.ready || page.noWebGPU;
   $('stop').disabled = !busy;
 }
 
@@ -218,7 +219,15 @@ formReady.catch((e) => { page.error = e.message; setStatus('failed', `the form c
 // --- charts: loss (log10) and loss scale (log2) with skipped steps marked ------------------------
 
 class Charts {
-  constructor() { this.reset(); }
+  constructor() {
+    this.reset();
+    // The charts take their section's width, also after the window is resized.
+    new ResizeObserver(() => {
+      for (const c of [this.lossChart, this.scaleChart]) c?.setSize({width: this.width(), height: 230});
+    }).observe($('charts'));
+  }
+
+  width() { return Math.max(300, $('charts').clientWidth); }
 
   reset() {
     this.data = {step: [], loss: [], scale: [], skipped: []};
@@ -241,7 +250,7 @@ class Charts {
     if (!uPlot || this.data.step.length === 0) return;
     const d = this.data;
     if (!this.lossChart) {
-      const width = Math.max(400, $('charts').clientWidth);
+      const width = this.width();
       const x = {time: false};
       this.lossChart = new uPlot({
         title: 'training loss', width, height: 230, scales: {x, y: {distr: 3}},
@@ -286,7 +295,19 @@ const gpuReady = openGPU().then((gpu) => {
   page.hasF16 = gpu.hasF16;
   return gpu;
 });
-gpuReady.catch((e) => { page.error = e.message; setStatus('failed', `WebGPU unavailable: ${e.message}`); });
+gpuReady.catch(noWebGPU);
+const hasGPU = gpuReady.then(() => true, () => false);
+
+// No adapter: no run can train here, so the page says what would make it work and offers no Start.
+function noWebGPU(e) {
+  page.noWebGPU = true;
+  page.error = e.message;
+  $('no-webgpu').hidden = false;
+  $('no-webgpu-why').textContent = e.message;
+  $('no-webgpu-insecure').hidden = window.isSecureContext;
+  $('gpu-panel').hidden = true;
+  setStatus('failed', 'WebGPU unavailable: this browser cannot train (see below)');
+}
 
 function showPath(path, plan) {
   const what = {native: 'native f16 (shader-f16)', emulated: 'emulated f16 (pack2x16float, f32 arithmetic)',
@@ -511,6 +532,7 @@ function showRun(id, status) {
 
 $('controls').addEventListener('submit', async (e) => {
   e.preventDefault();
+  if (!(await hasGPU)) return;  // no run without WebGPU (the button is disabled; Enter in a field submits)
   try {
     let id = current && RESUMABLE.includes(current.status) ? current.id : null;
     if (!id) {
@@ -533,8 +555,10 @@ async function openRun(id) {
   await formReady;
   showConfig(run.config);
   if (run.status === 'created' || run.status === 'disconnected') {
-    await trainRun(id);
-    showRun(id, page.status);
+    if (await hasGPU) {  // else it stays as it is (noWebGPU says why)
+      await trainRun(id);
+      showRun(id, page.status);
+    }
     return;
   }
   charts.add((await api(`/api/runs/${id}/metrics`)).records);

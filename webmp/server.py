@@ -506,6 +506,10 @@ def create_app(
             detail = "the chart library is not installed: run `npm ci --prefix web`"
             return JSONResponse({"detail": detail}, status_code=404)
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:  # what browsers and tools ask for by default; the page links favicon.svg
+        return Response((WEB_DIR / "favicon.svg").read_bytes(), media_type="image/svg+xml")
+
     app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
     return app
 
@@ -609,16 +613,23 @@ def cli_serve(argv: list[str]) -> int:
         print(f"webmp serve: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1
     server = make_server(app)
-    print(
-        f"webmp: serving the browser runtime at {page_url(args.host, sock.getsockname()[1], token)}"
-        f"  (runs in {args.runs}/)",
-        flush=True,
-    )
-    if not is_loopback(args.host):
+    try:
         print(
-            "webmp: note: browsers only expose WebGPU to secure contexts (https or localhost); from another "
-            "machine, forward the port (ssh -L 8000:localhost:8000 ...) or put the server behind https",
+            f"webmp: serving the browser runtime at {page_url(args.host, sock.getsockname()[1], token)}"
+            f"  (runs in {args.runs}/)",
             flush=True,
         )
-    server.run(sockets=[sock])
+        if not is_loopback(args.host):
+            print(
+                "webmp: note: browsers only expose WebGPU to secure contexts (https or localhost); from "
+                "another machine, forward the port (ssh -L 8000:localhost:8000 ...) or put the server "
+                "behind https",
+                flush=True,
+            )
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        # uvicorn shuts down on the first Ctrl-C, then raises SIGINT again; one before it has started
+        # lands here directly. Ctrl-C is how a server is ended, not a failure: status 0, as
+        # `python -m http.server` does.
+        print("webmp serve: stopped (Ctrl-C)", file=sys.stderr, flush=True)
     return 0
