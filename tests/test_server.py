@@ -4,6 +4,7 @@ A test stands in for the page by speaking its WebSocket protocol (webmp/messages
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import http.client
 import json
@@ -780,7 +781,10 @@ def test_a_busy_socket_lets_other_requests_run_between_its_frames(client):
             tg.start_soon(run_socket, sock, run_id)
             tg.start_soon(other_request)
 
-    anyio.run(both)
+    # in a thread of its own: after the browser tests, this thread may already run an event loop
+    # (Playwright's sync API), and anyio.run refuses to start another in it
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, both).result(timeout=60)
     assert len(sock.sent) == 201 and all(m["type"] == "error" for m in sock.sent[1:])
     assert replies_when_others_ran[0] <= 2, replies_when_others_ran  # the welcome and one reply at most
 
