@@ -266,6 +266,22 @@ def check_run(client: TestClient, run_id: str) -> int:
     return len(lines)
 
 
+def play(client, run_id: str, frames: list, kinds: Counter) -> None:
+    """A page sending `frames` to the run's socket ("reconnect": close it and open a new one),
+    counting the kinds of answer; then the run's stored records are checked (check_run)."""
+    page = Page(client, run_id)
+    try:
+        for frame in frames:
+            if frame == "reconnect":
+                page.close()
+                page.open()
+            else:
+                kinds[page.exchange(frame)] += 1
+    finally:
+        page.close()
+    kinds["runs with records"] += check_run(client, run_id) > 0
+
+
 def test_run_socket_survives_fuzzed_frames(tmp_path):
     """Per example a new run and a page sending 1 to 8 fuzzed frames (reconnecting in between at
     times): every frame answered (or the socket closed with a documented code), the app never
@@ -277,17 +293,7 @@ def test_run_socket_survives_fuzzed_frames(tmp_path):
         @given(data=st.data())
         def one(data) -> None:
             run_id = client.post("/api/runs", json=SMALL).json()["id"]
-            page = Page(client, run_id)
-            try:
-                for frame in data.draw(st.lists(frames(run_id), min_size=1, max_size=8)):
-                    if frame == "reconnect":
-                        page.close()
-                        page.open()
-                    else:
-                        kinds[page.exchange(frame)] += 1
-            finally:
-                page.close()
-            kinds["runs with records"] += check_run(client, run_id) > 0
+            play(client, run_id, data.draw(st.lists(frames(run_id), min_size=1, max_size=8)), kinds)
 
         one()
         assert client.get("/api/info").status_code == 200
@@ -306,17 +312,7 @@ def test_run_socket_valid_messages_in_any_order(tmp_path):
         def one(data) -> None:
             run_id = client.post("/api/runs", json=SMALL).json()["id"]
             actions = valid_messages(run_id).map(json.dumps) | st.just("reconnect")
-            page = Page(client, run_id)
-            try:
-                for frame in data.draw(st.lists(actions, min_size=1, max_size=10)):
-                    if frame == "reconnect":
-                        page.close()
-                        page.open()
-                    else:
-                        kinds[page.exchange(frame)] += 1
-            finally:
-                page.close()
-            kinds["runs with records"] += check_run(client, run_id) > 0
+            play(client, run_id, data.draw(st.lists(actions, min_size=1, max_size=10)), kinds)
 
         one()
         assert client.get("/api/info").status_code == 200
