@@ -103,7 +103,7 @@ def test_model_matmul_shapes(result, plans, gpu):
     median per path."""
     from webmp.tune import plan_shapes
 
-    paths = ["native", "emulated", "fp32"] if gpu.has_f16 else ["emulated", "fp32"]
+    paths = ["native"] if gpu.has_f16 else ["emulated"]  # the tiny size times the first path only
     assert list(result["model_matmuls"]) == ["gpt"]
     for name in ["gpt"]:
         mm = result["model_matmuls"][name]

@@ -1106,7 +1106,9 @@ def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):
         proc.wait(timeout=10)
 
 
-@pytest.mark.parametrize("wait", [False, True], ids=["at-once", "serving"])
+@pytest.mark.parametrize(
+    "wait", [pytest.param(False, marks=pytest.mark.slow), True], ids=["at-once", "serving"]
+)
 def test_webmp_serve_ends_on_ctrl_c_with_one_line(tmp_path, wait):
     """SIGINT (Ctrl-C), right after the URL is printed or once requests are served: a one-line
     message, no traceback, exit status 0 (ending the server is what Ctrl-C is for)."""
@@ -1180,7 +1182,7 @@ def test_python_api_streams_history_live(tmp_path):
         assert summary["test_correct"] == 300 and summary["steps"] == 30
 
 
-@pytest.mark.parametrize("model", ["mlp", "gpt"])
+@pytest.mark.parametrize("model", ["mlp", pytest.param("gpt", marks=pytest.mark.slow)])  # gpt: ~2 s
 def test_browser_and_native_run_directories_have_the_same_keys(client, tmp_path, gpu, model):
     """summary.json and config.json are written by webmp.rundir for both runtimes: same keys, and
     the same ones set (the GPT's val_* figures, None for the MLP)."""

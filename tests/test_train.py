@@ -259,6 +259,7 @@ def test_auto_falls_back_to_emulated_and_says_so(tmp_path, monkeypatch):
         Trainer(TrainConfig(**SMALL, f16="native"), out=tmp_path / "nat", progress=False, log=None)
 
 
+@pytest.mark.slow  # kernel by kernel in the fast tier (test_kernels, test_gpt_native_emulated_identical)
 def test_native_and_emulated_f16_train_alike(tmp_path):
     """30 steps on each f16 path end bit-identical: every metrics record, master weight, working
     copy and moment. Both paths do the same f32 arithmetic on the same f16 values and round

@@ -95,6 +95,7 @@ SIZES: dict[str, dict[str, Any]] = {
         host_pairs=3,
         matmul_s=0.02,
         core_rows=1,  # each core timed at the first matmul shape only (the pipelines cost more than the runs)
+        model_matmul_paths=1,  # the GPT's shapes on the first path only
         readback_steps=20,
         log_every=5,
     ),
@@ -848,7 +849,8 @@ def _run_bench(gpu, size, profile, tune_first, paths, log, tune_budget, models) 
     log("matmul (GFLOP/s):")
     result["matmul"] = bench_matmul(gpu, paths, preset, log)
     log("the step models' matmul shapes (GFLOP/s, the plans' tiles):")
-    result["model_matmuls"] = bench_model_matmuls(gpu, plans, paths, preset["matmul_s"], log)
+    mm_paths = paths[: preset.get("model_matmul_paths", len(paths))]
+    result["model_matmuls"] = bench_model_matmuls(gpu, plans, mm_paths, preset["matmul_s"], log)
 
     log("training step:")
     steps, firsts, profiles = [], [], {}
