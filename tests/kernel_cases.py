@@ -11,8 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from webmp import ops
 from webmp import reference as ref
+from webmp.inspect import run_op
 from webmp.reference import store_error, store_tiny
+from webmp.runtime import default_gpu
 
 
 def rng_for(name: str, path: str) -> np.random.Generator:
@@ -89,3 +92,18 @@ def enlarged_gpt_params(V: int, D: int, L: int, H: int, T: int, seed: int, tie_h
         else:
             p[k] = (0.2 * rng.standard_normal(v.shape)).astype(np.float32)
     return p
+
+
+def softmax_run(logits, labels, scale: float, path: str, gpu=None) -> dict:
+    """softmax_xent on [B, C] f32 logits with u32 labels at loss scale `scale`: its loss_rows,
+    dlogits (padded) and flags."""
+    B, C = logits.shape
+    return run_op(
+        ops.softmax_xent,
+        {"logits": logits.astype(np.float32), "labels": labels.astype(np.uint32), "state": {"scale": scale}},
+        {"loss_rows": (B,), "dlogits": ((B, C), "padded"), "flags": (4,)},
+        B=B,
+        C=C,
+        path=path,
+        gpu=gpu or default_gpu(),
+    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_cases import Cases, assert_same_bits, rand_h, rng_for, stored_bound
+from kernel_cases import Cases, assert_same_bits, rand_h, rng_for, softmax_run, stored_bound
 
 from webmp import ops
 from webmp import reference as ref
@@ -449,19 +449,6 @@ def test_layernorm_wgrad(name, path):
 SOFTMAX_NAMES = ["softmax/70x1", "softmax/70x10", "softmax/9x13"]
 
 
-def _softmax_run(logits, labels, scale, path):
-    B, C = logits.shape
-    return run_op(
-        ops.softmax_xent,
-        {"logits": logits.astype(np.float32), "labels": labels.astype(np.uint32), "state": {"scale": scale}},
-        {"loss_rows": (B,), "dlogits": ((B, C), "padded"), "flags": (4,)},
-        B=B,
-        C=C,
-        path=path,
-        gpu=default_gpu(),
-    )
-
-
 for _n in SOFTMAX_NAMES:
 
     @kernel_case(_n)
@@ -473,7 +460,7 @@ for _n in SOFTMAX_NAMES:
             "labels": rng.integers(0, C, B),
             "scale": 1024.0,
         }
-        return inp, _softmax_run(inp["logits"], inp["labels"], inp["scale"], path)
+        return inp, softmax_run(inp["logits"], inp["labels"], inp["scale"], path)
 
 
 @pytest.mark.parametrize("name", SOFTMAX_NAMES)
@@ -506,7 +493,7 @@ def _softmax_large_case(name, path):
     logits[-1] = [3e38, 3e38] + [-3e38] * (C - 2)
     labels[-1] = 0
     inp = {"logits": logits, "labels": labels, "scale": 8.0}
-    return inp, _softmax_run(logits, labels, inp["scale"], path)
+    return inp, softmax_run(logits, labels, inp["scale"], path)
 
 
 def test_softmax_xent_large_logits(path):
@@ -531,12 +518,12 @@ def test_softmax_flags(path):
     z = np.zeros((3, 4), np.float32)
     z[0, 0], z[0, 1] = 3e38, -3e38  # row 0, label 1: loss = 3e38 + 3e38 -> Inf in f32
     labels = np.array([1, 0, 2])
-    assert _softmax_run(z, labels, 1.0, path)["flags"][0] == FLAG_LOSS
+    assert softmax_run(z, labels, 1.0, path)["flags"][0] == FLAG_LOSS
     z2 = np.zeros((3, 4), np.float32)
     z2[1, 2] = np.nan
-    assert _softmax_run(z2, labels, 1.0, path)["flags"][0] & FLAG_LOSS
+    assert softmax_run(z2, labels, 1.0, path)["flags"][0] & FLAG_LOSS
     # dlogits = (p - 1) * scale / B with p = 1/4: 0.75 * 2^20 / 3 = 262144 > 65504
-    flags = _softmax_run(np.zeros((3, 4), np.float32), labels, 2.0**20, path)["flags"][0]
+    flags = softmax_run(np.zeros((3, 4), np.float32), labels, 2.0**20, path)["flags"][0]
     assert flags == (0 if path == "fp32" else FLAG_H_STORE)
 
 

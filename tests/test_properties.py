@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_cases import stored_bound
+from kernel_cases import softmax_run, stored_bound
 
 from webmp import ops
 from webmp import reference as ref
@@ -234,19 +234,6 @@ SM_B, SM_C = 4, 5
 SM_LIMIT = 1e38  # |logits| below this: the loss (<= 2e38 + log C) stays finite in f32
 
 
-def _softmax_run(logits, labels, scale, path, gpu):
-    B, C = logits.shape
-    return run_op(
-        ops.softmax_xent,
-        {"logits": logits.astype(np.float32), "labels": labels.astype(np.uint32), "state": {"scale": scale}},
-        {"loss_rows": (B,), "dlogits": ((B, C), "padded"), "flags": (4,)},
-        B=B,
-        C=C,
-        path=path,
-        gpu=gpu,
-    )
-
-
 @examples(40)
 @given(
     z=st.lists(f32_values(SM_LIMIT), min_size=SM_B * SM_C, max_size=SM_B * SM_C),
@@ -261,7 +248,7 @@ def test_softmax_xent_finite_logits(gpu, path, z, labels, scale):
         pytest.skip("no shader-f16")
     logits = np.array(z, np.float32).reshape(SM_B, SM_C).astype(np.float64)
     lab = np.array(labels)
-    out = _softmax_run(logits, lab, scale, path, gpu)
+    out = softmax_run(logits, lab, scale, path, gpu)
     loss, dl, bad = ref.softmax_xent(logits, lab, scale)
     assert not bad
     loss_err, f32_err = ref.softmax_xent_error(logits, lab, scale)
@@ -290,7 +277,7 @@ def test_softmax_xent_flags_nonfinite_logits(gpu, path, z, where, labels):
     logits = np.array(z, np.float32).reshape(SM_B, SM_C)
     for r, c, v in where:
         logits[r, c] = v
-    out = _softmax_run(logits, np.array(labels), 1.0, path, gpu)
+    out = softmax_run(logits, np.array(labels), 1.0, path, gpu)
     assert out["flags"][0] & FLAG_LOSS, f"flags {out['flags'][0]}"
 
 
