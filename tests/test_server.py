@@ -1086,21 +1086,37 @@ def test_request_refusal_rules():
     )
 
 
-def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):
+def start_serve(tmp_path) -> tuple[subprocess.Popen, str, int]:
+    """`webmp serve --port 0` in a subprocess: the process and the host and port of the URL it
+    printed."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "webmp.cli", "serve", "--port", "0", "--runs", str(tmp_path)],
+        [sys.executable, "-m", "webmp", "serve", "--port", "0", "--runs", str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    line = proc.stdout.readline()
+    if "http://127.0.0.1:" not in line:
+        proc.kill()
+        pytest.fail(f"webmp serve printed {line!r}: {proc.communicate(timeout=10)[1]}")
+    host, port = line.split("http://", 1)[1].split()[0].rstrip("/").split(":")
+    return proc, host, int(port)
+
+
+def get_info(host: str, port: int) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(host, port, timeout=10)
     try:
-        line = proc.stdout.readline()
-        assert "http://127.0.0.1:" in line, line + proc.stderr.read() if proc.poll() is not None else line
-        url = line.split("http://", 1)[1].split()[0]
-        host, port = url.rstrip("/").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=10)
         conn.request("GET", "/api/info")
-        assert json.loads(conn.getresponse().read())["token_required"] is False
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):
+    proc, host, port = start_serve(tmp_path)
+    try:
+        assert get_info(host, port)[1]["token_required"] is False
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -1112,21 +1128,10 @@ def test_webmp_serve_binds_loopback_and_prints_the_url(tmp_path):
 def test_webmp_serve_ends_on_ctrl_c_with_one_line(tmp_path, wait):
     """SIGINT (Ctrl-C), right after the URL is printed or once requests are served: a one-line
     message, no traceback, exit status 0 (ending the server is what Ctrl-C is for)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "webmp", "serve", "--port", "0", "--runs", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, host, port = start_serve(tmp_path)
     try:
-        line = proc.stdout.readline()
-        assert "http://127.0.0.1:" in line
         if wait:
-            host, port = line.split("http://", 1)[1].split()[0].rstrip("/").split(":")
-            conn = http.client.HTTPConnection(host, int(port), timeout=10)
-            conn.request("GET", "/api/info")
-            assert conn.getresponse().status == 200
-            conn.close()
+            assert get_info(host, port)[0] == 200
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=10)
     finally:
