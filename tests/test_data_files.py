@@ -265,6 +265,7 @@ def test_unigram_baseline_by_hand(tmp_path):
     assert unigram_bits_per_char(c, 5) == pytest.approx(-(3 * math.log2(pa) + math.log2(pb)) / 4)
 
 
+@pytest.mark.slow  # reads the whole standard library twice
 def test_default_corpus_is_deterministic_and_leaves_tests_out():
     a, b = load_text(), load_text(None)
     assert a.sha256 == b.sha256 and np.array_equal(a.train, b.train) and np.array_equal(a.val, b.val)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # the Makefile's ALL_SLOW: `make check` does not collect this file
 
 
-@pytest.mark.slow
 def test_reliability_quick_has_no_failures(tmp_path):
     out, figures = tmp_path / "reliability.md", tmp_path / "reliability.json"
     cmd = [sys.executable, str(ROOT / "scripts" / "reliability.py"), "--quick", "--out", str(out)]

@@ -4,6 +4,7 @@ included), and the parts that do not train stay free of wgpu."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from graphlib import CycleError, TopologicalSorter
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "webmp"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "webmp"
 
 
 def _module_name(path: Path) -> str:
@@ -71,3 +73,13 @@ def test_serving_and_checkpoints_do_not_load_wgpu(module):
     code = f"import sys, {module}; print('wgpu' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", f"importing {module} loads wgpu"
+
+
+def test_files_make_check_skips_are_all_slow():
+    """`make check` does not collect the Makefile's ALL_SLOW files (their imports cost seconds):
+    each must mark every test slow at module level, or a fast test there would never run in it."""
+    makefile = (ROOT / "Makefile").read_text()
+    names = re.search(r"^ALL_SLOW = (.+)$", makefile, re.M).group(1).split()
+    assert names
+    for name in names:
+        assert "pytestmark = pytest.mark.slow" in (ROOT / name).read_text(), name

@@ -101,6 +101,7 @@ TINY_GPT = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow  # a GPT plan's pipelines; test_gpt covers the plan in the fast tier
 def test_webmp_train_gpt_on_a_text_file(capsys, tmp_path):
     """A tiny GPT through the CLI on a repetitive text: the summary's validation loss (from the
     GPU's summed loss) is the mean of the float64 reference on the saved weights, below the
@@ -232,6 +233,7 @@ def test_cli_train_writes_the_run_directory(tmp_path):
     assert (out / "checkpoint.safetensors").exists()
 
 
+@pytest.mark.slow  # two default-MLP runs; tests/test_bench.py checks the ratio in the fast tier
 def test_mixed_activation_memory_is_at_most_055_of_fp32(tmp_path):
     mem = {}
     for prec in ("mixed", "fp32"):
