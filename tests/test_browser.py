@@ -711,3 +711,42 @@ def test_stop_button_keeps_every_step_run(server, browser):
     assert len(again) > len(recs) and [r["step"] for r in again] == list(range(len(again)))
     assert same(again[: len(recs)], recs) and run.info()["checkpoint_step"] == len(again)
     page.close()
+
+
+def test_page_tunes_its_matmuls_and_runs_on_the_choice(server, browser, tmp_path, monkeypatch):
+    """The page's tuning pass (web/tune.js, webmp/page_tune.py) for the default MLP, two tile
+    choices per shape class: every class gets a verdict, no choice gives wrong results on this
+    adapter, the server keeps them under the page's adapter key; a run started afterwards asks
+    for its plan with that key and runs on the tuned tiles. Every core gives the default core's
+    bits, so its records are the default plan's natively (bit for bit on lavapipe)."""
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "tune.json"))
+    page = browser.open(server.url + "/")
+    page.wait_for_function("!document.getElementById('tune').disabled", timeout=60_000)
+    assert page.evaluate("window.webmp.tune.tuned") == 0
+    page.fill("#tune-candidates", "2")
+    page.click("#tune")
+    wait_page(page, "window.webmp.tune.status !== 'running' && window.webmp.tune.status !== 'idle'")
+    tune = page.evaluate("window.webmp.tune")
+    assert tune["status"] == "done", tune["error"]
+    assert tune["verdicts"] and all(v["tried"] == 2 and v["wrong"] == [] for v in tune["verdicts"])
+    assert all(v["tiles"] is not None and v["gflops"] > 0 for v in tune["verdicts"])
+    assert tune["tuned"] == len(tune["verdicts"])
+    assert "tuned on this adapter" in page.locator("#gpu-info").inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"browser-tune-{browser.kind}.png"), full_page=True)
+    page.close()
+
+    cfg = TrainConfig(steps=20, log_every=10, checkpoint_every=0)
+    plan_urls = []
+    run = server.create_run(cfg)
+    page = browser.browser.new_page()
+    page.on("request", lambda r: plan_urls.append(r.url) if "/plan?" in r.url else None)
+    page.goto(run.page_url)
+    wait_page(page, "window.webmp.status === 'finished'")
+    assert plan_urls and all(f"tiles={tune['key']}" in u for u in plan_urls)
+    summary = run.wait()
+    assert summary["matmul_tiles"] == f"tuned ({tune['tuned']} shape classes cached)"
+    web = on_disk(server, run)
+    nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
+    assert_like_native(web, nat, browser)
+    page.close()

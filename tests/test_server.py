@@ -614,11 +614,11 @@ def test_built_plans_are_held_for_a_few_runs_at_most(client):
         for offer in ("native", "emulated"):
             assert client.get(f"/api/runs/{run_id}/blob", params={"f16": offer}).status_code == 200
     held = store.plans.keys()
-    assert len(held) == MAX_CACHED_PLANS and held[-1] == (ids[-1], "emulated")
+    assert len(held) == MAX_CACHED_PLANS and held[-1] == (ids[-1], "emulated", None)
     assert all(k[0] in ids[-2:] for k in held)  # the least recently used went first
     # a dropped plan is built again when asked for
     first = client.get(f"/api/runs/{ids[0]}/plan", params={"f16": "native"})
-    assert first.status_code == 200 and store.plans.keys()[-1] == (ids[0], "native")
+    assert first.status_code == 200 and store.plans.keys()[-1] == (ids[0], "native", None)
     assert len(store.plans.keys()) == MAX_CACHED_PLANS
 
 

@@ -3,13 +3,17 @@
 // finished GPT run then generates text on this GPU from the sampling plan the server builds of its
 // final checkpoint (`webmp sample`'s), and the results panel offers to sample again.
 import {openGPU, Runner, checkPlan, train, generate, decode} from './runner.js';
+import {adapterSignature, tuneKernels} from './tune.js';
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
 // What tests and scripts can read: the page's status, its run, the f16 path and any error.
 const page = window.webmp = {status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null,
                              sample: {status: 'idle'}, sampled: 0,  // sampled: samples ended (done or failed)
-                             noWebGPU: false};  // true: no adapter here, the page cannot train
+                             noWebGPU: false,  // true: no adapter here, the page cannot train
+                             // the page's tuning pass: this adapter's key on the server, how many shape
+                             // classes are tuned for it, the last pass's status and verdicts
+                             tune: {key: null, tuned: 0, status: 'idle', verdicts: [], error: null}};
 // The form's fields (GET /api/form), their inputs and the model they show; `sample`: the text
 // generation form's defaults (`webmp sample`'s) and limits.
 const form = {ready: false, fields: [], defaults: {}, sample: null, inputs: {}, labels: {}, model: null};
@@ -293,8 +297,11 @@ const gpuReady = openGPU().then((gpu) => {
   ]);
   page.adapter = a;
   page.hasF16 = gpu.hasF16;
+  page.signature = adapterSignature(gpu);
   return gpu;
 });
+// the tiles tuned for this adapter, looked up before any run asks for its plan
+const tilesReady = gpuReady.then(showTiles).catch((e) => log(`tuned tiles not looked up: ${e.message}`));
 gpuReady.catch(noWebGPU);
 const hasGPU = gpuReady.then(() => true, () => false);
 
@@ -308,6 +315,63 @@ function noWebGPU(e) {
   $('gpu-panel').hidden = true;
   setStatus('failed', 'WebGPU unavailable: this browser cannot train (see below)');
 }
+
+// --- the page's tuning pass (web/tune.js): matmul tiles measured here, kept by the server ----------
+
+async function showTiles() {
+  const {adapter_key: key, tuned} = await api('/api/adapters', {method: 'POST', body: page.signature});
+  const n = Object.keys(tuned).length;
+  Object.assign(page.tune, {key, tuned: n});
+  const what = n ? `tuned on this adapter (${n} shape classes)` : 'default (no tuning pass on this adapter yet)';
+  const dl = $('gpu-info');
+  let dd = [...dl.querySelectorAll('dt')].find((dt) => dt.textContent === 'matmul tiles')?.nextElementSibling;
+  if (!dd) {
+    const dt = document.createElement('dt');
+    dt.textContent = 'matmul tiles';
+    dd = document.createElement('dd');
+    dl.append(dt, dd);
+  }
+  dd.textContent = what;
+  $('tune').disabled = false;
+}
+
+$('tune-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  if (page.status === 'preparing' || page.status === 'running' || page.tune.status === 'running') return;
+  $('tune').disabled = true;
+  $('start').disabled = true;
+  Object.assign(page.tune, {status: 'running', verdicts: [], error: null});
+  const t0 = performance.now();
+  const note = (text) => { $('tune-status').textContent = text; };
+  let gpu = null;
+  try {
+    await formReady;
+    gpu = await openGPU();
+    const {verdicts} = await tuneKernels(gpu, {
+      config: formConfig(), offer: gpu.hasF16 ? 'native' : 'emulated',
+      maxCandidates: Number($('tune-candidates').value), api, fetchShader,
+      onProgress: ({done, total, phase}) => note(phase === 'compiling'
+        ? `tuning: compiling ${total} tile choices…` : `tuning: ${done}/${total} tile choices timed`),
+    });
+    page.tune.verdicts = verdicts;
+    const wrong = verdicts.reduce((n, v) => n + v.wrong.length, 0);
+    const lines = verdicts.map((v) => `${v.shape_class}: ${v.tiles ? `${v.tiles.core || 'tiled'} ` +
+      `${JSON.stringify(v.tiles)} ${v.gflops.toFixed(2)} GFLOP/s (default ${v.default_gflops?.toFixed(2) ?? '-'})`
+      : 'no correct choice'}`);
+    note(`tuned ${verdicts.length} shape classes in ${((performance.now() - t0) / 1000).toFixed(1)} s` +
+         (wrong ? `; ${wrong} tile choices gave wrong results and were refused` : '') +
+         '; later runs use these tiles');
+    log(`tuning pass:\n  ${lines.join('\n  ')}`);
+    page.tune.status = 'done';
+  } catch (err) {
+    Object.assign(page.tune, {status: 'failed', error: err.message});
+    note(`tuning failed: ${err.message}`);
+  } finally {
+    gpu?.device.destroy();
+    await showTiles().catch(() => {});
+    setStatus(page.status, $('status').textContent);
+  }
+});
 
 function showPath(path, plan) {
   const what = {native: 'native f16 (shader-f16)', emulated: 'emulated f16 (pack2x16float, f32 arithmetic)',
@@ -368,12 +432,16 @@ async function trainRun(runId) {
     sock = await openSocket(runId);  // first, so that any failure below reaches the server
     gpu = await openGPU();
     const offer = gpu.hasF16 ? 'native' : 'emulated';
-    const {plan, start_step: startStep, f16_path: f16Path} = await api(`/api/runs/${runId}/plan?f16=${offer}`);
+    await tilesReady;
+    const tiles = page.tune.tuned ? `&tiles=${page.tune.key}` : '';
+    const {plan, start_step: startStep, f16_path: f16Path, matmul_tiles: matmulTiles} =
+      await api(`/api/runs/${runId}/plan?f16=${offer}${tiles}`);
+    log(`matmul tiles: ${matmulTiles}`);
     model = plan.config.model;
     page.f16Path = f16Path;
     showPath(f16Path, plan);
     checkPlan(plan, gpu);  // before downloading the blob
-    const blob = await api(`/api/runs/${runId}/blob?f16=${offer}`, {raw: true});
+    const blob = await api(`/api/runs/${runId}/blob?f16=${offer}${tiles}`, {raw: true});
     runner = page.runner = await Runner.create(gpu, plan, blob, fetchShader);
     charts.reset();
     if (startStep > 0) {

@@ -12,7 +12,10 @@
 // state or metrics (a one-word stand-in buffer is named for both), which the Runner never needs
 // unless asked for records or the state.
 
-export const LIMIT_KEYS = ['maxStorageBufferBindingSize', 'maxBufferSize', 'maxStorageBuffersPerShaderStage'];
+export const LIMIT_KEYS = ['maxStorageBufferBindingSize', 'maxBufferSize', 'maxStorageBuffersPerShaderStage',
+  // what the matmul tile choices must fit (webmp.matmul_cases.fits), for the page's tuning pass
+  'maxComputeInvocationsPerWorkgroup', 'maxComputeWorkgroupSizeX', 'maxComputeWorkgroupSizeY',
+  'maxComputeWorkgroupStorageSize'];
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -43,6 +46,7 @@ export async function openGPU() {
     features: [...adapter.features].sort(),
     adapter: {vendor: info.vendor || '', architecture: info.architecture || '', device: info.device || '',
               description: info.description || ''},
+    subgroupSizes: [info.subgroupMinSize || null, info.subgroupMaxSize || null],
   };
 }
 
@@ -187,6 +191,17 @@ export class Runner {
     this.device.queue.submit([enc.finish()]);
     this.submits++;
     return readMetrics ? this.mapRing() : null;
+  }
+
+  // Seconds for `reps` dispatches of a program in one submit (one compute pass each), from the
+  // submit to the queue's report that the work is done: the page's tuning pass times with it.
+  async time(program, reps) {
+    await this.device.queue.onSubmittedWorkDone();
+    const t0 = performance.now();
+    await this.run(program, false, reps);
+    await this.device.queue.onSubmittedWorkDone();
+    if (this.error) throw this.error;
+    return (performance.now() - t0) / 1000;
   }
 
   async mapRing() {

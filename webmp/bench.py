@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tune
+from . import matmul_cases, tune
 from .config import TrainConfig
 from .corpus import TextCorpus, describe_data, load_text, tokenize
 from .data import Dataset, load_digits, make_dataset
@@ -235,7 +235,7 @@ def core_gflops(gpu, path, M, N, K, variant, ta, tb, target_s) -> dict[str, floa
     result is wrong here gets NaN (and is never chosen by the tuner, which checks the same way)."""
     out = {}
     for core, tiles in CORE_TILES.items():
-        if not tune.fits(tiles, gpu.device.limits, gpu.has_subgroups):
+        if not matmul_cases.fits(tiles, gpu.device.limits, gpu.has_subgroups):
             continue
         case = tune.MatmulCase(gpu, path, M, N, K, variant, ta, tb, tiles=tiles)
         out[core] = case.gflops(target_s) if case.check() <= 1.0 else math.nan

@@ -174,3 +174,73 @@ class RunInfo(BaseModel):
     adapter: str | None
     page_url: str
     config: dict
+
+
+# --- the page's tuning pass (webmp.page_tune) ----------------------------------------------------
+
+Name = Annotated[str, StringConstraints(max_length=256)]
+SubgroupSize = Annotated[int, Field(ge=1, le=1024, strict=True)]
+
+
+class AdapterSignature(BaseModel):
+    """What a browser reports about its adapter (GPUAdapterInfo and the feature names): the key of
+    the page's tuned matmul tiles (webmp.page_tune.adapter_key)."""
+
+    model_config = ConfigDict(extra="forbid")
+    vendor: Name
+    architecture: Name
+    device: Name
+    description: Name
+    subgroup_min_size: SubgroupSize | None = None
+    subgroup_max_size: SubgroupSize | None = None
+    features: list[Annotated[str, StringConstraints(max_length=64)]] = Field(max_length=64)
+
+
+class TuneRequest(BaseModel):
+    """POST /api/tune: a tuning plan for a training config's matmuls on the page's adapter."""
+
+    model_config = ConfigDict(extra="forbid")
+    adapter: AdapterSignature
+    # the device's limits, WebGPU's names (maxComputeWorkgroupSizeX, ...): the tile choices must fit
+    limits: dict[Annotated[str, StringConstraints(max_length=64)], Annotated[float, Field(ge=0)]] = Field(
+        max_length=64
+    )
+    config: dict[str, Any] = Field(max_length=64)  # TrainConfig fields, checked as POST /api/runs does
+    f16: Literal["native", "emulated"]  # whether the adapter has shader-f16
+    max_candidates: Annotated[int, Field(ge=1, le=18, strict=True)] = 6
+
+
+class TuneCaseResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    case: Annotated[int, Field(ge=0, lt=100_000, strict=True)]
+    seconds: Annotated[float, Field(gt=0, le=3600)]  # for `reps` dispatches of the case's time program
+    reps: Annotated[int, Field(ge=1, le=100_000, strict=True)]
+    output: Annotated[str, StringConstraints(max_length=65536)]  # the check program's output, base64
+
+
+class TuneResults(BaseModel):
+    """POST /api/tune/results: one shape class's measurements and check outputs."""
+
+    model_config = ConfigDict(extra="forbid")
+    request: TuneRequest
+    shape_class: Annotated[str, StringConstraints(max_length=64)]
+    results: list[TuneCaseResult] = Field(min_length=1, max_length=32)
+
+
+class TuneVerdict(BaseModel):
+    """What POST /api/tune/results answers: the class's choice (stored for the adapter's key)."""
+
+    adapter_key: str
+    shape_class: str
+    tiles: dict[str, Any] | None  # the fastest choice whose output passed the check; None: none did
+    gflops: float | None
+    default_gflops: float | None
+    tried: int
+    wrong: list[int]  # cases whose output failed the check against float64
+
+
+class AdapterTiles(BaseModel):
+    """What POST /api/adapters answers: the adapter's key and the classes tuned for it so far."""
+
+    adapter_key: str
+    tuned: dict[str, dict[str, Any]]

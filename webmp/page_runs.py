@@ -41,6 +41,7 @@ from .sample_plan import (
     prepare,
 )
 from .state import decode_state
+from .tilecache import TileTable
 
 STATE_FILE = "browser.json"  # the browser run's status, next to the native-format files
 RESUMABLE = {"created", "disconnected", "failed", "stopped"}
@@ -219,25 +220,26 @@ def check_plan_size(cfg: TrainConfig, data: Dataset | TextCorpus) -> None:
 # dropped one is rebuilt on demand, a GPT's in about a second). A plan within MAX_PLAN_BYTES has a
 # blob of a few hundred MB at most (weights and data), so the cache stays around a GB or below.
 MAX_CACHED_PLANS = 4
+PlanKey = tuple[str, str, str | None]  # run id, f16 path, the page's adapter key for tuned tiles
 
 
 class PlanCache:
-    """Built (plan, blob)s by (run id, f16 path), least recently used first; shared by a store's runs
-    and used from worker threads (hence the lock; two threads may build the same plan once each)."""
+    """Built (plan, blob)s by PlanKey, least recently used first; shared by a store's runs and used
+    from worker threads (hence the lock; two threads may build the same plan once each)."""
 
     def __init__(self, size: int = MAX_CACHED_PLANS):
         self.size = size
         self._lock = threading.Lock()
-        self._plans: OrderedDict[tuple[str, str], tuple[Plan, bytes]] = OrderedDict()
+        self._plans: OrderedDict[PlanKey, tuple[Plan, bytes]] = OrderedDict()
 
-    def get(self, key: tuple[str, str]) -> tuple[Plan, bytes] | None:
+    def get(self, key: PlanKey) -> tuple[Plan, bytes] | None:
         with self._lock:
             built = self._plans.get(key)
             if built is not None:
                 self._plans.move_to_end(key)
             return built
 
-    def put(self, key: tuple[str, str], built: tuple[Plan, bytes]) -> None:
+    def put(self, key: PlanKey, built: tuple[Plan, bytes]) -> None:
         with self._lock:
             self._plans[key] = built
             self._plans.move_to_end(key)
@@ -249,7 +251,7 @@ class PlanCache:
             for key in [k for k in self._plans if k[0] == run_id]:
                 del self._plans[key]
 
-    def keys(self) -> list[tuple[str, str]]:
+    def keys(self) -> list[PlanKey]:
         with self._lock:
             return list(self._plans)
 
@@ -341,6 +343,7 @@ class PageRun:
         self.pending: dict[int, Record] = {}
         self.connected = False
         self.plans = plans if plans is not None else PlanCache()
+        self.matmul_tiles = "default"  # TileTable.describe() of the last plan the page asked for
         self.sampled: tuple[tuple[Any, ...], SamplePlan, bytes, SampleJob] | None = None  # the last plan
         self._changed = asyncio.Event()
 
@@ -405,19 +408,22 @@ class PageRun:
         except RuntimeError as e:
             raise RunStateConflict(str(e)) from None
 
-    def base_plan(self, path: str) -> tuple[Plan, bytes]:
-        """The run's plan and initial blob on an f16 path, with default matmul tiles (the page's
-        adapter is not known when the plan is built). Cached; runs in a worker thread."""
-        built = self.plans.get((self.id, path))
+    def base_plan(self, path: str, tiles: str | None = None) -> tuple[Plan, bytes]:
+        """The run's plan and initial blob on an f16 path, with the matmul tiles tuned for the
+        page's adapter key `tiles` (webmp.page_tune; None or nothing tuned yet: the defaults).
+        Cached; runs in a worker thread."""
+        built = self.plans.get((self.id, path, tiles))
         if built is None:
-            built = build_plan(self.cfg, training_data(self.cfg), path)
-            self.plans.put((self.id, path), built)
+            built = build_plan(self.cfg, training_data(self.cfg), path, TileTable.for_adapter(tiles))
+            self.plans.put((self.id, path, tiles), built)
         return built
 
-    def plan(self, offer: Offer) -> tuple[Plan, bytes, int]:
-        """(plan, blob, start step) for the page: resumed from the last checkpoint if there is one,
-        unless the training data changed since (RunStateConflict, as native resume refuses)."""
-        plan, blob = self.base_plan(self.path_for(offer))
+    def plan(self, offer: Offer, tiles: str | None = None) -> tuple[Plan, bytes, int]:
+        """(plan, blob, start step) for the page, with the tiles tuned for its adapter key `tiles`:
+        resumed from the last checkpoint if there is one, unless the training data changed since
+        (RunStateConflict, as native resume refuses)."""
+        plan, blob = self.base_plan(self.path_for(offer), tiles)
+        self.matmul_tiles = TileTable.for_adapter(tiles).describe()
         if self.checkpoint_step is None:
             return plan, blob, 0
         contents, meta = load_checkpoint(self.dir.path)
@@ -576,7 +582,7 @@ class PageRun:
             f16_description=describe_f16(self.f16_path),
             adapter=self.adapter or "unknown adapter",
             runtime="browser",
-            matmul_tiles="default",
+            matmul_tiles=self.matmul_tiles,
             memory=plan["memory"],
             wall_seconds=msg.wall_seconds,
             steps_run=msg.steps_run,

@@ -177,6 +177,13 @@ CATEGORIES = [
 ]
 
 
+def required_features(path: str, kernels: Sequence[KernelSpec]) -> list[str]:
+    """The WebGPU features a plan's device must have: shader-f16 on the native path, and what its
+    kernels' shader files need (subgroups for the subgroup matmul core: wgsl.SOURCE_FEATURES)."""
+    need = {"shader-f16"} if path == "native" else set()
+    return sorted(need.union(*(source_features(k["sources"]) for k in kernels)))
+
+
 def resolve_f16_path(precision: str, choice: str, adapter_has_f16: bool) -> str:
     """The prelude used: 'native', 'emulated' or 'fp32'."""
     if precision == "fp32":
@@ -328,11 +335,7 @@ class PlanBuilder:
             "buffers": buffers,
             "kernels": kernels,
             "programs": self.programs,
-            "required_features": sorted(
-                ({"shader-f16"} if self.path == "native" else set()).union(
-                    *(source_features(k["sources"]) for k in kernels)
-                )
-            ),
+            "required_features": required_features(self.path, kernels),
             "required_limits": required_limits(buffers, kernels),
             "state": {"buffer": state, "fields": STATE_FIELDS},
             "metrics": {"buffer": metrics, "ring": ring, "fields": METRIC_FIELDS},

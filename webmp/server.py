@@ -44,6 +44,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode, urlsplit
@@ -54,7 +55,19 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
 
 from .config import TrainConfig, config_error_message
-from .messages import MAX_MESSAGE_BYTES, RUN_ID_RE, RunInfo, json_safe, parse_page_message
+from .matmul_cases import FIT_LIMITS, kebab_limits
+from .messages import (
+    MAX_MESSAGE_BYTES,
+    RUN_ID_RE,
+    AdapterSignature,
+    AdapterTiles,
+    RunInfo,
+    TuneRequest,
+    TuneResults,
+    TuneVerdict,
+    json_safe,
+    parse_page_message,
+)
 from .page_runs import (
     InvalidConfig,
     InvalidSample,
@@ -64,9 +77,24 @@ from .page_runs import (
     RunStateConflict,
     RunStore,
     UnknownRun,
+    check_plan_size,
     page_form,
     training_data,
 )
+from .page_tune import (
+    ADAPTER_KEY_PATTERN,
+    CaseResult,
+    TuneResultError,
+    Tuning,
+    adapter_key,
+    encode_blob,
+    judge,
+    result_output,
+    store_choice,
+    tuned_classes,
+    tuning_plan,
+)
+from .plan import resolve_f16_path
 from .resources import SHADER_DIR, UPLOT_DIR, WEB_DIR
 
 WS_PROTOCOL_MAX_BYTES = 4 * 2**20  # frames above this are cut by uvicorn itself (connection closed)
@@ -87,6 +115,8 @@ HTTP_STATUS = {
 }
 F16 = Query(..., pattern="^(native|emulated)$", description="does the page's adapter have shader-f16")
 Offer = Literal["native", "emulated"]
+# the page's adapter key (POST /api/adapters): the run's plan takes the matmul tiles tuned for it
+TILES = Query(None, pattern=ADAPTER_KEY_PATTERN, description="the page's adapter key: its tuned matmul tiles")
 
 
 class SafeJSONResponse(JSONResponse):
@@ -225,10 +255,18 @@ def run_summary(request: Request, run_id: str) -> Any:
 
 
 @api.get("/runs/{run_id}/plan", response_model=None, responses=answers(404, 409, 422))
-async def run_plan(request: Request, run_id: str, f16: Offer = F16) -> dict[str, Any]:
+async def run_plan(
+    request: Request, run_id: str, f16: Offer = F16, tiles: str | None = TILES
+) -> dict[str, Any]:
     run = _store(request).get(run_id)
-    plan, _, start = await asyncio.to_thread(run.plan, f16)
-    return {"run_id": run.id, "start_step": start, "f16_path": plan["f16_path"] or "fp32", "plan": plan}
+    plan, _, start = await asyncio.to_thread(run.plan, f16, tiles)
+    return {
+        "run_id": run.id,
+        "start_step": start,
+        "f16_path": plan["f16_path"] or "fp32",
+        "matmul_tiles": run.matmul_tiles,
+        "plan": plan,
+    }
 
 
 @api.get(
@@ -237,8 +275,8 @@ async def run_plan(request: Request, run_id: str, f16: Offer = F16) -> dict[str,
     response_class=Response,
     responses=answers(404, 409, 422, binary=True),
 )
-async def run_blob(request: Request, run_id: str, f16: Offer = F16) -> Response:
-    _, blob, _ = await asyncio.to_thread(_store(request).get(run_id).plan, f16)
+async def run_blob(request: Request, run_id: str, f16: Offer = F16, tiles: str | None = TILES) -> Response:
+    _, blob, _ = await asyncio.to_thread(_store(request).get(run_id).plan, f16, tiles)
     return Response(blob, media_type="application/octet-stream")
 
 
@@ -314,6 +352,74 @@ async def run_sample_plan(
 async def run_sample_blob(request: Request, run_id: str, q: Annotated[SampleQuery, Depends()]) -> Response:
     _, blob, _ = await q.build(request, run_id, keep=False)
     return Response(blob, media_type="application/octet-stream")
+
+
+# --- the page's tuning pass (webmp.page_tune) ----------------------------------------------------
+
+
+@api.post("/adapters", response_model=AdapterTiles, responses=answers(413, 422))
+def adapter_tiles(signature: AdapterSignature) -> AdapterTiles:
+    """The key of a page's adapter and the matmul tiles tuned for it so far (none: the defaults)."""
+    key = adapter_key(signature.model_dump())
+    return AdapterTiles(adapter_key=key, tuned=tuned_classes(key))
+
+
+@lru_cache(maxsize=2)
+def _tuning(request_json: str) -> Tuning:
+    req = TuneRequest.model_validate_json(request_json)
+    try:
+        cfg = TrainConfig(**req.config)
+    except ValidationError as e:
+        raise HTTPException(422, config_error_message(e)) from None
+    missing = [k for k in FIT_LIMITS if k not in kebab_limits(req.limits)]
+    if missing:
+        raise HTTPException(422, f"limits: the tile choices need the adapter's {', '.join(missing)}")
+    try:
+        path = resolve_f16_path(cfg.precision, cfg.f16, req.f16 == "native")
+    except RuntimeError as e:
+        raise HTTPException(409, str(e)) from None
+    check_plan_size(cfg, training_data(cfg))
+    has_subgroups = "subgroups" in req.adapter.features
+    return tuning_plan(cfg, training_data(cfg), path, req.limits, has_subgroups, req.max_candidates)
+
+
+def tuning_for(req: TuneRequest) -> Tuning:
+    """The tuning plan of a request, built once for the request and its results (the last two kept)."""
+    return _tuning(req.model_dump_json())
+
+
+@api.post("/tune", response_model=None, responses=answers(409, 413, 422))
+async def tune_plan(req: TuneRequest) -> dict[str, Any]:
+    """A tuning plan for the config's matmuls on the page's adapter (webmp.page_tune): the page runs
+    each case's check and time programs and posts each class's results to /api/tune/results."""
+    tuning = await asyncio.to_thread(tuning_for, req)
+    return {
+        "adapter_key": adapter_key(req.adapter.model_dump()),
+        "f16_path": tuning.path,
+        "plan": tuning.plan,
+        "blob": encode_blob(tuning.blob),
+        "classes": tuning.describe(),
+    }
+
+
+@api.post("/tune/results", response_model=TuneVerdict, responses=answers(409, 413, 422))
+async def tune_results(body: TuneResults) -> TuneVerdict:
+    """Judges a class's results (outputs against float64) and stores the fastest correct choice
+    under the adapter's key, where plans asked for with ?tiles=KEY find it."""
+    tuning = await asyncio.to_thread(tuning_for, body.request)
+    if body.shape_class not in {c.cls for c in tuning.cases}:
+        raise HTTPException(
+            422, f"shape_class: {body.shape_class!r} is not one of this tuning plan's classes"
+        )
+    try:
+        results = [CaseResult(r.case, r.seconds, r.reps, result_output(r.output)) for r in body.results]
+        verdict = judge(tuning, body.shape_class, results)
+    except TuneResultError as e:
+        raise HTTPException(422, f"results: {e}") from None
+    key = adapter_key(body.request.adapter.model_dump())
+    if verdict["tiles"] is not None:
+        store_choice(key, body.shape_class, verdict["tiles"])
+    return TuneVerdict(adapter_key=key, shape_class=verdict.pop("class"), **verdict)
 
 
 @api.websocket("/runs/{run_id}/ws")

@@ -10,15 +10,15 @@ dispatches in one encoder and one wait) is shared with webmp/bench.py.
 from __future__ import annotations
 
 import time
-from functools import lru_cache
 
 import numpy as np
 
 from .config import TrainConfig
 from .data import load_digits
+from .matmul_cases import MatmulSpec, candidates
 from .models import build_plan
-from .ops import ROW_FORMS, attn_softmax_bwd, attn_softmax_fwd, layernorm_bwd, layernorm_fwd, matmul
-from .plan import Plan, PlanBuilder, pack_h, resolve_f16_path, unpack_h
+from .ops import ROW_FORMS, attn_softmax_bwd, attn_softmax_fwd, layernorm_bwd, layernorm_fwd
+from .plan import Plan, PlanBuilder, pack_h, resolve_f16_path
 from .runtime import Runtime, default_gpu
 from .tilecache import (
     DEFAULT_ROWS,
@@ -30,48 +30,6 @@ from .tilecache import (
     save_cache,
     shape_class,
 )
-
-# Tile shapes to try, most promising first (the tuner stops when its time is up): the default,
-# then the register-blocked cores (no workgroup memory or barriers: what a CPU adapter runs best;
-# with subgroups, op(A) loaded once per subgroup), then tiled 64x64 and 128x128 tiles with 8x8
-# register blocks, smaller blocks and deeper K slices for small or skinny problems. Filtered by the
-# device's limits and features.
-CANDIDATES: list[Tiles] = [
-    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
-    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 4},
-    {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
-    {"core": "reg_sg", "WG_X": 8, "WG_Y": 1, "TM": 8, "TN": 8},
-    {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8},
-    {"WG_X": 16, "WG_Y": 16, "TM": 8, "TN": 8, "BK": 8},
-    {"WG_X": 16, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8},
-    {"WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 32},
-    {"WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 16},
-    {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 8},
-    {"WG_X": 16, "WG_Y": 16, "TM": 4, "TN": 4, "BK": 16},
-    {"WG_X": 16, "WG_Y": 16, "TM": 4, "TN": 4, "BK": 8},
-    {"WG_X": 16, "WG_Y": 16, "TM": 8, "TN": 8, "BK": 16},
-    {"WG_X": 16, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 16},
-    {"WG_X": 16, "WG_Y": 16, "TM": 8, "TN": 4, "BK": 8},
-    {"WG_X": 32, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 16},
-    {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 32},
-]
-
-
-def fits(tiles: dict, limits, has_subgroups: bool = False) -> bool:
-    """Whether the device allows this tile choice (limits: device.limits, wgpu-py names; the
-    subgroup core needs the `subgroups` feature)."""
-    core = tiles.get("core", "tiled")
-    threads = tiles["WG_X"] * tiles["WG_Y"]
-    shared = 0
-    if core == "tiled":  # f32 tiles of both operands in workgroup memory
-        shared = 4 * tiles["BK"] * (tiles["WG_Y"] * tiles["TM"] + tiles["WG_X"] * tiles["TN"])
-    return (
-        (core != "reg_sg" or has_subgroups)
-        and threads <= limits["max-compute-invocations-per-workgroup"]
-        and tiles["WG_X"] <= limits["max-compute-workgroup-size-x"]
-        and tiles["WG_Y"] <= limits["max-compute-workgroup-size-y"]
-        and shared <= limits["max-compute-workgroup-storage-size"]
-    )
 
 
 def time_dispatches(rt: Runtime, dispatches, reps: int, last_written: str) -> float:
@@ -101,35 +59,9 @@ def time_dispatches(rt: Runtime, dispatches, reps: int, last_written: str) -> fl
 # --- one matmul, on its own ----------------------------------------------------------------------
 
 
-@lru_cache(maxsize=2)
-def _operands(M, N, K, trans_a, trans_b, seed):
-    """Uniform in [-1, 1] (random, never an all-zero buffer) and rounded to f16, so that every
-    path, fp32 included, reads exactly these values and one float64 reference serves them all."""
-    rng = np.random.default_rng(seed)
-
-    def f16(shape: tuple[int, int]) -> np.ndarray:
-        return rng.uniform(-1, 1, shape).astype(np.float16).astype(np.float64)
-
-    return (
-        f16((K, M) if trans_a else (M, K)),
-        f16((N, K) if trans_b else (K, N)),
-        rng.uniform(-1, 1, N).astype(np.float32),
-        f16((M, N)),
-    )
-
-
-@lru_cache(maxsize=2)
-def _products(M, N, K, trans_a, trans_b, seed):
-    """op(A) @ op(B) and |op(A)| @ |op(B)| in float64."""
-    a, b, _, _ = _operands(M, N, K, trans_a, trans_b, seed)
-    a, b = (a.T if trans_a else a), (b.T if trans_b else b)
-    return a @ b, np.abs(a) @ np.abs(b)
-
-
-class MatmulCase:
-    """A single matmul dispatch of one variant on random data (see _operands), laid out as the
-    variant reads it (A [K, M] when trans_a, B [N, K] when trans_b), with its numpy reference.
-    matmul_dgrad runs with OUT_ACT = relu."""
+class MatmulCase(MatmulSpec):
+    """A MatmulSpec (one matmul of one variant on random data, its reference and tolerance) on a
+    wgpu-py device of its own plan."""
 
     def __init__(
         self,
@@ -144,79 +76,26 @@ class MatmulCase:
         tiles: dict | None = None,
         seed: int = 0,
     ):
-        self.path, self.M, self.N, self.K, self.variant = path, M, N, K, variant
-        self.trans_a, self.trans_b, self.seed = trans_a, trans_b, seed
-        self.tiles = dict(tiles or DEFAULT_TILES)
-        self.a, self.b, self.bias, self.z = _operands(M, N, K, trans_a, trans_b, seed)
+        super().__init__(path, M, N, K, variant, trans_a, trans_b, tiles, seed)
         pb = PlanBuilder(path)
-        pb.h("A", self.a.shape[0], self.a.shape[1], init=pack_h(self.a, path))
-        pb.h("B", self.b.shape[0], self.b.shape[1], init=pack_h(self.b, path))
-        pb.f32("bias", (N,), "other", self.bias)
-        pb.h("Zprev", M, N, init=pack_h(self.z, path))
         pb.u32("flags", (4,), "other")
-        self.out_h = variant in ("matmul_fwd", "matmul_dgrad")
-        if self.out_h:
-            pb.h("C", M, N)
-        else:
-            pb.f32("C", (M, N), "activations")
-        matmul(
-            pb,
-            "mm",
-            variant,
-            A="A",
-            B="B",
-            C="C",
-            M=M,
-            N=N,
-            K=K,
-            trans_a=trans_a,
-            trans_b=trans_b,
-            bias="bias",
-            Zprev="Zprev",
-            out_act=1,
-            tiles=self.tiles,
-        )
+        self.out = self.add_buffers(pb)
+        self.dispatch(pb, "mm")
         plan = pb.kernel_plan(state="flags", metrics="flags")
-        self.flops = 2.0 * M * N * K
         self.rt = Runtime(plan, bytes(pb.blob), gpu)
         self.device = self.rt.device
 
-    def reference(self) -> np.ndarray:
-        c = _products(self.M, self.N, self.K, self.trans_a, self.trans_b, self.seed)[0]
-        if self.variant in ("matmul_fwd", "matmul_logits"):
-            c = c + self.bias
-        if self.variant == "matmul_dgrad":
-            c = c * (self.z > 0)  # OUT_ACT = relu
-        return c
-
     def result(self) -> np.ndarray:
-        raw = self.rt.read("C")
-        if self.out_h:
-            return unpack_h(raw, self.M, self.N, self.path)
-        return np.frombuffer(raw, np.float32)[: self.M * self.N].reshape(self.M, self.N)
+        return self.decode(self.rt.read(self.out))
 
     def check(self) -> float:
-        """Runs once and returns the worst error as a multiple of its tolerance (<= 1 passes).
-
-        Tolerance per element: f32 accumulation of K exact products, K * 2^-24 * sum|a*b|
-        (the standard gamma_K bound), plus one f16 ulp of the result when the output is stored
-        in f16 (2^-10 |c|, and 2^-24 absolute: the spacing of f16 subnormals), plus 2^-24 |c|
-        for an f32 store and the bias addition."""
+        """Runs once and returns the worst error as a multiple of its tolerance (<= 1 passes)."""
         self.run(1)
-        ref = self.reference()
-        abs_ab = _products(self.M, self.N, self.K, self.trans_a, self.trans_b, self.seed)[1]
-        f16_store = self.out_h and self.path != "fp32"
-        tol = (
-            self.K * 2.0**-24 * abs_ab
-            + (2.0**-10 if f16_store else 2.0**-24) * np.abs(ref)
-            + 2.0**-24 * (np.abs(self.bias) + f16_store)
-        )
-        err = np.abs(self.result() - ref)
-        return float((err / tol).max())
+        return self.error_ratio(self.result())
 
     def run(self, reps: int) -> float:
         """Seconds for `reps` dispatches in one pass (time_dispatches)."""
-        return time_dispatches(self.rt, self.rt.programs["mm"], reps, "C")
+        return time_dispatches(self.rt, self.rt.programs["mm"], reps, self.out)
 
     def gflops(self, target_s: float = 0.2, max_reps: int = 200) -> float:
         """GFLOP/s from one batch of dispatches lasting about target_s (after a warm-up)."""
@@ -326,11 +205,7 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     for s in shapes:
         by_class.setdefault(shape_class(*s), s)
     order = sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3])
-    cands = [
-        c
-        for c in [DEFAULT_TILES] + [c for c in CANDIDATES if c != DEFAULT_TILES]
-        if fits(c, gpu.device.limits, gpu.has_subgroups)
-    ]
+    cands = candidates(gpu.device.limits, gpu.has_subgroups)
     cache = load_cache()
     mine = cache.setdefault(gpu.name, {})
     report = {}

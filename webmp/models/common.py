@@ -20,6 +20,7 @@ from ..plan import (
     PlanBuilder,
     memory_by_category,
     pack_h,
+    required_features,
     required_limits,
 )
 from ..state import METRIC_FIELDS, NO_STEP, STATE_BYTES, STATE_FIELDS, initial_state
@@ -166,7 +167,7 @@ class ModelBuilder:
             "precision": cfg.precision,
             "f16_path": None if path == "fp32" else path,
             "prelude": pb.prelude,
-            "required_features": ["shader-f16"] if path == "native" else [],
+            "required_features": required_features(path, list(pb.kernels.values())),
             "layers": layers,
             "buffers": list(pb.buffers.values()),
             "blob_bytes": len(pb.blob),

@@ -1,0 +1,236 @@
+"""The page's tuning pass on the server's side (webmp/page_tune.py, POST /api/adapters, /api/tune,
+/api/tune/results): the tuning plan covers a config's shape classes with the tile choices the
+page's device allows, outputs are judged against float64 (a wrong one is never kept), the fastest
+correct choice is stored under the adapter's key, and a run's plan asked for with that key uses it.
+The page's side is tests/test_browser.py::test_page_tunes_its_matmuls_and_runs_on_the_choice."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from webmp.config import TrainConfig
+from webmp.matmul_cases import CANDIDATES, candidates, fits, kebab_limits
+from webmp.models import build_plan
+from webmp.page_runs import training_data
+from webmp.page_tune import CaseResult, adapter_key, judge, plan_shape_classes, tuning_plan
+from webmp.server import create_app
+from webmp.tilecache import DEFAULT_TILES, TileTable
+
+CFG = dict(hidden=[24], batch_size=16, steps=4, log_every=2, checkpoint_every=0)
+# a browser's limits (camelCase, as runner.js LIMIT_KEYS sends them): 256 threads, 16 KiB shared
+LIMITS = {
+    "maxComputeInvocationsPerWorkgroup": 256,
+    "maxComputeWorkgroupSizeX": 256,
+    "maxComputeWorkgroupSizeY": 256,
+    "maxComputeWorkgroupStorageSize": 16384,
+    "maxStorageBufferBindingSize": 2**27,
+}
+SIGNATURE = {
+    "vendor": "google",
+    "architecture": "swiftshader",
+    "device": "",
+    "description": "",
+    "subgroup_min_size": 4,
+    "subgroup_max_size": 4,
+    "features": ["shader-f16", "subgroups"],
+}
+
+
+@pytest.fixture(autouse=True)
+def own_tune_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "tune.json"))
+
+
+def correct_output(case) -> bytes:
+    """What a correct kernel writes: the float64 reference rounded to f32 (the check's variant,
+    matmul_wgrad, stores f32)."""
+    return case.check.reference().astype(np.float32).tobytes()
+
+
+@pytest.fixture(scope="module")
+def tuning():  # ~1.5 s (the digits and two plans): the tests using it are slow
+    cfg = TrainConfig(**CFG)
+    return tuning_plan(cfg, training_data(cfg), "emulated", LIMITS, has_subgroups=False, max_candidates=18)
+
+
+def test_kebab_limits_give_wgpu_py_names():
+    limits = kebab_limits(LIMITS)
+    assert limits["max-compute-workgroup-size-x"] == 256
+    assert limits["max-compute-workgroup-storage-size"] == 16384
+
+
+@pytest.mark.slow
+def test_tuning_plan_covers_each_class_with_the_choices_the_device_allows(tuning):
+    cfg = TrainConfig(**CFG)
+    train_plan, _ = build_plan(cfg, training_data(cfg), "emulated")
+    classes = [cls for cls, _ in plan_shape_classes(train_plan)]
+    allowed = candidates(kebab_limits(LIMITS), has_subgroups=False)
+    assert allowed[0] == DEFAULT_TILES
+    assert not any(t.get("core") == "reg_sg" for t in allowed)  # no subgroups: no subgroup core
+    assert len(allowed) < len(CANDIDATES)  # 16 KiB of workgroup memory refuses the big tiled choices
+    assert all(fits(t, kebab_limits(LIMITS)) for t in allowed)
+    assert sorted({c.cls for c in tuning.cases}) == sorted(classes)
+    for cls in classes:
+        assert [c.tiles for c in tuning.cases if c.cls == cls] == allowed
+    kernels = {k["name"]: k for k in tuning.plan["kernels"]}
+    shapes = dict(plan_shape_classes(train_plan))
+    for c in tuning.cases:
+        (check,) = tuning.plan["programs"][f"check_{c.index}"]
+        (timed,) = tuning.plan["programs"][f"time_{c.index}"]
+        M, N, K, ta, tb = shapes[c.cls]
+        k = kernels[timed["kernel"]]["constants"]
+        assert (k["M"], k["N"], k["K"], k["TRANS_A"], k["TRANS_B"]) == (M, N, K, ta, tb)
+        assert {n: k[n] for n in c.tiles if n != "core"} == {n: v for n, v in c.tiles.items() if n != "core"}
+        small = kernels[check["kernel"]]["constants"]
+        assert (small["M"], small["N"], small["K"]) == (min(M, 67), min(N, 35), min(K, 41))
+        assert check["bind"][2] == f"{c.cls}:C"
+
+
+@pytest.mark.slow
+def test_judge_keeps_the_fastest_correct_choice_and_refuses_wrong_outputs(tuning):
+    cls = tuning.cases[0].cls
+    cases = [c for c in tuning.cases if c.cls == cls]
+    # the last case is the fastest (most reps in the same time) but its output is one f16 ulp of
+    # the largest result off at one element: far beyond the check's tolerance
+    results = []
+    for i, c in enumerate(cases):
+        out = correct_output(c)
+        if i == len(cases) - 1:
+            a = np.frombuffer(out, np.float32).copy()
+            j = int(np.argmax(np.abs(a)))
+            a[j] += np.abs(a).max() * 2.0**-10
+            out = a.tobytes()
+        results.append(CaseResult(c.index, 1.0, 10 + i, out))
+    verdict = judge(tuning, cls, results)
+    assert verdict["wrong"] == [cases[-1].index]
+    assert verdict["tiles"] == cases[-2].tiles  # the fastest of the correct ones
+    assert verdict["gflops"] == pytest.approx(cases[-2].flops * (10 + len(cases) - 2) / 1e9)
+    assert verdict["default_gflops"] == pytest.approx(cases[0].flops * 10 / 1e9)
+
+
+@pytest.mark.slow
+def test_judge_refuses_outputs_of_another_class_or_short_ones(tuning):
+    from webmp.page_tune import TuneResultError
+
+    first, other = tuning.cases[0], next(c for c in tuning.cases if c.cls != tuning.cases[0].cls)
+    with pytest.raises(TuneResultError, match="is not one of class"):
+        judge(tuning, first.cls, [CaseResult(other.index, 1.0, 1, correct_output(other))])
+    with pytest.raises(TuneResultError, match="bytes, the check writes"):
+        judge(tuning, first.cls, [CaseResult(first.index, 1.0, 1, b"\0" * 8)])
+    with pytest.raises(TuneResultError, match="given twice"):
+        judge(tuning, first.cls, [CaseResult(first.index, 1.0, 1, correct_output(first))] * 2)
+
+
+@pytest.mark.slow  # builds a run's plan twice and a tuning plan over HTTP (~2 s)
+def test_tuned_tiles_reach_the_runs_plan(tmp_path):
+    """The whole exchange as the page makes it, with correct outputs computed here: the verdict is
+    stored under the adapter's key, and a plan asked for with ?tiles=KEY takes it."""
+    with TestClient(create_app(tmp_path / "runs"), base_url="http://127.0.0.1") as client:
+        first = client.post("/api/adapters", json=SIGNATURE).json()
+        key = first["adapter_key"]
+        assert first == {"adapter_key": adapter_key(SIGNATURE), "tuned": {}}
+        request = {
+            "adapter": SIGNATURE,
+            "limits": LIMITS,
+            "config": CFG,
+            "f16": "emulated",
+            "max_candidates": 3,
+        }
+        r = client.post("/api/tune", json=request)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["adapter_key"] == key and body["f16_path"] == "emulated"
+        cfg = TrainConfig(**CFG)
+        tuning = tuning_plan(cfg, training_data(cfg), "emulated", LIMITS, True, 3)
+        assert [c["class"] for c in body["classes"]] == list(dict.fromkeys(c.cls for c in tuning.cases))
+        cls = body["classes"][1]
+        # the subgroup core (second choice, the page has subgroups) made fastest
+        results = [
+            {
+                "case": c["case"],
+                "seconds": 1.0 if c["tiles"].get("core") == "reg_sg" else 2.0,
+                "reps": 10,
+                "output": base64.b64encode(correct_output(tuning.cases[c["case"]])).decode(),
+            }
+            for c in cls["cases"]
+        ]
+        verdict = client.post(
+            "/api/tune/results", json={"request": request, "shape_class": cls["class"], "results": results}
+        ).json()
+        assert verdict["tiles"]["core"] == "reg_sg" and verdict["wrong"] == []
+        assert client.post("/api/adapters", json=SIGNATURE).json()["tuned"] == {
+            cls["class"]: verdict["tiles"]
+        }
+        assert TileTable.for_adapter(key).by_class == {cls["class"]: verdict["tiles"]}
+
+        run = client.post("/api/runs", json=CFG).json()
+        tuned = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated", "tiles": key}).json()
+        default = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated"}).json()
+        assert (
+            tuned["matmul_tiles"] == "tuned (1 shape classes cached)" and default["matmul_tiles"] == "default"
+        )
+        assert "subgroups" in tuned["plan"]["required_features"]
+        assert "subgroups" not in default["plan"]["required_features"]
+        cores = {
+            k["name"]: k["sources"] for k in tuned["plan"]["kernels"] if k["entry"].startswith("matmul_")
+        }
+        assert sum("matmul_reg_a_sg.wgsl" in s for s in cores.values()) >= 1
+        # the buffers (and so the checkpoint layout) do not depend on the tiles
+        assert tuned["plan"]["buffers"] == default["plan"]["buffers"]
+
+        # refusals: one line each, naming what is wrong
+        bad = dict(results[0], output="not base64!")
+        r = client.post(
+            "/api/tune/results", json={"request": request, "shape_class": cls["class"], "results": [bad]}
+        )
+        assert r.status_code == 422 and "not base64" in r.json()["detail"]
+        r = client.post(
+            "/api/tune/results", json={"request": request, "shape_class": "x", "results": results}
+        )
+        assert r.status_code == 422 and "not one of this tuning plan's classes" in r.json()["detail"]
+        r = client.post("/api/tune", json={**request, "config": {**CFG, "growth_factor": 0.5}})
+        assert r.status_code == 422 and "growth_factor" in r.json()["detail"]
+        r = client.post("/api/tune", json={**request, "limits": {"maxBufferSize": 1}})
+        assert r.status_code == 422 and "max-compute-invocations-per-workgroup" in r.json()["detail"]
+        r = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated", "tiles": "../../etc"})
+        assert r.status_code == 422
+
+
+@pytest.mark.slow  # compiles every case's kernels on lavapipe (~10 s)
+def test_the_tuning_plan_runs_natively_and_every_choice_passes(gpu):
+    """The tuning plan run through wgpu-py as the page runs it: each check program's output passes
+    the judge, on the device's f16 path and on fp32."""
+    from webmp.runtime import Runtime
+    from webmp.tune import time_dispatches
+
+    cfg = TrainConfig(**CFG)
+    limits = dict(gpu.device.limits)
+    for path in ("native" if gpu.has_f16 else "emulated", "fp32"):
+        run_cfg = TrainConfig(**CFG, precision="fp32") if path == "fp32" else cfg
+        tuning = tuning_plan(run_cfg, training_data(run_cfg), path, limits, gpu.has_subgroups, 4)
+        rt = Runtime(tuning.plan, tuning.blob, gpu)
+        for cls in tuning.describe():
+            results = []
+            for c in cls["cases"]:
+                time_dispatches(rt, rt.programs[c["check"]], 1, c["output"])
+                seconds = time_dispatches(rt, rt.programs[c["time"]], 3, "time:C")
+                results.append(CaseResult(c["case"], seconds, 3, rt.read(c["output"])))
+            verdict = judge(tuning, cls["class"], results)
+            assert verdict["wrong"] == [] and verdict["tiles"] is not None, (path, verdict)
+
+
+@pytest.mark.slow
+def test_a_plan_on_the_subgroup_core_requires_subgroups():
+    """A tuned table choosing the subgroup core makes a training plan that says it needs
+    `subgroups` (the page compiles such plans with `enable subgroups;`; it once said nothing)."""
+    cfg = TrainConfig(**CFG)
+    data = training_data(cfg)
+    plain, _ = build_plan(cfg, data, "emulated")
+    cls = plan_shape_classes(plain)[0][0]
+    table = TileTable({cls: {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8}})
+    tuned, _ = build_plan(cfg, data, "emulated", table)
+    assert plain["required_features"] == [] and tuned["required_features"] == ["subgroups"]
