@@ -355,9 +355,10 @@ async def run_sample_blob(request: Request, run_id: str, q: Annotated[SampleQuer
 
 
 # --- the page's tuning pass (webmp.page_tune) ----------------------------------------------------
+# FastAPI reads these bodies into their models: a body that is not JSON gets its 400, a wrong one 422.
 
 
-@api.post("/adapters", response_model=AdapterTiles, responses=answers(413, 422))
+@api.post("/adapters", response_model=AdapterTiles, responses=answers(400, 413, 422))
 def adapter_tiles(signature: AdapterSignature) -> AdapterTiles:
     """The key of a page's adapter and the matmul tiles tuned for it so far (none: the defaults)."""
     key = adapter_key(signature.model_dump())
@@ -388,7 +389,7 @@ def tuning_for(req: TuneRequest) -> Tuning:
     return _tuning(req.model_dump_json())
 
 
-@api.post("/tune", response_model=None, responses=answers(409, 413, 422))
+@api.post("/tune", response_model=None, responses=answers(400, 409, 413, 422))
 async def tune_plan(req: TuneRequest) -> dict[str, Any]:
     """A tuning plan for the config's matmuls on the page's adapter (webmp.page_tune): the page runs
     each case's check and time programs and posts each class's results to /api/tune/results."""
@@ -402,7 +403,7 @@ async def tune_plan(req: TuneRequest) -> dict[str, Any]:
     }
 
 
-@api.post("/tune/results", response_model=TuneVerdict, responses=answers(409, 413, 422))
+@api.post("/tune/results", response_model=TuneVerdict, responses=answers(400, 409, 413, 422))
 async def tune_results(body: TuneResults) -> TuneVerdict:
     """Judges a class's results (outputs against float64) and stores the fastest correct choice
     under the adapter's key, where plans asked for with ?tiles=KEY find it."""
