@@ -867,6 +867,36 @@ def test_a_busy_socket_lets_other_requests_run_between_its_frames(client):
     assert replies_when_others_ran[0] <= 2, replies_when_others_ran  # the welcome and one reply at most
 
 
+@pytest.mark.parametrize("policy", ["raise", "warn"])
+def test_a_min_scale_event_ends_a_page_run_as_native_training_does(client, policy):
+    """min_scale_policy raise: the records that hold an overflow at min_scale are stored, then the
+    run fails with native `webmp train`'s words (and the page's own `failed` keeps them); warn goes on."""
+    run_id = create(client, min_scale_policy=policy)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    event = {**record(6), "skipped": 1, "found_inf": 1, "min_scale_event": 1, "scale": 1.0}
+    reply = send(
+        ws, {"type": "records", "run_id": run_id, "records": [record(s) for s in range(6)] + [event]}
+    )
+    info = client.get(f"/api/runs/{run_id}").json()
+    assert info["last_step"] == 6
+    if policy == "warn":
+        assert reply["type"] == "ack" and info["status"] == "running"
+        leave(ws)
+        return
+    words = "loss scale collapse at step 6: gradients overflowed with the scale already at min_scale=1"
+    assert reply["type"] == "error" and reply["message"].startswith(words), reply
+    assert (
+        send(ws, {"type": "failed", "run_id": run_id, "message": f"server: {reply['message']}"})["type"]
+        == "ack"
+    )
+    info = client.get(f"/api/runs/{run_id}").json()
+    assert info["status"] == "failed" and info[
+        "message"
+    ] == f"{words} (1 such step(s) in this interval); " + ("no checkpoint was uploaded yet")
+    leave(ws)
+
+
 def test_out_of_order_and_duplicate_records_are_stored_once_in_order(client):
     run_id = create(client)["id"]
     ws = connect(client, run_id)

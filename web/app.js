@@ -271,9 +271,12 @@ function buildForm() {
   };
   const inGroup = (g, common) => form.fields.filter((f) => f.group === g.name && f.common === common);
   const more = document.createElement('details'), summary = document.createElement('summary');
+  const groups = document.createElement('div');
   more.id = 'more-settings';
   summary.textContent = 'more settings';
-  more.append(summary, ...form.groups.map((g) => fieldset(g, inGroup(g, false))).filter((b) => b.children.length > 1));
+  groups.id = 'more-groups';
+  groups.append(...form.groups.map((g) => fieldset(g, inGroup(g, false))).filter((b) => b.children.length > 1));
+  more.append(summary, groups);
   $('fields').replaceChildren(...form.groups.map((g) => fieldset(g, inGroup(g, true))), more);
   $('preset').append(...form.presets.map((p) => new Option(p.title, p.name)));
 }
@@ -348,7 +351,7 @@ class Charts {
   }
 }
 
-const charts = new Charts();
+const charts = page.charts = new Charts();  // page.charts.data: the points drawn
 
 // --- the adapter -------------------------------------------------------------------------------
 
@@ -442,10 +445,11 @@ function showSummary(s) {
 // A run's phases and their times (performance.now() ms), on window.webmp.timing for tests: compiling
 // (compileStart .. compileEnd, `compiled` of `kernels` pipelines), the first step (trainStart ..
 // firstStepDone, the driver's first-use compilation included), training (firstStepDone ..
-// lastStepDone, `stepsDone` steps done by then). page.phases lists each phase as the page showed it.
+// lastStepDone, `stepsDone` steps done by then; the progress line moved `stepUpdates` times). page.phases
+// lists each phase as the page showed it.
 function newTiming() {
   return {compileStart: performance.now(), compileEnd: null, kernels: null, compiled: 0, trainStart: null,
-          firstStep: null, firstStepDone: null, lastStepDone: null, stepsDone: 0, trainEnd: null};
+          firstStep: null, firstStepDone: null, lastStepDone: null, stepsDone: 0, stepUpdates: 0, trainEnd: null};
 }
 
 // The steps timed and their seconds: those after the first step of this page's run.
@@ -517,6 +521,7 @@ async function trainRun(runId) {
       onCheckpoint: (s) => uploadCheckpoint(runner, runId, offer, s),
       onStepDone: (s, t) => {
         timing.stepsDone = s;
+        timing.stepUpdates++;
         timing.lastStepDone = t;
         if (timing.firstStepDone === null) {
           timing.firstStepDone = t;

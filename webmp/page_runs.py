@@ -32,7 +32,7 @@ from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, R
 from .models import build_plan
 from .models.gpt import gpt_param_shapes, working_copies
 from .plan import Plan, SamplePlan, describe_f16, h_bytes, resolve_f16_path
-from .rundir import CONFIG, Record, RunDir, new_run_dir, result_line, run_summary
+from .rundir import CONFIG, Record, RunDir, new_run_dir, result_line, run_summary, scale_collapse
 from .sample_plan import (
     DEFAULT_SEED,
     DEFAULT_TEMPERATURE,
@@ -602,6 +602,15 @@ class PageRun:
         while self.last_step + len(ready) + 1 in self.pending:
             ready.append(self.pending.pop(self.last_step + len(ready) + 1))
         self.store(ready)
+        collapse = scale_collapse(ready, self.cfg.min_scale) if self.cfg.min_scale_policy == "raise" else None
+        if collapse is not None:  # as native `webmp train` stops (min_scale_policy raise)
+            kept = (
+                f"last checkpoint kept: step {self.checkpoint_step}"
+                if self.checkpoint_step
+                else "no checkpoint was uploaded yet"
+            )
+            self.end("failed", f"{collapse}; {kept}")
+            raise RunStateConflict(self.message)
         return len(ready), dups
 
     def store(self, records: list[Record]) -> None:
@@ -734,7 +743,8 @@ class PageRun:
         elif isinstance(msg, Summary):
             await self.finish(msg)
         elif isinstance(msg, Failed):
-            self.end("failed", msg.message)
+            if self.status != "failed":  # else the server ended it and its message says why
+                self.end("failed", msg.message)
         elif isinstance(msg, Stopped):
             self.end("stopped", f"stopped by the user after {msg.step} steps")
         return {"type": "ack", "last_step": self.last_step}

@@ -150,6 +150,18 @@ def result_line(summary: RunSummary) -> str:
     return f"test accuracy {100 * summary['test_accuracy']:.2f} %"
 
 
+def scale_collapse(records: Sequence[Record], min_scale: float) -> str | None:
+    """What the first min-scale event among `records` says (an overflow with the loss scale already
+    at min_scale), or None without one: for native runs and page runs alike."""
+    events = [r for r in records if r["min_scale_event"]]
+    if not events:
+        return None
+    return (
+        f"loss scale collapse at step {events[0]['step']}: gradients overflowed with the scale already at "
+        f"min_scale={min_scale:g} ({len(events)} such step(s) in this interval)"
+    )
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with open(tmp, "wb") as f:
