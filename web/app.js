@@ -472,6 +472,7 @@ function setPhase(phase, text) {
 async function trainRun(runId) {
   page.runId = runId;
   page.error = null;
+  page.phases = [];
   stopRequested = false;
   setStatus('preparing', `run ${runId}: preparing`);
   $('summary-panel').hidden = true;
