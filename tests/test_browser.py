@@ -552,7 +552,16 @@ def test_a_preset_run_shows_its_phases_and_its_result_agrees(server, browser):
     assert page.input_value("#cfg-init_scale") == str(2**32)
     page.fill("#cfg-steps", "60")
     page.click("#start")
+    wait_page(page, "window.webmp.phases.some((p) => p.phase === 'training')")
+    ARTIFACTS.mkdir(exist_ok=True)  # the phase line while training (or done already, on a fast adapter)
+    page.locator("#status-line").screenshot(
+        path=str(ARTIFACTS / f"browser-preset-training-{browser.kind}.png")
+    )
     wait_page(page, "window.webmp.status === 'finished'")
+    assert re.fullmatch(
+        r"run \S+: finished \(kernels compiled in \d+\.\d s, first step \d+\.\d s\)",
+        page.inner_text("#status"),
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"browser-preset-run-{browser.kind}.png"), full_page=True)
     run_id = page.evaluate("window.webmp.runId")

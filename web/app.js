@@ -562,7 +562,9 @@ async function trainRun(runId) {
                         val_loss_sum: lossSum, wall_seconds: timed.seconds, steps_run: timed.steps,
                         readbacks: runner.readbacks});
     showSummary(await api(`/api/runs/${runId}/summary`));
-    setStatus('finished', `run ${runId}: finished`);
+    const secs = (a, b) => `${((b - a) / 1000).toFixed(1)} s`;
+    setStatus('finished', `run ${runId}: finished (kernels compiled in ${secs(timing.compileStart, timing.compileEnd)}, ` +
+              `first step ${secs(timing.trainStart, timing.firstStepDone)})`);
   } catch (failure) {
     const e = runner ? await runner.cause(failure) : failure;
     page.error = e.message;
