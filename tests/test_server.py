@@ -20,7 +20,8 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from webmp.browser import LocalServer
-from webmp.config import MODEL_DEFAULTS, TrainConfig
+from webmp.cli import main as cli_main
+from webmp.config import LOSS_SCALING_DEMO, MODEL_DEFAULTS, TrainConfig
 from webmp.corpus import load_text, unigram_bits_per_char
 from webmp.messages import MAX_MESSAGE_BYTES
 from webmp.models import build_plan
@@ -28,8 +29,11 @@ from webmp.page_runs import (
     MAX_BUFFER_BYTES,
     MAX_CACHED_PLANS,
     MAX_PLAN_BYTES,
-    PAGE_FIELDS,
+    NOT_IN_BROWSER,
+    PRESETS,
+    InvalidConfig,
     RunStore,
+    check_browser_config,
     estimate_buffers,
     training_data,
 )
@@ -291,23 +295,36 @@ def test_runs_rest_api(client):
 
 
 def test_form_is_made_from_the_config_and_its_model_defaults(client):
-    """The page's form: TrainConfig's fields with their kinds, choices, help texts and the models
-    that read them, and each model's defaults (MODEL_DEFAULTS applied) for the page to show; a run
-    created with only the model (what the page sends when no field was changed) gets those."""
+    """The page's form: every TrainConfig field, once, with its kind, choices, help text, the models
+    that read it and its group, and each model's defaults (MODEL_DEFAULTS applied) for the page to
+    show; a field a page cannot set says why; a run created with only the model (what the page sends
+    when no field was changed) gets those defaults."""
     form = client.get("/api/form").json()
     fields = {f["name"]: f for f in form["fields"]}
-    assert list(fields) == list(PAGE_FIELDS)
+    assert sorted(fields) == sorted(TrainConfig.model_fields) and len(form["fields"]) == len(fields)
     assert fields["model"]["kind"] == "choice" and fields["model"]["choices"] == ["mlp", "mlp-ln", "gpt"]
     assert fields["model"]["models"] is None and fields["steps"]["models"] is None
     assert fields["hidden"]["kind"] == "int_list" and fields["hidden"]["models"] == ["mlp", "mlp-ln"]
     assert fields["tie_head"]["kind"] == "bool" and fields["lr"]["kind"] == "float"
+    assert fields["dataset"]["kind"] == "choice" and fields["dataset"]["choices"] == ["digits"]
+    assert fields["eps"]["kind"] == "float" and fields["growth_interval"]["kind"] == "int"
+    assert fields["f16"]["choices"] == ["native", "emulated", "auto"]
     for name in ("n_layer", "n_head", "d_model", "context", "tie_head"):
         assert fields[name]["models"] == ["gpt"] and fields[name]["help"].startswith("gpt: ")
     assert fields["batch_size"]["help"] == "examples per step (gpt: context windows per step)"
+    # groups in order, each field in one; the common ones first
+    assert [g["name"] for g in form["groups"]] == ["model", "precision", "optimizer", "run"]
+    assert {f["group"] for f in form["fields"]} == {g["name"] for g in form["groups"]}
+    assert fields["backoff_factor"]["group"] == "precision" and not fields["backoff_factor"]["common"]
+    assert fields["steps"]["common"] and fields["seed"]["group"] == "run"
+    # only what a page cannot use is disabled, with check_browser_config's reason
+    assert {n for n, f in fields.items() if f["disabled"]} == set(NOT_IN_BROWSER) == {"data"}
+    assert fields["data"]["kind"] == "text" and "native `webmp train`" in fields["data"]["disabled"]
+    with pytest.raises(InvalidConfig, match="native `webmp train`"):
+        check_browser_config(TrainConfig(data="x.npz"))
     assert set(form["defaults"]) == {"mlp", "mlp-ln", "gpt"}
     for model, defaults in form["defaults"].items():
-        want = TrainConfig(model=model).model_dump()
-        assert defaults == {name: want[name] for name in PAGE_FIELDS}
+        assert defaults == TrainConfig(model=model).model_dump()
     assert {k: form["defaults"]["gpt"][k] for k in ("steps", "batch_size", "lr")} == {
         k: MODEL_DEFAULTS["gpt"][k] for k in ("steps", "batch_size", "lr")
     }
@@ -317,6 +334,67 @@ def test_form_is_made_from_the_config_and_its_model_defaults(client):
     config = run.json()["config"]
     assert config["steps"] == 7
     assert all(config[k] == v for k, v in MODEL_DEFAULTS["gpt"].items() if k != "steps")
+
+
+def test_presets_are_browser_configs_of_their_own(client):
+    """Each preset the form offers is a TrainConfig a page may train, named once; the fp16-noscale
+    one is the measured loss-scaling demo (tests/test_train.py::test_loss_scaling_matters asserts
+    its first layers' gradients flush and its accuracy falls well below fp32's)."""
+    form = client.get("/api/form").json()
+    assert [p["name"] for p in form["presets"]] == [p.name for p in PRESETS]
+    assert len({p.name for p in PRESETS}) == len(PRESETS) and len({p.title for p in PRESETS}) == len(PRESETS)
+    for preset in form["presets"]:
+        assert preset["title"] and preset["description"]
+        cfg = TrainConfig(**preset["config"])
+        check_browser_config(cfg)
+        assert set(preset["config"]) <= set(TrainConfig.model_fields)
+    by_name = {p.name: TrainConfig(**p.config) for p in PRESETS}
+    assert by_name["fp16-noscale"] == TrainConfig(**LOSS_SCALING_DEMO, precision="fp16-noscale")
+    assert by_name["fp32"].precision == "fp32" and by_name["gpt"].model == "gpt"
+    scaling = by_name["loss-scaling"]  # overflows at first: f16's largest finite value is 65504
+    assert (
+        scaling.loss_scaling and scaling.init_scale > 65504 * 1e4 and scaling.growth_interval < scaling.steps
+    )
+
+
+# Values the CLI parses but TrainConfig refuses: the page must show the same words.
+BAD_VALUES = [
+    ("growth_factor", 0.5),
+    ("backoff_factor", 2.0),
+    ("batch_size", 0),
+    ("eps", 0.0),
+    ("beta2", 1.0),
+]
+
+
+@pytest.mark.parametrize("field,value", BAD_VALUES)
+def test_config_errors_read_as_webmp_trains(client, capsys, field, value):
+    """POST /api/runs refuses a bad value (422, no run) with the line `webmp train` prints for it."""
+    assert cli_main(["train", "--" + field.replace("_", "-"), str(value)]) == 2
+    cli = capsys.readouterr().err.strip()
+    r = client.post("/api/runs", json={field: value})
+    assert r.status_code == 422 and f"webmp train: {r.json()['detail']}" == cli
+    assert cli.startswith(f"webmp train: invalid {field}: {field} ")
+    assert client.get("/api/runs").json() == []
+
+
+@pytest.mark.slow  # the summary builds the plan and draws curves.png (~2 s)
+def test_the_result_agrees_with_the_curves_last_point(client):
+    """summary.json's last step (steps, last_loss, final_scale) is the last record's, also when the
+    last step changed the scale: the state then holds the next step's scale (here backed off)."""
+    run_id = create(client, steps=3, log_every=1, checkpoint_every=0)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    last = {**record(2, loss=0.125), "scale": 32768.0, "skipped": 1}
+    send(ws, {"type": "records", "run_id": run_id, "records": [record(0), record(1), last]})
+    state = {**state_words(3), "scale": 16384.0, "skipped_total": 1}
+    assert send(ws, {**summary_msg(run_id, 3), "state": state})["type"] == "ack"
+    leave(ws)
+    summary = client.get(f"/api/runs/{run_id}/summary").json()
+    assert (summary["steps"], summary["last_loss"], summary["final_scale"]) == (3, 0.125, 32768.0)
+    assert summary["skipped_steps"] == 1
+    info = client.get(f"/api/runs/{run_id}").json()
+    assert info["status"] == "finished" and info["f16_path"] == "emulated"  # what a reopened page shows
 
 
 def test_gpt_trains_on_the_default_corpus_with_the_native_plan(client):
@@ -787,6 +865,36 @@ def test_a_busy_socket_lets_other_requests_run_between_its_frames(client):
         pool.submit(anyio.run, both).result(timeout=60)
     assert len(sock.sent) == 201 and all(m["type"] == "error" for m in sock.sent[1:])
     assert replies_when_others_ran[0] <= 2, replies_when_others_ran  # the welcome and one reply at most
+
+
+@pytest.mark.parametrize("policy", ["raise", "warn"])
+def test_a_min_scale_event_ends_a_page_run_as_native_training_does(client, policy):
+    """min_scale_policy raise: the records that hold an overflow at min_scale are stored, then the
+    run fails with native `webmp train`'s words (and the page's own `failed` keeps them); warn goes on."""
+    run_id = create(client, min_scale_policy=policy)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    event = {**record(6), "skipped": 1, "found_inf": 1, "min_scale_event": 1, "scale": 1.0}
+    reply = send(
+        ws, {"type": "records", "run_id": run_id, "records": [record(s) for s in range(6)] + [event]}
+    )
+    info = client.get(f"/api/runs/{run_id}").json()
+    assert info["last_step"] == 6
+    if policy == "warn":
+        assert reply["type"] == "ack" and info["status"] == "running"
+        leave(ws)
+        return
+    words = "loss scale collapse at step 6: gradients overflowed with the scale already at min_scale=1"
+    assert reply["type"] == "error" and reply["message"].startswith(words), reply
+    assert (
+        send(ws, {"type": "failed", "run_id": run_id, "message": f"server: {reply['message']}"})["type"]
+        == "ack"
+    )
+    info = client.get(f"/api/runs/{run_id}").json()
+    assert info["status"] == "failed" and info[
+        "message"
+    ] == f"{words} (1 such step(s) in this interval); " + ("no checkpoint was uploaded yet")
+    leave(ws)
 
 
 def test_out_of_order_and_duplicate_records_are_stored_once_in_order(client):

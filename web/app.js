@@ -9,14 +9,16 @@ const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
 // What tests and scripts can read: the page's status, its run, the f16 path and any error.
 const page = window.webmp = {status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null,
+                             phase: null, phases: [], timing: null, fieldErrors: {},  // a run's phases; the form's errors
                              sample: {status: 'idle'}, sampled: 0,  // sampled: samples ended (done or failed)
                              noWebGPU: false,  // true: no adapter here, the page cannot train
                              // the page's tuning pass: this adapter's key on the server, how many shape
                              // classes are tuned for it, the last pass's status and verdicts
                              tune: {key: null, tuned: 0, status: 'idle', verdicts: [], error: null}};
-// The form's fields (GET /api/form), their inputs and the model they show; `sample`: the text
-// generation form's defaults (`webmp sample`'s) and limits.
-const form = {ready: false, fields: [], defaults: {}, sample: null, inputs: {}, labels: {}, model: null};
+// The form's fields, groups, defaults and presets (GET /api/form), their inputs and the model they
+// show; `sample`: the text generation form's defaults (`webmp sample`'s) and limits.
+const form = {ready: false, fields: [], groups: [], defaults: {}, presets: [], sample: null, inputs: {}, labels: {},
+              model: null};
 
 let stopRequested = false;
 let uPlot = null;
@@ -65,7 +67,9 @@ async function api(path, {method = 'GET', body, raw = false} = {}) {
     body: body === undefined || body instanceof ArrayBuffer ? body : JSON.stringify(body)});
   if (!res.ok) {
     const detail = await res.json().then((j) => j.detail, () => res.statusText);
-    throw new Error(`${method} ${path.split('?')[0]}: ${res.status} ${typeof detail === 'string' ? detail : JSON.stringify(detail)}`);
+    const err = new Error(`${method} ${path.split('?')[0]}: ${res.status} ${typeof detail === 'string' ? detail : JSON.stringify(detail)}`);
+    Object.assign(err, {status: res.status, detail});
+    throw err;
   }
   return raw ? res.arrayBuffer() : res.json();
 }
@@ -126,10 +130,13 @@ async function openSocket(runId) {
 }
 
 // --- the form: made from GET /api/form ---------------------------------------------------------
-// The server describes the TrainConfig fields the form offers (kind, choices, help text, the models
-// that read them) and each model's defaults; the page knows no field or default of its own. A run's
-// config holds the model and only the fields that differ from that model's defaults: the server
-// fills in the rest (MODEL_DEFAULTS), as `webmp train` does for flags left out.
+// The server describes every TrainConfig field (kind, choices, help text, the models that read it,
+// its group, whether it shows before "more settings", why a page cannot set it), each model's
+// defaults and the presets; the page knows no field, default or preset of its own. A run's config
+// holds the model and only the fields that differ from that model's defaults: the server fills in
+// the rest (MODEL_DEFAULTS), as `webmp train` does for flags left out. The server validates (422: one
+// "invalid FIELD: message" line per field, `webmp train`'s words), and each message is shown next to
+// its field.
 
 const sameValue = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
@@ -145,22 +152,25 @@ function fieldInput(f) {
     } else if (f.kind === 'int' || f.kind === 'float') {
       el.type = 'number';  // ranges are the server's to check (its 422 names the field)
       el.step = f.kind === 'int' ? '1' : 'any';
-    } else {  // int_list: comma-separated
-      el.pattern = String.raw`\s*\d+(\s*,\s*\d+)*\s*`;
+    } else {  // int_list (comma-separated) or text
       el.size = 10;
     }
   }
   el.id = `cfg-${f.name}`;
+  el.disabled = f.disabled !== null;
   return el;
 }
+
+// A number as typed, else the text itself: the server's message then says what is wrong with it.
+const number = (text) => (text.trim() !== '' && Number.isFinite(Number(text)) ? Number(text) : text);
 
 function getField(f) {
   const el = form.inputs[f.name];
   switch (f.kind) {
     case 'bool': return el.checked;
-    case 'int': return parseInt(el.value, 10);
-    case 'float': return parseFloat(el.value);
-    case 'int_list': return el.value.split(',').map((x) => parseInt(x, 10));
+    case 'int': case 'float': return number(el.value);
+    case 'int_list': return el.value.split(',').map(number);
+    case 'text': return el.value === '' ? null : el.value;
     default: return el.value;
   }
 }
@@ -168,7 +178,7 @@ function getField(f) {
 function setField(f, value) {
   const el = form.inputs[f.name];
   if (f.kind === 'bool') el.checked = Boolean(value);
-  else el.value = Array.isArray(value) ? value.join(',') : String(value);
+  else el.value = Array.isArray(value) ? value.join(',') : value === null ? '' : String(value);
 }
 
 const applies = (f, model) => f.models === null || f.models.includes(model);
@@ -192,28 +202,94 @@ function showConfig(cfg) {
   selectModel(cfg.model);  // the same model: only shows its fields
 }
 
+// A preset: its model's defaults with the preset's fields changed.
+function applyPreset(name) {
+  const preset = form.presets.find((p) => p.name === name);
+  $('preset-note').textContent = preset ? preset.description : '';
+  if (!preset) return;
+  const cfg = {...form.defaults[preset.config.model || 'mlp'], ...preset.config};
+  showConfig(cfg);
+  showFieldErrors('');
+}
+
 function formConfig() {
   const model = form.inputs.model.value, cfg = {model};
   for (const f of form.fields) {
-    if (f.name === 'model' || !applies(f, model)) continue;
+    if (f.name === 'model' || f.disabled !== null || !applies(f, model)) continue;
     const value = getField(f);
     if (!sameValue(value, form.defaults[model][f.name])) cfg[f.name] = value;
   }
   return cfg;
 }
 
-const formReady = api('/api/form').then(({fields, defaults, sample}) => {
-  Object.assign(form, {fields, defaults, sample});
-  $('fields').replaceChildren(...fields.map((f) => {
-    const label = document.createElement('label'), input = fieldInput(f);
-    label.title = f.help;
-    label.className = f.kind;
-    label.append(f.label, input);
-    form.inputs[f.name] = input;
-    form.labels[f.name] = label;
-    return label;
-  }));
+// The server's 422 lines ("invalid FIELD: message", `webmp train`'s) next to their fields; lines
+// about the config as a whole (or a field the form does not show) go under the form.
+function showFieldErrors(detail) {
+  const general = [];
+  page.fieldErrors = {};
+  for (const el of document.querySelectorAll('#fields .field-error')) el.textContent = '';
+  for (const line of detail.split('\n').filter(Boolean)) {
+    const m = /^invalid ([A-Za-z_0-9]+)[^:]*: (.*)$/.exec(line);
+    const label = m && form.labels[m[1]];
+    if (label && !label.hidden) {
+      label.querySelector('.field-error').textContent = m[2];
+      page.fieldErrors[m[1]] = m[2];
+      label.closest('details')?.setAttribute('open', '');
+    } else {
+      general.push(line);
+    }
+  }
+  $('form-error').textContent = general.join('\n');
+  $('form-error').hidden = general.length === 0;
+}
+
+function fieldLabel(f) {
+  const label = document.createElement('label'), name = document.createElement('span');
+  const error = document.createElement('span');
+  label.title = f.help;
+  label.className = `field ${f.kind}`;
+  name.textContent = f.label;
+  error.className = 'field-error';
+  error.setAttribute('role', 'alert');
+  const input = fieldInput(f);
+  label.append(name, input, error);
+  if (f.disabled !== null) {
+    const why = document.createElement('small');
+    why.className = 'why';
+    why.textContent = `not in the browser: ${f.disabled}`;
+    label.append(why);
+  }
+  form.inputs[f.name] = input;
+  form.labels[f.name] = label;
+  return label;
+}
+
+// Each group's common fields, then "more settings" holding the rest, by group again.
+function buildForm() {
+  const fieldset = (group, fields) => {
+    const box = document.createElement('fieldset'), legend = document.createElement('legend');
+    box.className = `group group-${group.name}`;
+    legend.textContent = group.title;
+    box.append(legend, ...fields.map(fieldLabel));
+    return box;
+  };
+  const inGroup = (g, common) => form.fields.filter((f) => f.group === g.name && f.common === common);
+  const more = document.createElement('details'), summary = document.createElement('summary');
+  const groups = document.createElement('div');
+  more.id = 'more-settings';
+  summary.textContent = 'more settings';
+  groups.id = 'more-groups';
+  groups.append(...form.groups.map((g) => fieldset(g, inGroup(g, false))).filter((b) => b.children.length > 1));
+  more.append(summary, groups);
+  $('fields').replaceChildren(...form.groups.map((g) => fieldset(g, inGroup(g, true))), more);
+  $('preset').append(...form.presets.map((p) => new Option(p.title, p.name)));
+}
+
+const formReady = api('/api/form').then(({fields, groups, defaults, presets, sample}) => {
+  Object.assign(form, {fields, groups, defaults, presets, sample});
+  buildForm();
   form.inputs.model.addEventListener('change', () => selectModel(form.inputs.model.value));
+  $('preset').addEventListener('change', () => applyPreset($('preset').value));
   selectModel(form.inputs.model.value);
   form.ready = true;
   setStatus(page.status, $('status').textContent);
@@ -279,7 +355,7 @@ class Charts {
   }
 }
 
-const charts = new Charts();
+const charts = page.charts = new Charts();  // page.charts.data: the points drawn
 
 // --- the adapter -------------------------------------------------------------------------------
 
@@ -373,13 +449,20 @@ $('tune-form').addEventListener('submit', async (e) => {
   }
 });
 
-function showPath(path, plan) {
-  const what = {native: 'native f16 (shader-f16)', emulated: 'emulated f16 (pack2x16float, f32 arithmetic)',
-                fp32: 'fp32 (no f16)'}[path];
-  const dl = $('gpu-info');
-  for (const dt of dl.querySelectorAll('dt')) {
-    if (dt.textContent === 'f16 path') dt.nextElementSibling.textContent = what;
+const PATHS = {native: 'native f16 (shader-f16)', emulated: 'emulated f16 (pack2x16float, f32 arithmetic)',
+               fp32: 'fp32 (no f16)'};
+
+// The adapter panel's 'f16 path' row (once the adapter is shown).
+async function setPathRow(path) {
+  await gpuReady.catch(() => {});
+  for (const dt of $('gpu-info').querySelectorAll('dt')) {
+    if (dt.textContent === 'f16 path') dt.nextElementSibling.textContent = PATHS[path];
   }
+}
+
+function showPath(path, plan) {
+  const what = PATHS[path];
+  setPathRow(path);
   const need = Object.entries(plan.required_limits).map(([k, v]) => `${k} ${v}`).join(', ');
   const params = plan.params.reduce((n, p) => n + p.shape.reduce((a, b) => a * b, 1), 0);
   log(`plan: ${plan.config.model} (${plan.layers.join('-')}, ${params.toLocaleString('en')} parameters), ` +
@@ -412,17 +495,48 @@ function showSummary(s) {
     ? `${Number(s.val_loss).toFixed(4)} nats per character; unigram baseline ` +
       `${Number(s.unigram_bits_per_char).toFixed(3)} bits/char; next-character accuracy ${accuracy}`
     : '';
+  // the last step's figures are summary.json's, which are its record's: the charts' last point
   fill($('summary'), [
-    ['final train loss', Number(s.final_train_loss).toPrecision(5)], ['steps', s.steps], ['skipped steps', s.skipped_steps],
-    ['final loss scale', s.final_scale], ['precision', s.precision], ['f16', s.f16_description],
-    ['steps / s', s.steps_per_second], ['wall time', `${s.wall_seconds} s`], ['metric readbacks', s.readbacks],
-    ['run directory', s.run_dir],
+    ['steps', s.steps], ['last train loss', s.last_loss], ['final loss scale', s.final_scale],
+    ['mean loss, last steps', Number(s.final_train_loss).toPrecision(5)], ['skipped steps', s.skipped_steps],
+    ['precision', s.precision], ['f16', s.f16_description],
+    ['steps / s', s.steps_per_second === null ? '(under two steps)' : `${s.steps_per_second} (after the first step)`],
+    ['timed', `${s.wall_seconds} s`], ['metric readbacks', s.readbacks], ['run directory', s.run_dir],
   ].map(([k, v]) => [k, String(v)]));
+  page.result = Object.fromEntries([...$('summary').querySelectorAll('dt')].map((dt) => [dt.textContent, dt.nextElementSibling.textContent]));
+}
+
+// A run's phases and their times (performance.now() ms), on window.webmp.timing for tests: compiling
+// (compileStart .. compileEnd, `compiled` of `kernels` pipelines), the first step (trainStart ..
+// firstStepDone, the driver's first-use compilation included), training (firstStepDone ..
+// lastStepDone, `stepsDone` steps done by then; the progress line moved `stepUpdates` times). page.phases
+// lists each phase as the page showed it.
+function newTiming() {
+  return {compileStart: performance.now(), compileEnd: null, kernels: null, compiled: 0, trainStart: null,
+          firstStep: null, firstStepDone: null, lastStepDone: null, stepsDone: 0, stepUpdates: 0, trainEnd: null};
+}
+
+// The steps timed and their seconds: those after the first step of this page's run.
+function trainingSteps(t) {
+  if (t.firstStepDone === null || t.stepsDone <= t.firstStep) return {steps: 0, seconds: 0};
+  return {steps: t.stepsDone - t.firstStep, seconds: (t.lastStepDone - t.firstStepDone) / 1000};
+}
+
+function stepsPerSecond(t) {
+  const {steps, seconds} = trainingSteps(t);
+  return seconds > 0 ? steps / seconds : null;
+}
+
+function setPhase(phase, text) {
+  page.phase = phase;
+  page.phases.push({phase, text});
+  $('status').textContent = text;
 }
 
 async function trainRun(runId) {
   page.runId = runId;
   page.error = null;
+  page.phases = [];
   stopRequested = false;
   setStatus('preparing', `run ${runId}: preparing`);
   $('summary-panel').hidden = true;
@@ -442,7 +556,15 @@ async function trainRun(runId) {
     showPath(f16Path, plan);
     checkPlan(plan, gpu);  // before downloading the blob
     const blob = await api(`/api/runs/${runId}/blob?f16=${offer}${tiles}`, {raw: true});
-    runner = page.runner = await Runner.create(gpu, plan, blob, fetchShader);
+    const timing = page.timing = newTiming();
+    runner = page.runner = await Runner.create(gpu, plan, blob, fetchShader, (k, n) => {
+      timing.compiled = k;
+      timing.kernels = n;
+      const seconds = ((performance.now() - timing.compileStart) / 1000).toFixed(1);
+      setPhase('compiling', `run ${runId}: compiling kernels ${k}/${n} (${seconds} s)`);
+    });
+    timing.compileEnd = performance.now();
+    log(`compiled ${timing.kernels} kernels in ${((timing.compileEnd - timing.compileStart) / 1000).toFixed(2)} s`);
     charts.reset();
     if (startStep > 0) {
       const {records} = await api(`/api/runs/${runId}/metrics`);
@@ -452,23 +574,45 @@ async function trainRun(runId) {
     await sock.request({type: 'hello', run_id: runId, f16_path: f16Path, start_step: startStep,
                         adapter: gpu.adapter, features: gpu.features, limits: gpu.limits});
     const steps = plan.schedule.steps;
-    setStatus('running', `run ${runId}: training`);
-    const t0 = performance.now();
+    let last = null;  // the last record read
+    const showProgress = () => {
+      const rate = stepsPerSecond(timing);
+      $('progress').textContent = [`step ${timing.stepsDone}/${steps}`, rate !== null ? `${rate.toFixed(1)} steps/s` : '',
+        last ? `loss ${last.loss.toPrecision(4)} and scale ${last.scale} at step ${last.step + 1}` : ''].filter(Boolean).join(', ');
+    };
+    timing.stepsDone = startStep;
+    setStatus('running', `run ${runId}: training (first step: the GPU driver may still compile kernels)`);
+    setPhase('first-step', $('status').textContent);
+    timing.trainStart = performance.now();
     const done = await train(runner, {
       startStep,
       shouldStop: () => stopRequested,
       onCheckpoint: (s) => uploadCheckpoint(runner, runId, offer, s),
+      onStepDone: (s, t) => {
+        timing.stepsDone = s;
+        timing.stepUpdates++;
+        timing.lastStepDone = t;
+        if (timing.firstStepDone === null) {
+          timing.firstStepDone = t;
+          timing.firstStep = s;
+          const seconds = ((t - timing.trainStart) / 1000).toFixed(2);
+          log(`first step done in ${seconds} s`);
+          setPhase('training', `run ${runId}: training (first step ${seconds} s)`);
+        }
+        showProgress();
+      },
       onRecords: async (records) => {
         charts.add(records);
         for (let i = 0; i < records.length; i += 500) {
           await sock.request({type: 'records', run_id: runId, records: records.slice(i, i + 500)});
         }
         page.records += records.length;
-        const last = records.at(-1);
-        if (last) $('progress').textContent = `step ${last.step + 1}/${steps}, loss ${last.loss.toPrecision(4)}, scale ${last.scale}`;
+        last = records.at(-1) || last;
+        showProgress();
       },
     });
-    const wall = (performance.now() - t0) / 1000;
+    await runner.device.queue.onSubmittedWorkDone();  // every step's onStepDone has run
+    timing.trainEnd = performance.now();
     if (done > startStep) await uploadCheckpoint(runner, runId, offer, done);
     if (done < steps) {
       await sock.request({type: 'stopped', run_id: runId, step: done});
@@ -476,13 +620,19 @@ async function trainRun(runId) {
       return;
     }
     setStatus('running', `run ${runId}: evaluating on the held-out split`);
+    setPhase('evaluating', $('status').textContent);
     const {correct, counted, lossSum} = await runner.evaluate();
     const state = await runner.readState();
+    // steps/s of training only: from the end of the first step (which holds the driver's
+    // first-use compilation) to the end of the last, as the progress line showed it
+    const timed = trainingSteps(timing);
     await sock.request({type: 'summary', run_id: runId, state, test_correct: correct, test_count: counted,
-                        val_loss_sum: lossSum, wall_seconds: wall, steps_run: done - startStep,
+                        val_loss_sum: lossSum, wall_seconds: timed.seconds, steps_run: timed.steps,
                         readbacks: runner.readbacks});
     showSummary(await api(`/api/runs/${runId}/summary`));
-    setStatus('finished', `run ${runId}: finished`);
+    const secs = (a, b) => `${((b - a) / 1000).toFixed(1)} s`;
+    setStatus('finished', `run ${runId}: finished (kernels compiled in ${secs(timing.compileStart, timing.compileEnd)}, ` +
+              `first step ${secs(timing.trainStart, timing.firstStepDone)})`);
   } catch (failure) {
     const e = runner ? await runner.cause(failure) : failure;
     page.error = e.message;
@@ -605,6 +755,7 @@ $('controls').addEventListener('submit', async (e) => {
     let id = current && RESUMABLE.includes(current.status) ? current.id : null;
     if (!id) {
       await formReady;
+      showFieldErrors('');
       id = (await api('/api/runs', {method: 'POST', body: formConfig()})).id;
       history.replaceState(null, '', `?${new URLSearchParams({run: id})}`);
     }
@@ -612,7 +763,12 @@ $('controls').addEventListener('submit', async (e) => {
     showRun(id, page.status);
   } catch (err) {
     page.error = err.message;
-    setStatus('failed', err.message);
+    if (err.status === 422 && typeof err.detail === 'string') {  // the config: no run was created
+      showFieldErrors(err.detail);
+      setStatus('failed', 'the server refused the settings: see the messages next to the fields');
+    } else {
+      setStatus('failed', err.message);
+    }
   }
 });
 
@@ -630,6 +786,10 @@ async function openRun(id) {
     return;
   }
   charts.add((await api(`/api/runs/${id}/metrics`)).records);
+  if (run.f16_path) {  // the path the run trained on (its page said so in its hello)
+    page.f16Path = run.f16_path;
+    setPathRow(run.f16_path);
+  }
   if (run.status === 'finished') showSummary(await api(`/api/runs/${id}/summary`));
   setStatus(run.status, `run ${id}: ${run.status}${run.message ? ` — ${run.message}` : ''}`);
   showRun(id, run.status);

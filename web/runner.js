@@ -92,11 +92,12 @@ async function scoped(device, what, create) {
 }
 
 export class Runner {
-  // gpu: from openGPU(); fetchText(name) returns a file of shaders/ as text.
-  static async create(gpu, plan, blob, fetchText) {
+  // gpu: from openGPU(); fetchText(name) returns a file of shaders/ as text; onCompile(k, n), when
+  // given, is called as the plan's n kernels' pipelines are created (k = 0 first, then once each).
+  static async create(gpu, plan, blob, fetchText, onCompile = () => {}) {
     checkPlan(plan, gpu);
     const r = new Runner(gpu, plan);
-    await r.init(new Uint8Array(blob), fetchText);
+    await r.init(new Uint8Array(blob), fetchText, onCompile);
     return r;
   }
 
@@ -116,7 +117,7 @@ export class Runner {
     });
   }
 
-  async init(blob, fetchText) {
+  async init(blob, fetchText, onCompile) {
     const dev = this.device, plan = this.plan;
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     this.buffers = await scoped(dev, 'creating buffers', () => {
@@ -131,6 +132,8 @@ export class Runner {
     const files = [...new Set(plan.kernels.flatMap((k) => k.sources))];
     const text = Object.fromEntries(await Promise.all(files.map(async (f) => [f, await fetchText(f)])));
     const modules = new Map(), layouts = new Map();
+    let compiled = 0;
+    onCompile(0, plan.kernels.length);
     this.pipelines = {};
     this.layouts = {};
     for (const k of plan.kernels) {
@@ -158,7 +161,10 @@ export class Runner {
       this.layouts[k.name] = bgl;
       this.pipelines[k.name] = dev.createComputePipelineAsync({
         label: k.name, layout, compute: {module: modules.get(key), entryPoint: k.entry, constants: k.constants},
-      }).catch((e) => { throw new Error(`pipeline ${k.name} failed: ${e.message}`); });
+      }).then((pipeline) => {
+        onCompile(++compiled, plan.kernels.length);
+        return pipeline;
+      }, (e) => { throw new Error(`pipeline ${k.name} failed: ${e.message}`); });
     }
     for (const name of Object.keys(this.pipelines)) this.pipelines[name] = await this.pipelines[name];
     this.programs = await scoped(dev, 'creating bind groups', () => Object.fromEntries(
@@ -261,15 +267,18 @@ export class Runner {
 // after step s when s % log_every == 0, s == steps or s % checkpoint_every == 0; checkpoints are
 // taken after step s when s % checkpoint_every == 0 and s < steps (the final one is the caller's).
 // shouldStop() is asked after each read, so a stopped run has every step it ran recorded.
-// Returns the number of steps completed.
-export async function train(runner, {startStep, onRecords, onCheckpoint, shouldStop}) {
+// onStepDone(s, time) is called as the GPU finishes step s (s steps done; queue.onSubmittedWorkDone,
+// no buffer read), in step order: progress between metric reads. Returns the number of steps completed.
+export async function train(runner, {startStep, onRecords, onCheckpoint, shouldStop, onStepDone = () => {}}) {
   const {steps, log_every: logEvery, checkpoint_every: ckptEvery} = runner.plan.schedule;
   let step = startStep, logged = startStep - 1;
   while (step < steps) {
     const s = step + 1;
     const ckpt = ckptEvery > 0 && s % ckptEvery === 0;
     const read = s % logEvery === 0 || s === steps || ckpt;
-    const ring = await runner.run('train_step', read);
+    const submitted = runner.run('train_step', read);  // submits before it returns
+    runner.device.queue.onSubmittedWorkDone().then(() => onStepDone(s, performance.now()), () => {});
+    const ring = await submitted;
     step = s;
     if (!ring) continue;
     const recs = ring.filter((r) => r.step > logged && r.step < s).sort((a, b) => a.step - b.step);

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import TrainConfig
+from .config import LOSS_SCALING_DEMO, TrainConfig
 from .train import Trainer
 
-DEMO = dict(hidden=[64] * 6, init_gain=0.3, steps=600, checkpoint_every=0, log_every=50)
+DEMO = LOSS_SCALING_DEMO
 
 
 def first_step_gradients(cfg: TrainConfig, out) -> list[np.ndarray]:

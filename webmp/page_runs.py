@@ -22,15 +22,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
-from .config import MODEL_FIELDS, TrainConfig
+from .config import LOSS_SCALING_DEMO, MODEL_FIELDS, TrainConfig
 from .corpus import TextCorpus, checkpoint_facts, load_text, run_baseline_bits
 from .data import Dataset, load_dataset
 from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
 from .models import build_plan
 from .models.gpt import gpt_param_shapes, working_copies
 from .plan import Plan, SamplePlan, describe_f16, h_bytes, resolve_f16_path
-from .rundir import CONFIG, Record, RunDir, new_run_dir, result_line, run_summary
+from .rundir import CONFIG, Record, RunDir, new_run_dir, result_line, run_summary, scale_collapse
 from .sample_plan import (
     DEFAULT_SEED,
     DEFAULT_TEMPERATURE,
@@ -261,49 +263,125 @@ DEFAULT_CORPUS = "the default corpus (the server's Python standard library sourc
 
 # --- the page's form -------------------------------------------------------------------------------
 
-# The TrainConfig fields the page's form offers, with their labels, in order. Everything else about
-# a field (kind, choices, help text, default per model) comes from TrainConfig, MODEL_FIELDS and
-# MODEL_DEFAULTS; fields the form leaves out keep the model's default on the server.
-PAGE_FIELDS = {
-    "model": "model",
+# The page's form offers every TrainConfig field, generated from its JSON schema: the kind from the
+# type, the choices from the Literal, the help text from the docstring, the models that read it from
+# MODEL_FIELDS and the defaults from MODEL_DEFAULTS. Only the grouping and a few labels are the
+# form's own. COMMON fields show at once; the rest of a group sits under "more settings".
+FORM_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "model": ("model and data", (
+        "model", "hidden", "act", "init_gain", "input_scale", "dataset", "data",
+        "n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens",
+    )),
+    "precision": ("precision and loss scaling", (
+        "precision", "f16", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
+        "hysteresis", "min_scale", "min_scale_policy",
+    )),
+    "optimizer": ("optimizer and schedule", (
+        "steps", "batch_size", "lr", "schedule", "warmup", "min_lr", "weight_decay", "beta1", "beta2",
+        "eps", "clip_norm",
+    )),
+    "run": ("run", ("seed", "log_every", "checkpoint_every")),
+}  # fmt: skip
+COMMON = frozenset(
+    {"model", "hidden", "n_layer", "n_head", "d_model", "context", "precision", "init_scale", "steps",
+     "batch_size", "lr", "seed", "log_every"}
+)  # fmt: skip
+LABELS = {
     "hidden": "hidden widths",
     "n_layer": "layers",
     "n_head": "heads",
     "d_model": "width (d_model)",
-    "context": "context",
     "tie_head": "tied head",
-    "precision": "precision",
-    "steps": "steps",
-    "batch_size": "batch size",
+    "f16": "f16 path",
     "lr": "learning rate",
+    "min_lr": "min learning rate",
 }
-_KINDS = {"integer": "int", "number": "float", "boolean": "bool", "array": "int_list"}  # else: choice
+# Fields a page cannot set, each with the reason the form shows next to it (the server refuses them
+# too: check_browser_config).
+NOT_IN_BROWSER = {"data": BROWSER_DATA}
+_KINDS = {"integer": "int", "number": "float", "boolean": "bool", "array": "int_list", "string": "text"}
+
+
+class Preset(BaseModel):
+    """A ready-made config the form offers: the overrides of its model's defaults."""
+
+    name: str
+    title: str
+    description: str
+    config: dict[str, Any]
+
+
+# What the presets show is measured: tests/test_server.py checks each is a valid browser config,
+# tests/test_train.py::test_loss_scaling_matters the fp16-noscale failure (LOSS_SCALING_DEMO, the
+# numbers in docs/loss-scaling.md), tests/test_browser.py runs "loss scaling at work" in a page.
+PRESETS = [
+    Preset(
+        name="loss-scaling",
+        title="Loss scaling at work",
+        description="mixed precision starting at a loss scale of 2^32: the first 10 steps overflow f16 and "
+        "are skipped while the scale backs off to 2^22; then it grows every 20 clean steps, overflows at "
+        "2^23 and backs off again (the saw-tooth of the loss-scale chart)",
+        config={"precision": "mixed", "init_scale": 2.0**32, "growth_interval": 20, "steps": 300,
+                "log_every": 10, "checkpoint_every": 0},
+    ),
+    Preset(
+        name="fp16-noscale",
+        title="fp16 without scaling fails",
+        description="a deep narrow MLP with small initial weights in f16 without loss scaling: the first "
+        "layers' gradients fall below f16's smallest subnormal (2^-24) and flush to zero, so those layers "
+        "never train and test accuracy stays far below fp32's (docs/loss-scaling.md); choose precision "
+        "mixed to see the same run train",
+        config={**LOSS_SCALING_DEMO, "precision": "fp16-noscale"},
+    ),
+    Preset(
+        name="fp32",
+        title="fp32 baseline",
+        description="the default MLP in fp32: the same kernels in f32, no loss scaling; what mixed "
+        "precision is compared against",
+        config={"precision": "fp32"},
+    ),
+    Preset(
+        name="gpt",
+        title="GPT (character model)",
+        description="a 2-layer character-level transformer on the server's Python standard library "
+        "sources, its defaults (600 steps: about four minutes on a CPU adapter); it generates text when done",
+        config={"model": "gpt"},
+    ),
+]  # fmt: skip
+
+
+def form_field(name: str, prop: dict[str, Any]) -> dict[str, Any]:
+    """One field of the form from its JSON schema property."""
+    if "enum" in prop or "const" in prop:
+        kind, choices = "choice", list(prop.get("enum", [prop.get("const")]))
+    else:
+        types = [t["type"] for t in prop.get("anyOf", [prop]) if t.get("type") != "null"]
+        kind, choices = _KINDS[types[0]], None
+    group = next(g for g, (_, names) in FORM_GROUPS.items() if name in names)
+    return {
+        "name": name,
+        "label": LABELS.get(name, name.replace("_", " ")),
+        "kind": kind,
+        "choices": choices,
+        "help": " ".join(prop.get("description", "").split()),
+        "models": list(MODEL_FIELDS[name]) if name in MODEL_FIELDS else None,
+        "group": group,
+        "common": name in COMMON,
+        "disabled": NOT_IN_BROWSER.get(name),
+    }
 
 
 def page_form() -> dict[str, Any]:
-    """What GET /api/form returns: the form's fields ({name, label, kind: int | float | bool | choice |
-    int_list, choices, help, models: the models that read it, null for all}), each model's
-    defaults for them (a TrainConfig with only `model` given: MODEL_DEFAULTS applied), and the
-    text generation form's defaults (`webmp sample`'s) and limits."""
+    """What GET /api/form returns: every TrainConfig field ({name, label, kind: int | float | bool |
+    choice | int_list | text, choices, help, models: the models that read it, null for all, group,
+    common: shown before "more settings", disabled: why a page cannot set it, else null}) in
+    FORM_GROUPS' order, the groups ({name, title}), each model's defaults (a TrainConfig with only
+    `model` given: MODEL_DEFAULTS applied), the presets, and the text generation form's defaults
+    (`webmp sample`'s) and limits."""
     props = TrainConfig.model_json_schema()["properties"]
-    models = list(props["model"]["enum"])
-    fields = []
-    for name, label in PAGE_FIELDS.items():
-        prop = props[name]
-        fields.append(
-            {
-                "name": name,
-                "label": label,
-                "kind": "choice" if "enum" in prop else _KINDS[prop["type"]],
-                "choices": prop.get("enum"),
-                "help": " ".join(prop.get("description", "").split()),
-                "models": list(MODEL_FIELDS[name]) if name in MODEL_FIELDS else None,
-            }
-        )
-    defaults = {}
-    for m in models:
-        cfg = TrainConfig(model=m).model_dump()
-        defaults[m] = {name: cfg[name] for name in PAGE_FIELDS}
+    names = [n for _, group in FORM_GROUPS.values() for n in group]
+    fields = [form_field(name, props[name]) for name in names]
+    defaults = {m: TrainConfig(model=m).model_dump() for m in props["model"]["enum"]}
     sample = {
         "prompt": "",
         "tokens": DEFAULT_TOKENS,
@@ -312,7 +390,13 @@ def page_form() -> dict[str, Any]:
         "max_tokens": MAX_PAGE_TOKENS,
         "max_prompt": MAX_PAGE_PROMPT,
     }
-    return {"fields": fields, "defaults": defaults, "sample": sample}
+    return {
+        "fields": fields,
+        "groups": [{"name": g, "title": title} for g, (title, _) in FORM_GROUPS.items()],
+        "defaults": defaults,
+        "presets": [p.model_dump() for p in PRESETS],
+        "sample": sample,
+    }
 
 
 class PageRun:
@@ -524,6 +608,15 @@ class PageRun:
         while self.last_step + len(ready) + 1 in self.pending:
             ready.append(self.pending.pop(self.last_step + len(ready) + 1))
         self.store(ready)
+        collapse = scale_collapse(ready, self.cfg.min_scale) if self.cfg.min_scale_policy == "raise" else None
+        if collapse is not None:  # as native `webmp train` stops (min_scale_policy raise)
+            kept = (
+                f"last checkpoint kept: step {self.checkpoint_step}"
+                if self.checkpoint_step
+                else "no checkpoint was uploaded yet"
+            )
+            self.end("failed", f"{collapse}; {kept}")
+            raise RunStateConflict(self.message)
         return len(ready), dups
 
     def store(self, records: list[Record]) -> None:
@@ -656,7 +749,8 @@ class PageRun:
         elif isinstance(msg, Summary):
             await self.finish(msg)
         elif isinstance(msg, Failed):
-            self.end("failed", msg.message)
+            if self.status != "failed":  # else the server ended it and its message says why
+                self.end("failed", msg.message)
         elif isinstance(msg, Stopped):
             self.end("stopped", f"stopped by the user after {msg.step} steps")
         return {"type": "ack", "last_step": self.last_step}

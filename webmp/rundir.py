@@ -42,7 +42,7 @@ class RunSummary(TypedDict):
     steps: int  # steps attempted, skipped ones included
     optimizer_steps: int
     skipped_steps: int
-    final_scale: float
+    final_scale: float  # the loss scale of the last step (its record's: the curve's last point)
     min_scale_events: int
     precision: str
     f16_path: str  # native, emulated or none
@@ -79,7 +79,11 @@ def run_summary(
 ) -> RunSummary:
     """The summary of a finished run from its records and final GPU state (webmp.state names).
     Language models also pass val_loss_sum (program 'eval''s summed loss over test_count
-    characters) and unigram_bits (the corpus's baseline); the MLPs leave the val_* keys None."""
+    characters) and unigram_bits (the corpus's baseline); the MLPs leave the val_* keys None.
+
+    The last step's figures are its record's, the last point of the curves: last_loss, and
+    final_scale the scale that step ran with (the state's scale is the next step's, already grown
+    or backed off by the last step's outcome: the checkpoint keeps that one)."""
     tail = records[-min(len(records), cfg.log_every) :] if records else []
     val_loss = val_loss_sum / test_count if val_loss_sum is not None and test_count else None
     return {
@@ -94,7 +98,7 @@ def run_summary(
         "steps": int(state["iteration"]),
         "optimizer_steps": int(state["opt_step"]),
         "skipped_steps": int(state["skipped_total"]),
-        "final_scale": float(state["scale"]),
+        "final_scale": float(records[-1]["scale"] if records else state["scale"]),
         "min_scale_events": int(state["min_scale_events"]),
         "precision": cfg.precision,
         "f16_path": f16_path if f16_path not in (None, "fp32") else "none",
@@ -144,6 +148,18 @@ def result_line(summary: RunSummary) -> str:
             f"unigram {summary['unigram_bits_per_char']:.3f})"
         )
     return f"test accuracy {100 * summary['test_accuracy']:.2f} %"
+
+
+def scale_collapse(records: Sequence[Record], min_scale: float) -> str | None:
+    """What the first min-scale event among `records` says (an overflow with the loss scale already
+    at min_scale), or None without one: for native runs and page runs alike."""
+    events = [r for r in records if r["min_scale_event"]]
+    if not events:
+        return None
+    return (
+        f"loss scale collapse at step {events[0]['step']}: gradients overflowed with the scale already at "
+        f"min_scale={min_scale:g} ({len(events)} such step(s) in this interval)"
+    )
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -27,7 +27,7 @@ from .corpus import TextCorpus, checkpoint_facts, describe_data, load_training_d
 from .data import Dataset
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
-from .rundir import METRICS, RunDir, RunSummary, new_run_dir, result_line, run_summary
+from .rundir import METRICS, RunDir, RunSummary, new_run_dir, result_line, run_summary, scale_collapse
 from .runtime import GPU, Runtime, default_gpu
 from .state import decode_records, decode_state
 from .tilecache import TileTable
@@ -166,14 +166,9 @@ class Trainer:
         return recs
 
     def _handle_min_scale(self, recs: list[dict]) -> None:
-        events = [r for r in recs if r["min_scale_event"]]
-        if not events:
+        msg = scale_collapse(recs, self.cfg.min_scale)
+        if msg is None:
             return
-        s = events[0]["step"]
-        msg = (
-            f"loss scale collapse at step {s}: gradients overflowed with the scale already at "
-            f"min_scale={self.cfg.min_scale:g} ({len(events)} such step(s) in this interval)"
-        )
         if self.cfg.min_scale_policy == "raise":
             kept = (
                 f"last checkpoint kept: {self.last_checkpoint[0]} (step {self.last_checkpoint[1]})"
