@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -322,3 +323,24 @@ def test_synthetic_dataset_shape():
     d = bench.synthetic_dataset(12, 20, classes=3)
     assert d.train_x.shape == (20, 12) and d.test_x.shape == (10, 12)
     assert d.train_y.max() < 3 and np.isfinite(d.train_x).all()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_cold_start_runs_natively_and_in_the_page_with_a_cache_of_its_own():
+    """`webmp bench --cold-start` on a small MLP: four new processes (native and page, cold then
+    warm), each with its own Mesa cache directory, which the cold run fills (lavapipe stores each
+    kernel it compiles there; the SwiftShader Chromium has no Mesa cache)."""
+    from webmp import bench_cold
+
+    r = bench_cold.cold_start({"hidden": [16], "batch_size": 16}, log=lambda *a: None)
+    rows = {(x["where"], x["cache"]): x for x in r["rows"]}
+    assert set(rows) == {(w, c) for w in ("native", "page") for c in ("cold", "warm")}
+    for row in rows.values():
+        assert row["kernels"] > 10
+        assert 0 < row["first_step_s"] <= row["plan_to_first_step_s"]
+    assert rows[("native", "cold")]["cache_bytes_after"] > 0
+    lavapipe_page = os.environ.get("WEBGPU_CHROME") is not None
+    assert (rows[("page", "cold")]["cache_bytes_after"] > 0) == lavapipe_page
+    assert r["page_cold_target"]["value"] == rows[("page", "cold")]["plan_to_first_step_s"]
+    assert "plan to the first finished step" in bench_cold.format_cold_start(r)

@@ -547,6 +547,7 @@ async function trainRun(runId) {
     gpu = await openGPU();
     const offer = gpu.hasF16 ? 'native' : 'emulated';
     await tilesReady;
+    page.planRequested = performance.now();  // webmp bench --cold-start: plan to first finished step
     const tiles = page.tune.tuned ? `&tiles=${page.tune.key}` : '';
     const {plan, start_step: startStep, f16_path: f16Path, matmul_tiles: matmulTiles} =
       await api(`/api/runs/${runId}/plan?f16=${offer}${tiles}`);

@@ -1142,7 +1142,21 @@ def cli_bench(argv: list[str]) -> int:
         choices=sorted({m["name"] for size in SIZES.values() for m in size["step_models"]}),
         help="the training-step models to run (default: all of the size's: digits, wide, gpt)",
     )
+    p.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="only this: plan to first finished step of the default MLP, natively and in a headless "
+        "Chromium page, with Mesa's shader cache cold and warm (webmp/bench_cold.py)",
+    )
     args = p.parse_args(argv)
+    if args.cold_start:
+        from . import bench_cold
+
+        try:
+            return bench_cold.cli(args.out)
+        except RuntimeError as e:
+            print(f"webmp bench: {e}", file=sys.stderr)
+            return 1
     try:
         r = run_bench(
             args.size,
