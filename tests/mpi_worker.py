@@ -1,7 +1,7 @@
 """One rank of tests/test_mpi.py's runs, launched as `mpirun -n N python tests/mpi_worker.py JOB`.
 
 JOB is a JSON file: {"config": TrainConfig fields, "out": run directory, "resume": null or a run,
-"stop_after": null or a step, "inject": {step: "inf" or "flag"} (rank 1 only), "report": a
+"stop_after": null or a step, "inject": {step: "inf", "flag" or "raise"} (rank 1 only), "report": a
 directory}. The rank trains through the Python API (webmp.train.Trainer) and writes
 REPORT/rank{r}.json: its records, final state words, and the SHA-256 of its masters, moments and
 state (what must be bit-identical across ranks); then REPORT/rank{r}.pid is written at start, for
@@ -37,6 +37,8 @@ def main(job_path: str) -> None:
             fused[trainer.plan["data_parallel"]["gradients"][0]["offset"]] = np.inf
         elif what == "flag":  # an activation overflow on this rank only (FLAG_H_STORE)
             fused[trainer.plan["data_parallel"]["flags"]["offset"]] = 1.0
+        elif what == "raise":  # this rank fails with an exception while the others wait in the sum
+            raise RuntimeError(f"injected failure at step {step}")
 
     trainer = Trainer(
         TrainConfig(**job["config"]),

@@ -193,7 +193,9 @@ def test_dead_rank_fails_fast_and_keeps_the_checkpoint(tmp, gpu):
             assert time.monotonic() < deadline, "no checkpoint within 120 s"
             time.sleep(0.2)
         os.kill(int((report / "rank1.pid").read_text()), signal.SIGKILL)
+        killed = time.monotonic()
         output, _ = proc.communicate(timeout=60)  # a hang fails here
+        print(f"mpirun exited {time.monotonic() - killed:.1f} s after the kill:\n{output[-600:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -208,6 +210,25 @@ def test_dead_rank_fails_fast_and_keeps_the_checkpoint(tmp, gpu):
     )
     trainer.run()
     assert [r["step"] for r in trainer.records] == [step, step + 1]
+
+
+def test_exception_on_one_rank_aborts_every_rank(tmp):
+    """An uncaught exception on rank 1 (while rank 0 waits in the all-reduce) ends the job at once
+    (webmp.distributed.abort_on_uncaught), naming the rank and the error."""
+    job = {
+        "config": {**MLP, "steps": 100000},
+        "out": str(tmp / "raised"),
+        "report": str(tmp / "raised-report"),
+    }
+    proc = mpirun(2, {**job, "inject": {"3": "raise"}}, tmp, wait=False)
+    try:
+        output, _ = proc.communicate(timeout=120)  # a hang fails here
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert "injected failure at step 3" in output and "rank 1 of 2 failed" in output, output
 
 
 def test_gpt_two_ranks_match_one_rank(tmp, text_file, gpu):

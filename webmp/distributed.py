@@ -158,7 +158,8 @@ class DataParallelStep:
             (flags["buffer"], 4 * flags["offset"], 4),
         ]
         self.nbytes = 4 * spec["floats"]
-        self.totals = dict.fromkeys(self.TIMES, 0.0)
+        self.totals = dict.fromkeys(self.TIMES, 0.0)  # over the steps after this session's first
+        self.first_step_ms = 0.0  # the first step compiles the pipelines: kept apart
         self.steps = 0
 
     def run(self, step: int, read_metrics: bool) -> bytes | None:
@@ -195,16 +196,32 @@ class DataParallelStep:
         t4 = time.perf_counter()
         raw = rt.run(spec["update_program"], read_metrics=read_metrics)
         t5 = time.perf_counter()
-        for key, dt in zip(self.TIMES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
-            self.totals[key] += 1000 * dt
+        if self.steps == 0:
+            self.first_step_ms = 1000 * (t5 - t0)
+        else:
+            for key, dt in zip(self.TIMES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+                self.totals[key] += 1000 * dt
         self.steps += 1
         return raw
 
     def summary(self) -> dict[str, Any]:
-        """Milliseconds per step of each part (grads_ms: this rank's gradients on the GPU, to their
-        end; readback_ms: the copy into the staging buffer and its map; allreduce_ms: the sum over
-        the ranks, waiting for the slowest included; upload_ms: the host's writes of the sums;
-        update_ms: submitting the update, and reading the metrics ring when due), the fused
-        buffer's bytes, and the ranks."""
-        per_step = {k: round(v / max(1, self.steps), 3) for k, v in self.totals.items()}
-        return {"ranks": self.world.size, "fused_bytes": self.nbytes, "steps": self.steps, **per_step}
+        """Milliseconds per step, averaged over the steps after the first (first_step_ms: it
+        compiles the pipelines), of each part: grads_ms (this rank's gradients on the GPU, to their
+        end), readback_ms (the copy into the staging buffer and its map), allreduce_ms (the sum
+        over the ranks, waiting for the slowest included), upload_ms (the host's writes of the
+        sums), update_ms (submitting the update, and reading the metrics ring when due), step_ms
+        (their sum), comm_share ((readback + all-reduce + upload) / step); the fused buffer's
+        bytes and the ranks."""
+        n = max(1, self.steps - 1)
+        per_step = {k: round(v / n, 3) for k, v in self.totals.items()}
+        step_ms = sum(self.totals.values()) / n
+        comm = self.totals["readback_ms"] + self.totals["allreduce_ms"] + self.totals["upload_ms"]
+        return {
+            "ranks": self.world.size,
+            "fused_bytes": self.nbytes,
+            "steps": self.steps,
+            "first_step_ms": round(self.first_step_ms, 3),
+            **per_step,
+            "step_ms": round(step_ms, 3),
+            "comm_share": round(comm / n / step_ms, 4) if step_ms > 0 else None,
+        }

@@ -309,9 +309,9 @@ class Trainer:
         if self.data_parallel is not None:
             dp = summary["data_parallel"]
             self.log(
-                f"webmp: {dp['ranks']} ranks, per step: readback {dp['readback_ms']:.2f} ms, "
-                f"all-reduce {dp['allreduce_ms']:.2f} ms of {dp['fused_bytes']} bytes, "
-                f"upload {dp['upload_ms']:.2f} ms"
+                f"webmp: {dp['ranks']} ranks, per step: {dp['step_ms']:.2f} ms, of which readback "
+                f"{dp['readback_ms']:.2f}, all-reduce {dp['allreduce_ms']:.2f} ({dp['fused_bytes']} bytes), "
+                f"upload {dp['upload_ms']:.2f}"
             )
         self.log(f"webmp: run directory {self.run_dir.path}")
         return summary
