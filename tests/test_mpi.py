@@ -231,6 +231,24 @@ def test_exception_on_one_rank_aborts_every_rank(tmp):
     assert "injected failure at step 3" in output and "rank 1 of 2 failed" in output, output
 
 
+def test_bench_ranks(tmp):
+    """`mpirun -n 2 webmp bench --ranks 2`: rank 0 writes the parts of the data-parallel step."""
+    out = tmp / "bench.json"
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    cmd = ["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "webmp", "bench", "--size", "tiny"]
+    cmd += ["--ranks", "2", "--models", "digits", "--out", str(out)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=tmp)
+    assert done.returncode == 0, done.stdout + done.stderr
+    digits = json.loads(out.read_text())["models"]["digits"]
+    parts = ("grads_ms", "readback_ms", "allreduce_ms", "upload_ms", "update_ms")
+    assert digits["ranks"] == 2 and all(digits[k] > 0 for k in parts)
+    assert digits["step_ms"] == pytest.approx(sum(digits[k] for k in parts), abs=0.01)
+    assert 0 < digits["comm_share"] < 1
+    # the fused buffer: every gradient (the digits MLP 64-32-10), the 16 loss rows, 3 flag bits
+    assert digits["fused_bytes"] == 4 * (64 * 32 + 32 + 32 * 10 + 10 + 16 + 3)
+
+
 def test_gpt_two_ranks_match_one_rank(tmp, text_file, gpu):
     config = {**GPT, "data": text_file}
     ranks = two_rank_run(tmp, config, "gpt2")
