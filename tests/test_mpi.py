@@ -9,10 +9,10 @@ rank sums its B/2 rows, the all-reduce adds the two partial sums): a few f32 ulp
 element. Through AdamW that moves a master weight by ulps, which can flip the f16 rounding of its
 working copy by one f16 ulp (2^-11 relative) and so change the forward pass. The loss is a mean
 over rows of smooth functions of the weights, so the effect on it is far below one f16 ulp of
-the loss; we bound the relative difference by 2^-11 (measured: 0 over 20 MLP steps, see
-MEASURED_*), which a wrong shard (other rows), a gradient not normalised by the global batch
-(twice the step) or a missing rank's contribution (half the gradient) exceed by orders of
-magnitude after a few steps.
+the loss; we bound the relative difference by 2^-11. Measured on lavapipe: 0 (every loss the
+same bits) over the MLP's 20 steps, at most 5.5e-6 absolute (~2e-6 relative) over the GPT's 10.
+A wrong shard (other rows), a gradient not normalised by the global batch (twice the step) or a
+missing rank's contribution (half the gradient) changes the losses by far more after a few steps.
 """
 
 from __future__ import annotations
