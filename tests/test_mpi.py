@@ -11,8 +11,9 @@ working copy by one f16 ulp (2^-11 relative) and so change the forward pass. The
 over rows of smooth functions of the weights, so the effect on it is far below one f16 ulp of
 the loss; we bound the relative difference by 2^-11. Measured on lavapipe: 0 (every loss the
 same bits) over the MLP's 20 steps, at most 5.5e-6 absolute (~2e-6 relative) over the GPT's 10.
-A wrong shard (other rows), a gradient not normalised by the global batch (twice the step) or a
-missing rank's contribution (half the gradient) changes the losses by far more after a few steps.
+The gradient norms get the same bound (measured: 1-ulp differences). A wrong shard (other rows)
+changes the first loss; a sum not normalised by the global batch doubles the gradient norm, a
+missing rank's contribution halves it.
 """
 
 from __future__ import annotations
@@ -122,16 +123,32 @@ def assert_same_across_ranks(ranks: list[dict]) -> None:
 
 
 def assert_matches_one_rank(two: list[dict], one: list[dict]) -> None:
+    """Losses and gradient norms within LOSS_RTOL, the first loss the same bits (AdamW's step does
+    not change when every gradient is scaled: only the norm shows a wrongly normalised sum)."""
     a, b = losses(two), losses(one)
     assert len(a) == len(b)
     assert a[0] == b[0]  # the same weights and rows: the same bits
     np.testing.assert_allclose(a, b, rtol=LOSS_RTOL, atol=0)
+    norms = [np.array([r["grad_norm"] for r in recs]) for recs in (two, one)]
+    np.testing.assert_allclose(norms[0], norms[1], rtol=LOSS_RTOL, atol=0)
 
 
 def test_batch_must_split_over_the_ranks():
     check_shard(64, 1, 2)
     with pytest.raises(ValueError, match="batch_size 10 does not split over 4 ranks"):
         check_shard(10, 0, 4)
+
+
+def test_one_process_never_starts_mpi():
+    """Without an MPI launcher detect_world is one rank and mpi4py is not even imported."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")}
+    code = (
+        "import sys; from webmp.distributed import detect_world; w = detect_world(); "
+        "assert (w.rank, w.size) == (0, 1) and 'mpi4py' not in sys.modules, (w.size, sorted(sys.modules))"
+    )
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_mlp_two_ranks_match_one_rank(mlp_two_ranks, mlp_one_rank, tmp):
