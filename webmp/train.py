@@ -223,7 +223,8 @@ class Trainer:
         if self.world.size > 1:
             n = self.world.size
             self.log(
-                f"webmp: data-parallel over {n} ranks, {cfg.batch_size // n} of each {cfg.batch_size} rows"
+                f"webmp: data-parallel over {n} ranks, each {cfg.batch_size // n} of every batch of "
+                f"{cfg.batch_size}"
             )
         for change in self.resume_changes:
             self.log(f"webmp: resuming at step {self.step} with {change}")
