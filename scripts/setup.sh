@@ -2,8 +2,10 @@
 # Installs what webmp needs on a Debian machine (run as root; idempotent, quick when all is there).
 #   scripts/setup.sh train   Python package + a Vulkan driver when the best WebGPU adapter is not
 #                            Vulkan/Metal/D3D12 (wgpu falls back to OpenGL, without shader-f16)
-#   scripts/setup.sh test    the above, plus test deps, Chromium, the chart library and, when
+#   scripts/setup.sh test    the above, plus test deps, Open MPI (mpi4py builds against it; the
+#                            2-rank tests), Chromium, the chart library and, when
 #                            ../shared/tools/webgpu-cpu exists, the faster lavapipe + f16 Chromium
+#   scripts/setup.sh mpi     train, plus Open MPI and mpi4py: `mpirun -n N webmp train ...`
 set -euo pipefail
 mode=${1:-train}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,14 +22,18 @@ apt_install() {
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+case "$mode" in train | test | mpi) ;; *) say "unknown mode '$mode' (train, test or mpi)"; exit 2 ;; esac
 py=${PYTHON:-python3}
-extra=""; [ "$mode" = test ] && extra="[test]"
+extra=""; [ "$mode" = test ] && extra="[test]"; [ "$mode" = mpi ] && extra="[mpi]"
+# mpi4py compiles against an MPI library: install it before pip runs
+[ "$mode" != train ] && apt_install openmpi-bin libopenmpi-dev
 # pip runs again only when pyproject.toml changed since the last install from this checkout, or when
 # webmp (or a test tool) is missing or installed from elsewhere: it costs ~15 s even with nothing to do
 stamp=".webmp-cache/installed-$mode"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $root"
 check="import webmp, wgpu, fastapi, safetensors, sklearn, sys; sys.exit(not webmp.__file__.startswith('$root/'))"
-[ "$mode" = test ] && check="import pytest, playwright, xdist, mypy, ruff; $check"
+[ "$mode" = test ] && check="import pytest, playwright, xdist, mypy, ruff, mpi4py; $check"
+[ "$mode" = mpi ] && check="import mpi4py; $check"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! $py -c "$check" 2>/dev/null; then
   say "pip install -e .$extra"
   $py -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".$extra"

@@ -149,15 +149,24 @@ def cmd_train(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"webmp train: {e}", file=sys.stderr)
         return 1
+    from .distributed import detect_world
     from .train import ScaleCollapseError, Trainer
 
     try:
-        Trainer(cfg, out=args.out, resume=args.resume, progress=not args.quiet).run()
-    except ScaleCollapseError as e:
+        world = detect_world()
+    except RuntimeError as e:
         print(f"webmp train: {e}", file=sys.stderr)
+        return 1
+    where = f" (rank {world.rank} of {world.size})" if world.size > 1 else ""
+    try:
+        Trainer(cfg, out=args.out, resume=args.resume, progress=not args.quiet, world=world).run()
+    except ScaleCollapseError as e:
+        print(f"webmp train{where}: {e}", file=sys.stderr)
+        world.abort(3)  # under MPI: ends every rank now (the others may wait in an all-reduce)
         return 3
     except (RuntimeError, ValueError, OSError) as e:
-        print(f"webmp train: {e}", file=sys.stderr)
+        print(f"webmp train{where}: {e}", file=sys.stderr)
+        world.abort(1)
         return 1
     return 0
 

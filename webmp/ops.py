@@ -362,14 +362,20 @@ def gather_train(
     batch: int,
     seed: int,
     perm_bits: int,
+    shard: int = 0,
     state: str = "state",
 ) -> None:
-    """The next batch of the seeded per-epoch permutation (at state.data_pos) into X (h) and y."""
+    """The next batch of the seeded per-epoch permutation (at state.data_pos) into X (h) and y;
+    a data-parallel rank's `batch` rows start `shard` rows into the global batch (the constant is
+    left out for 0, as before it existed)."""
+    consts = {"N_ROWS": n_rows, "F": features, "B": batch, "SEED": seed, "PERM_BITS": perm_bits}
+    if shard:
+        consts["SHARD"] = shard
     pb.dispatch(
         program,
         ["gather.wgsl"],
         "gather_train",
-        {"N_ROWS": n_rows, "F": features, "B": batch, "SEED": seed, "PERM_BITS": perm_bits},
+        consts,
         {"xs": xs, "ys": ys, "state": state, "X": X, "y": y},
         grid(batch * cdiv(features, 2)),
     )
@@ -419,11 +425,13 @@ def softmax_xent(
 ) -> None:
     """Per-row loss and dlogits = (softmax - onehot) * scale / counted, fused, in f32; one thread a
     row. Rows labelled NO_LABEL (padding) get loss 0 and a zero gradient; `counted` is the number
-    of the other rows (default: all B; the constant is left out then, as before it existed)."""
+    of the other rows (default: all B; the constant is left out then, as before it existed), or,
+    for a data-parallel rank's shard, the global batch's rows (more than B: the ranks' summed
+    gradients are then the global mean's)."""
     consts = {"B": B, "C": C}
     if counted is not None:
-        if not 0 < counted <= B:
-            raise ValueError(f"counted rows {counted} not in 1 .. B = {B}")
+        if counted <= 0:
+            raise ValueError(f"counted rows {counted} must be positive")
         consts["COUNTED"] = counted
     pb.dispatch(
         program,
@@ -750,27 +758,32 @@ def gather_windows(
     seed: int,
     perm_bits: int,
     pos_per_window: int,
+    shard: int = 0,
     state: str = "state",
 ) -> None:
     """The next `batch` training windows of T tokens: idx [batch * T] the inputs, targets the next
     tokens. Window b starts at window_starts' position (webmp.data) for window number
     state.data_pos / pos_per_window + b, in the seeded per-epoch order over the n_tokens - T start
     positions (perm_bits = webmp.data.perm_bits(n_tokens - T)). The scaler advances data_pos by
-    its B, the number of loss rows: with batch * T loss rows, pass pos_per_window = T."""
+    its B, the number of loss rows: with batch * T loss rows, pass pos_per_window = T. A
+    data-parallel rank's `batch` windows start `shard` windows into the global batch."""
     if n_tokens <= T:
         raise ValueError(f"a stream of {n_tokens} tokens has no window of {T} tokens plus a target")
+    consts = {
+        "N_TOKENS": n_tokens,
+        "T": T,
+        "B": batch,
+        "SEED": seed,
+        "PERM_BITS": perm_bits,
+        "POS_PER_WINDOW": pos_per_window,
+    }
+    if shard:
+        consts["SHARD"] = shard
     pb.dispatch(
         program,
         ["windows.wgsl"],
         "gather_windows",
-        {
-            "N_TOKENS": n_tokens,
-            "T": T,
-            "B": batch,
-            "SEED": seed,
-            "PERM_BITS": perm_bits,
-            "POS_PER_WINDOW": pos_per_window,
-        },
+        consts,
         {"tokens": tokens, "state": state, "idx": idx, "targets": targets},
         grid(batch * T),
     )

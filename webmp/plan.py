@@ -102,8 +102,50 @@ class EvalSpec(TypedDict):
     loss_buffer: str | None  # f32 [1]: the evaluated rows' summed loss (language models), else None
 
 
-class Plan(KernelPlan):
-    """A training plan: programs 'train_step' and 'eval'."""
+class FusedRegion(TypedDict):
+    """`floats` f32 words of `buffer` (from its start) at word `offset` of the fused all-reduce buffer."""
+
+    buffer: str
+    offset: int
+    floats: int
+
+
+class LossRegion(FusedRegion):
+    """This rank's loss rows (`buffer`, `floats` of them) go to word `offset`, its place in the
+    global batch; after the sum, the global batch's `rows` rows at word `all_offset` go to `all`."""
+
+    all: str
+    all_offset: int
+    rows: int
+
+
+class FlagsRegion(TypedDict):
+    """Word 0 of `buffer` (the overflow flags) as `bits` f32 words at `offset`, one per flag bit
+    (1.0 when set): summed over the ranks, a bit is set when any rank set it (an OR by a sum)."""
+
+    buffer: str
+    offset: int
+    bits: int
+
+
+class DataParallelSpec(TypedDict):
+    """One rank's part of data-parallel training (webmp.distributed): `grads_program` (this rank's
+    shard: gather, forward, backward, losses normalised by the global batch), then the sum over
+    the ranks of one fused f32 buffer of `floats` words (the gradients, the global batch's loss
+    rows, the flags), written back, then `update_program` (overflow check, scaler, AdamW)."""
+
+    rank: int
+    world: int
+    grads_program: str
+    update_program: str
+    floats: int
+    gradients: list[FusedRegion]
+    loss: LossRegion
+    flags: FlagsRegion
+
+
+class TrainPlan(KernelPlan):
+    """Plan's keys that every training plan has."""
 
     format: str
     config: dict[str, Any]
@@ -117,6 +159,13 @@ class Plan(KernelPlan):
     schedule: Schedule
     eval: EvalSpec
     memory: dict[str, int]  # bytes by category
+
+
+class Plan(TrainPlan, total=False):
+    """A training plan: programs 'train_step' and 'eval'; a data-parallel rank's has 'train_grads'
+    and 'train_update' instead of 'train_step', and `data_parallel` says how to run them."""
+
+    data_parallel: DataParallelSpec
 
 
 class SampleSpec(TypedDict):

@@ -30,7 +30,9 @@ Runtime = Literal["native", "browser"]
 Record = dict[str, Any]  # one metrics record: {field of METRIC_FIELDS: value}
 
 
-class RunSummary(TypedDict):
+class RunFacts(TypedDict):
+    """RunSummary's keys that every run has."""
+
     final_train_loss: float | None  # mean loss over the last log_every records
     last_loss: float | None
     test_accuracy: float  # gpt: next-character accuracy on the evaluated validation characters
@@ -55,6 +57,13 @@ class RunSummary(TypedDict):
     steps_per_second: float | None
     readbacks: int  # metrics-ring maps
     run_dir: str
+
+
+class RunSummary(RunFacts, total=False):
+    """summary.json: RunFacts, and for data-parallel runs `data_parallel` (DataParallelStep.summary:
+    the ranks, the fused buffer's bytes, milliseconds per step of readback, all-reduce, upload)."""
+
+    data_parallel: dict[str, Any]
 
 
 def run_summary(

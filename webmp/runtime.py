@@ -35,11 +35,13 @@ NATIVE_BACKENDS = ("Vulkan", "Metal", "D3D12")  # wgpu's OpenGL backend lacks sh
 
 
 class GPU:
-    """One adapter and device, with the adapter's real limits requested."""
+    """One adapter and device, with the adapter's real limits requested; the best adapter unless
+    `adapter` is given (gpu_for_rank)."""
 
-    def __init__(self, features: list[str] | None = None, power_preference="high-performance"):
+    def __init__(self, features: list[str] | None = None, power_preference="high-performance", adapter=None):
         try:
-            adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
+            if adapter is None:
+                adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
         except Exception as e:  # wgpu-native raises when no Vulkan/Metal/DX12 driver exists
             raise RuntimeError(f"{NO_ADAPTER} ({e})") from None
         if adapter is None:
@@ -106,6 +108,20 @@ def default_gpu() -> GPU:
     return GPU()
 
 
+def gpu_for_rank(rank: int) -> GPU:
+    """Data-parallel rank `rank`'s device: adapter rank mod count of the Vulkan, Metal or D3D12
+    adapters (each GPU once; a one-GPU host shares its GPU between the ranks)."""
+    try:
+        adapters = [
+            a for a in wgpu.gpu.enumerate_adapters_sync() if a.info["backend_type"] in NATIVE_BACKENDS
+        ]
+    except Exception as e:
+        raise RuntimeError(f"{NO_ADAPTER} ({e})") from None
+    if not adapters:
+        raise RuntimeError(NO_ADAPTER)
+    return GPU(adapter=adapters[rank % len(adapters)])
+
+
 class Runtime:
     def __init__(self, plan: KernelPlan, blob: bytes, gpu: GPU | None = None):
         self.plan = plan
@@ -152,6 +168,7 @@ class Runtime:
         )
         self.readbacks = 0
         self.submits = 0
+        self.gather_staging = None  # read_gathered's staging buffer, made on first use
 
     def _prepare(self, d):
         bg = self.device.create_bind_group(
@@ -190,6 +207,25 @@ class Runtime:
             return bytes(self.staging.read_mapped())
         finally:
             self.staging.unmap()
+
+    def read_gathered(self, regions: list[tuple[str, int, int]], nbytes: int) -> bytes:
+        """One copy and map of several buffers into one reused staging buffer of `nbytes` bytes:
+        `regions` are (buffer, byte offset in the staging buffer, bytes from the buffer's start).
+        Bytes no region covers keep what they held (zeros: nothing else writes them)."""
+        staging = self.gather_staging
+        if staging is None or staging.size != nbytes:
+            staging = self.gather_staging = self.device.create_buffer(
+                size=nbytes, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+            )
+        enc = self.device.create_command_encoder()
+        for name, offset, n in regions:
+            enc.copy_buffer_to_buffer(self.buffers[name], 0, staging, offset, n)
+        self.device.queue.submit([enc.finish()])
+        staging.map_sync(wgpu.MapMode.READ)
+        try:
+            return bytes(staging.read_mapped())
+        finally:
+            staging.unmap()
 
     def read(self, name: str) -> bytes:
         return bytes(self.device.queue.read_buffer(self.buffers[name]))

@@ -25,10 +25,11 @@ from .checkpoint import (
 from .config import TrainConfig, resumed_config
 from .corpus import TextCorpus, checkpoint_facts, describe_data, load_training_data, run_baseline_bits
 from .data import Dataset
+from .distributed import BeforeAllreduce, DataParallelStep, World, detect_world, digest
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
 from .rundir import METRICS, RunDir, RunSummary, new_run_dir, result_line, run_summary, scale_collapse
-from .runtime import GPU, Runtime, default_gpu
+from .runtime import GPU, Runtime, default_gpu, gpu_for_rank
 from .state import decode_records, decode_state
 from .tilecache import TileTable
 
@@ -66,12 +67,18 @@ class Trainer:
         dataset: Dataset | TextCorpus | None = None,
         progress: bool = True,
         log=print,
+        world: World | None = None,
+        before_allreduce: BeforeAllreduce | None = None,
     ):
-        self.log = log or (lambda *a, **k: None)
-        self.progress = progress
+        """Under an MPI launcher (or with `world`), one data-parallel rank: every rank trains on its
+        shard of each global batch, and only rank 0 writes the run directory (webmp.distributed)."""
+        self.world = world or detect_world()
+        self.writer = self.world.rank == 0
+        self.log = (log or (lambda *a, **k: None)) if self.writer else (lambda *a, **k: None)
+        self.progress = progress and self.writer
         contents, meta = (None, None)
         self.resume_changes: list[str] = []
-        if resume is None and out is not None:
+        if resume is None and out is not None and self.writer:
             check_new_run_dir(out)
         if resume is not None:
             contents, meta = load_checkpoint(resume)
@@ -98,10 +105,14 @@ class Trainer:
                 f"cannot resume: the data file {cfg.data} changed since the checkpoint "
                 f"(sha256 {meta.get('data_sha256')} then, {self.data.sha256} now)"
             )
-        self.gpu = gpu or default_gpu()
+        if gpu is None:
+            gpu = default_gpu() if self.world.size == 1 else gpu_for_rank(self.world.rank)
+        self.gpu = gpu
         self.path = resolve_f16_path(cfg.precision, cfg.f16, self.gpu.has_f16)
         self.tiles = TileTable.for_adapter(self.gpu.name)  # `webmp bench --tune`'s choices, else defaults
-        plan, blob = build_plan(cfg, self.data, self.path, self.tiles)
+        plan, blob = build_plan(
+            cfg, self.data, self.path, self.tiles, rank=self.world.rank, world=self.world.size
+        )
         self.step = 0
         if contents is not None and meta is not None:
             plan, blob = resume_blob(plan, blob, contents)
@@ -114,24 +125,34 @@ class Trainer:
                 )
         self.plan = plan
         self.runtime = Runtime(plan, blob, self.gpu)
+        self.data_parallel = (
+            DataParallelStep(self.runtime, plan["data_parallel"], self.world, before_allreduce)
+            if "data_parallel" in plan
+            else None
+        )
         if out is None:
             out = (
                 Path(resume).parent
                 if resume is not None and Path(resume).name.endswith(".safetensors")
                 else resume
             )
-        self.run_dir = RunDir(out if out is not None else new_run_dir())
-        if resume is not None:
+        if out is None and self.writer:
+            out = new_run_dir()
+        self.run_path = Path(self.world.bcast(str(out)))
+        # only rank 0 writes; the other ranks' RunDir is never made (it would create the directory)
+        self.run_dir = RunDir(self.run_path) if self.writer else None
+        if resume is not None and self.run_dir is not None:
             self.run_dir.truncate_metrics_after(self.step - 1)
-        self.last_checkpoint: tuple[Path, int] | None = (self.run_dir.path, self.step) if resume else None
+        self.last_checkpoint: tuple[Path, int] | None = (self.run_path, self.step) if resume else None
         self.f16_description = describe_f16(self.path, cfg.f16)
-        self.run_dir.write_config(
-            cfg,
-            f16_path=plan["f16_path"],
-            adapter=self.gpu.name,
-            runtime="native",
-            data_sha256=self.data.sha256,
-        )
+        if self.run_dir is not None:
+            self.run_dir.write_config(
+                cfg,
+                f16_path=plan["f16_path"],
+                adapter=self.gpu.name,
+                runtime="native",
+                data_sha256=self.data.sha256,
+            )
         self.records: list[dict] = []
         self.skipped_total = 0
         self.warned_min_scale = False
@@ -142,10 +163,18 @@ class Trainer:
         return decode_state(self.runtime.read(self.plan["state"]["buffer"]))
 
     def checkpoint(self) -> Path:
+        """Rank 0 saves the checkpoint; data-parallel ranks first check they hold the same bits."""
         contents = {n: self.runtime.read(n) for n in checkpoint_buffers(self.plan)}
-        extra: dict[str, Any] = {"adapter": self.gpu.name, **checkpoint_facts(self.data)}
-        path = save_checkpoint(self.run_dir.path, self.plan, contents, extra)
-        self.last_checkpoint = (self.run_dir.path, self.step)
+        if self.world.size > 1:
+            self.world.check_same(
+                f"the weights, optimizer state and state words at step {self.step}",
+                digest([contents[n] for n in checkpoint_buffers(self.plan)]),
+            )
+        path = self.run_path
+        if self.run_dir is not None:
+            extra: dict[str, Any] = {"adapter": self.gpu.name, **checkpoint_facts(self.data)}
+            path = save_checkpoint(self.run_dir.path, self.plan, contents, extra)
+        self.last_checkpoint = (self.run_path, self.step)
         return path
 
     def evaluate(self) -> dict:
@@ -185,7 +214,13 @@ class Trainer:
         cfg = self.cfg
         end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
         self.log(f"webmp: {cfg.precision}, {self.f16_description}, adapter {self.gpu.name}")
-        self.log(f"webmp: run directory {self.run_dir.path}")
+        self.log(f"webmp: run directory {self.run_path}")
+        if self.world.size > 1:
+            n = self.world.size
+            self.log(
+                f"webmp: data-parallel over {n} ranks, each {cfg.batch_size // n} of every batch of "
+                f"{cfg.batch_size}"
+            )
         for change in self.resume_changes:
             self.log(f"webmp: resuming at step {self.step} with {change}")
         if cfg.data is not None or isinstance(self.data, TextCorpus):
@@ -202,12 +237,16 @@ class Trainer:
                 s = self.step + 1  # steps completed after this submit
                 ckpt = cfg.checkpoint_every > 0 and s % cfg.checkpoint_every == 0
                 read = s % cfg.log_every == 0 or s == end or ckpt
-                raw = self.runtime.run("train_step", read_metrics=read)
+                if self.data_parallel is not None:
+                    raw = self.data_parallel.run(s, read_metrics=read)
+                else:
+                    raw = self.runtime.run("train_step", read_metrics=read)
                 self.step = s
                 if raw is not None:
                     recs = self._new_records(raw, logged + 1, s - 1)
                     logged = s - 1
-                    self.run_dir.append_metrics(recs)
+                    if self.run_dir is not None:
+                        self.run_dir.append_metrics(recs)
                     self.records += recs
                     self.skipped_total += sum(r["skipped"] for r in recs)
                     if bar is not None:
@@ -229,12 +268,14 @@ class Trainer:
         return self.finish()
 
     def finish(self) -> RunSummary:
+        """Evaluate, checkpoint, summarise; rank 0 writes summary.json and curves.png (the other
+        ranks' summaries count only the records of this session)."""
         state = self.read_state()
         ev = self.evaluate()
         self.checkpoint()
         summary = run_summary(
             self.cfg,
-            self.run_dir.read_metrics(),
+            self.run_dir.read_metrics() if self.run_dir is not None else self.records,
             state,
             test_correct=ev["test_correct"],
             test_count=ev["test_count"],
@@ -249,14 +290,25 @@ class Trainer:
             wall_seconds=self.wall,
             steps_run=len(self.records),
             readbacks=self.runtime.readbacks,
-            run_dir=self.run_dir.path,
+            run_dir=self.run_path,
         )
+        if self.data_parallel is not None:
+            summary["data_parallel"] = self.data_parallel.summary()
+        if self.run_dir is None:
+            return summary
         self.run_dir.write_summary(summary)
         self.run_dir.plot_curves(f"{self.cfg.precision} / {summary['f16_path']} — {result_line(summary)}")
         self.log(
             f"webmp: done — train loss {summary['final_train_loss']:.4f}, {result_line(summary)}, "
             f"{summary['skipped_steps']} skipped steps"
         )
+        if self.data_parallel is not None:
+            dp = summary["data_parallel"]
+            self.log(
+                f"webmp: {dp['ranks']} ranks, per step: {dp['step_ms']:.2f} ms, of which readback "
+                f"{dp['readback_ms']:.2f}, all-reduce {dp['allreduce_ms']:.2f} ({dp['fused_bytes']} bytes), "
+                f"upload {dp['upload_ms']:.2f}"
+            )
         self.log(f"webmp: run directory {self.run_dir.path}")
         return summary
 

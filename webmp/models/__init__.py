@@ -12,17 +12,24 @@ from .mlp import build_mlp_plan
 
 
 def build_plan(
-    cfg: TrainConfig, data: Dataset | TextCorpus, path: str, tiles: TileTable | None = None
+    cfg: TrainConfig,
+    data: Dataset | TextCorpus,
+    path: str,
+    tiles: TileTable | None = None,
+    *,
+    rank: int = 0,
+    world: int = 1,
 ) -> tuple[Plan, bytes]:
     """The plan and its initial-contents blob for training `cfg` on `data` with prelude `path`
     ('native', 'emulated' or 'fp32'); matmul tile shapes from `tiles` (default: DEFAULT_TILES).
-    The MLPs take a Dataset, the GPT a TextCorpus (its shape: build_gpt_plan's defaults)."""
+    The MLPs take a Dataset, the GPT a TextCorpus (its shape: build_gpt_plan's defaults).
+    With `world` > 1: data-parallel rank `rank`'s plan (its `data_parallel` key says how to run it)."""
     if cfg.model in ("mlp", "mlp-ln"):
         if isinstance(data, TextCorpus):
             raise TypeError(f"model {cfg.model!r} trains on a Dataset, not a TextCorpus")
-        return build_mlp_plan(cfg, data, path, tiles)
+        return build_mlp_plan(cfg, data, path, tiles, rank, world)
     if cfg.model == "gpt":
         if not isinstance(data, TextCorpus):
             raise TypeError(f"model 'gpt' trains on a TextCorpus, got {type(data).__name__}")
-        return build_gpt_plan(cfg, data, path, tiles)
+        return build_gpt_plan(cfg, data, path, tiles, rank=rank, world=world)
     raise ValueError(f"unknown model {cfg.model!r}")

@@ -14,7 +14,9 @@ from .. import ops
 from ..config import TrainConfig
 from ..plan import (
     PLAN_FORMAT,
+    DataParallelSpec,
     EvalSpec,
+    FusedRegion,
     ParamSpec,
     Plan,
     PlanBuilder,
@@ -27,7 +29,11 @@ from ..state import METRIC_FIELDS, NO_STEP, STATE_BYTES, STATE_FIELDS, initial_s
 from ..tilecache import TileTable
 
 TRAIN_STEP = "train_step"
+TRAIN_GRADS = "train_grads"  # data-parallel: train_step up to complete gradients ...
+TRAIN_UPDATE = "train_update"  # ... and from there, after the ranks' gradients are summed
 EVAL = "eval"
+LOSS_ROWS_ALL = "loss_rows_all"  # data-parallel: the global batch's loss rows, summed over the ranks
+FLAG_BITS = 3  # common.wgsl's FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS
 EVAL_FLAGS = "eval_flags"  # the overflow flags of program 'eval' (the training step's are "flags")
 
 
@@ -52,18 +58,48 @@ def pytorch_linear_init(
     return w, b
 
 
-class ModelBuilder:
-    """A PlanBuilder plus the parameter list and the parts of a training plan every model has."""
+def check_shard(batch_size: int, rank: int, world: int) -> None:
+    """ValueError unless the global batch splits evenly over `world` ranks and 0 <= rank < world."""
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is not one of the {world} ranks")
+    if batch_size % world:
+        raise ValueError(
+            f"batch_size {batch_size} does not split over {world} ranks: data-parallel training gives "
+            f"each rank batch_size / ranks of every global batch; choose a multiple of {world}"
+        )
 
-    def __init__(self, cfg: TrainConfig, path: str, tiles: TileTable | None = None):
+
+class ModelBuilder:
+    """A PlanBuilder plus the parameter list and the parts of a training plan every model has.
+
+    With `world` > 1 ranks (data-parallel), this rank's plan trains on `local_batch` =
+    batch_size / world of every global batch, rows from rank * local_batch on, and its training
+    step is two programs, `grads_program` and `update_program` (else both are train_step)."""
+
+    def __init__(
+        self, cfg: TrainConfig, path: str, tiles: TileTable | None = None, rank: int = 0, world: int = 1
+    ):
+        check_shard(cfg.batch_size, rank, world)
         self.cfg = cfg
         self.path = path
         self.pb = PlanBuilder(path)
         self.tiles = tiles or TileTable()
         self.params: list[Param] = []
+        self.rank, self.world = rank, world
+        self.local_batch = cfg.batch_size // world
+        self.grads_program = TRAIN_STEP if world == 1 else TRAIN_GRADS
+        self.update_program = TRAIN_STEP if world == 1 else TRAIN_UPDATE
+        self.global_rows = 0  # loss rows of the global batch, set by bookkeeping
+
+    @property
+    def counted_rows(self) -> int | None:
+        """softmax_xent's `counted` in the training step: the global batch's rows on a data-parallel
+        rank (so the ranks' gradients sum to the global mean's), else None (this batch's)."""
+        return self.global_rows if self.world > 1 else None
 
     def bookkeeping(self, batch: int) -> None:
-        """The GPU state, the overflow flags, per-row losses, the metrics ring, the eval counters.
+        """The GPU state, the overflow flags, per-row losses (`batch` of this rank's, and a
+        data-parallel rank's buffer for the global batch's), the metrics ring, the eval counters.
         Program 'eval' stores activations with their overflow test too; its bits go to eval_flags
         (EVAL_FLAGS), never read by the scaler, so an evaluation leaves nothing that changes the
         next training step (its overflow would otherwise skip that step)."""
@@ -73,6 +109,9 @@ class ModelBuilder:
         pb.u32("flags", (4,), "other")
         pb.u32(EVAL_FLAGS, (4,), "other")
         pb.f32("loss_rows", (batch,), "activations")
+        self.global_rows = batch * self.world
+        if self.world > 1:
+            pb.f32(LOSS_ROWS_ALL, (self.global_rows,), "activations")
         # unwritten ring slots hold step 0xFFFFFFFF, so readers can tell them from step 0
         ring = (cfg.log_every, len(METRIC_FIELDS))
         pb.u32("metrics", ring, "other", np.full(ring, NO_STEP))
@@ -126,10 +165,11 @@ class ModelBuilder:
         """ops.attn_softmax_bwd in the table's row kernels' form."""
         ops.attn_softmax_bwd(self.pb, program, rows=self.tiles.row_kernels, **kw)
 
-    def optimizer(self, program: str, batch: int) -> None:
-        """After the backward pass: overflow check and norm partials over every master gradient,
-        the scaler's verdict and metrics record, then AdamW on every parameter."""
-        cfg, pb = self.cfg, self.pb
+    def optimizer(self) -> None:
+        """After the backward pass (in update_program): overflow check and norm partials over every
+        master gradient, the scaler's verdict and metrics record (over the global batch's loss
+        rows), then AdamW on every parameter."""
+        cfg, pb, program, batch = self.cfg, self.pb, self.update_program, self.global_rows
         bases, total = [], 0
         for p in self.params:
             bases.append(total)
@@ -144,7 +184,7 @@ class ModelBuilder:
             program,
             scaler_constants(cfg, total, batch),
             partials="norm_partials",
-            loss_rows="loss_rows",
+            loss_rows=LOSS_ROWS_ALL if self.world > 1 else "loss_rows",
             metrics="metrics",
         )
         for p in self.params:
@@ -198,7 +238,38 @@ class ModelBuilder:
             "memory": memory,
             "required_limits": required_limits(list(pb.buffers.values()), list(pb.kernels.values())),
         }
+        if self.world > 1:
+            plan["data_parallel"] = self.data_parallel_spec()
         return plan, bytes(pb.blob)
+
+    def data_parallel_spec(self) -> DataParallelSpec:
+        """The fused all-reduce buffer's layout: every gradient, then the global batch's loss rows
+        (this rank's at its place, zeros elsewhere: the sum assembles them), then the flag bits."""
+        gradients: list[FusedRegion] = []
+        offset = 0
+        for p in self.params:
+            n = int(np.prod(p["shape"]))
+            gradients.append({"buffer": p["grad"], "offset": offset, "floats": n})
+            offset += n
+        local = self.global_rows // self.world
+        loss_base = offset
+        return {
+            "rank": self.rank,
+            "world": self.world,
+            "grads_program": self.grads_program,
+            "update_program": self.update_program,
+            "floats": loss_base + self.global_rows + FLAG_BITS,
+            "gradients": gradients,
+            "loss": {
+                "buffer": "loss_rows",
+                "offset": loss_base + self.rank * local,
+                "floats": local,
+                "all": LOSS_ROWS_ALL,
+                "all_offset": loss_base,
+                "rows": self.global_rows,
+            },
+            "flags": {"buffer": "flags", "offset": loss_base + self.global_rows, "bits": FLAG_BITS},
+        }
 
 
 def scaler_constants(cfg: TrainConfig, num_partials: int, batch: int) -> dict[str, Any]:

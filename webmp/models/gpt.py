@@ -33,7 +33,7 @@ from ..corpus import TextCorpus
 from ..data import check_tokens, eval_windows, perm_bits
 from ..plan import PLAN_FORMAT, EvalSpec, Plan, SamplePlan, memory_by_category, pack_h
 from ..tilecache import TileTable
-from .common import EVAL, EVAL_FLAGS, TRAIN_STEP, ModelBuilder
+from .common import EVAL, EVAL_FLAGS, ModelBuilder
 
 GELU = ops.ACT_CODES["gelu"]
 
@@ -227,6 +227,8 @@ def build_gpt_plan(
     tiles: TileTable | None = None,
     *,
     params: dict[str, np.ndarray] | None = None,
+    rank: int = 0,
+    world: int = 1,
 ) -> tuple[Plan, bytes]:
     """The GPT's plan (shape: cfg.n_layer, n_head, d_model, context, tie_head): programs train_step
     (batch_size windows of `context` tokens from the train split) and eval (over the first
@@ -234,13 +236,14 @@ def build_gpt_plan(
     accuracy into eval_result, the summed loss into val_loss_sum).
 
     params: the initial parameters by name (gpt_param_shapes); default
-    gpt_init with numpy's generator seeded by cfg.seed."""
-    mb = ModelBuilder(cfg, path, tiles)
+    gpt_init with numpy's generator seeded by cfg.seed. With `world` > 1: data-parallel rank
+    `rank`'s plan (ModelBuilder), batch_size / world windows of each global batch."""
+    mb = ModelBuilder(cfg, path, tiles, rank, world)
     pb = mb.pb
     V, D, T, H, L = corpus.vocab_size, cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer
     tie_head = cfg.tie_head
     check_shape(D, H, L)
-    Bw = cfg.batch_size
+    Bw = mb.local_batch
     R = Bw * T
     train = check_tokens(corpus.train, V, T, f"{corpus.name} (train split)")
     val = np.asarray(corpus.val, np.uint32)
@@ -294,15 +297,16 @@ def build_gpt_plan(
         mb.layernorm_bwd(program, dY="dY", Z=x, stats=stats, gamma=m(gname), dZ=dZ, M=R, N=D)
 
     # --- the training step ---------------------------------------------------------------------
-    S = TRAIN_STEP
+    S = mb.grads_program
     ops.gather_windows(
         pb, S, tokens="tokens", idx="idx", targets="targets", n_tokens=len(train), T=T, batch=Bw,
-        seed=cfg.seed, perm_bits=perm_bits(len(train) - T), pos_per_window=T,
+        seed=cfg.seed, perm_bits=perm_bits(len(train) - T), pos_per_window=T, shard=rank * Bw,
     )  # fmt: skip
     forward(S)
     ops.softmax_xent(
-        pb, S, logits="logits", labels="targets", loss_rows="loss_rows", dlogits="dlogits", B=R, C=V
-    )
+        pb, S, logits="logits", labels="targets", loss_rows="loss_rows", dlogits="dlogits", B=R, C=V,
+        counted=mb.counted_rows,
+    )  # fmt: skip
     # head: its weight gradient, and dxf into dY
     if tie_head:  # g_wte = dlogits^T xf (the embedding's part is added by embed_wgrad at the end)
         mb.matmul(S, "matmul_wgrad", A="dlogits", B="xf", C=g("wte"), M=V, N=D, K=R, trans_a=1)
@@ -347,7 +351,7 @@ def build_gpt_plan(
         pb, S, spans="spans", order="order", dX="dx", dwte=g("wte"), dwpe=g("wpe"), R=R, T=T, V=V, D=D,
         accumulate=tie_head,
     )  # fmt: skip
-    mb.optimizer(S, R)
+    mb.optimizer()
 
     # --- evaluation over the validation split: next-character accuracy and the summed loss -----
     E = EVAL

@@ -18,15 +18,16 @@ from ..config import TrainConfig
 from ..data import Dataset, perm_bits
 from ..plan import Plan
 from ..tilecache import TileTable
-from .common import EVAL, EVAL_FLAGS, TRAIN_STEP, ModelBuilder, pytorch_linear_init
+from .common import EVAL, EVAL_FLAGS, ModelBuilder, pytorch_linear_init
 
 
 def build_mlp_plan(
-    cfg: TrainConfig, data: Dataset, path: str, tiles: TileTable | None = None
+    cfg: TrainConfig, data: Dataset, path: str, tiles: TileTable | None = None, rank: int = 0, world: int = 1
 ) -> tuple[Plan, bytes]:
-    mb = ModelBuilder(cfg, path, tiles)
+    """The MLP's plan; with `world` > 1, data-parallel rank `rank`'s (ModelBuilder)."""
+    mb = ModelBuilder(cfg, path, tiles, rank, world)
     pb = mb.pb
-    Bt = cfg.batch_size
+    Bt = mb.local_batch
     dims = [data.features, *cfg.hidden, data.classes]
     L = len(dims) - 1
     act = ops.ACT_CODES[cfg.act]
@@ -105,7 +106,7 @@ def build_mlp_plan(
                 )
 
     # --- the training step ---------------------------------------------------------------------
-    T = TRAIN_STEP
+    T = mb.grads_program
     n_train = len(data.train_x)
     ops.gather_train(
         pb,
@@ -119,10 +120,14 @@ def build_mlp_plan(
         batch=Bt,
         seed=cfg.seed,
         perm_bits=perm_bits(n_train),
+        shard=rank * Bt,
     )
     forward(T)
     C = dims[-1]
-    ops.softmax_xent(pb, T, logits="logits", labels="y", loss_rows="loss_rows", dlogits="dlogits", B=Bt, C=C)
+    ops.softmax_xent(
+        pb, T, logits="logits", labels="y", loss_rows="loss_rows", dlogits="dlogits", B=Bt, C=C,
+        counted=mb.counted_rows,
+    )  # fmt: skip
     for l in reversed(range(L)):
         lay = layers[l]
         src, a_act = layer_input(l)
@@ -181,7 +186,7 @@ def build_mlp_plan(
                 M=Bt,
                 N=n,
             )
-    mb.optimizer(T, Bt)
+    mb.optimizer()
 
     # --- evaluation on the test split: chunks of one batch each -------------------------------
     E = EVAL
