@@ -819,6 +819,12 @@ def test_a_failed_run_never_traps_the_page(server, browser):
     assert info["config"]["hidden"] == [32, 32] and info["status"] == "finished"
     assert server.run(failed_id).status == "failed"  # left as it was
     assert page.locator("#resume").is_hidden()
+    # the runs panel puts the failed run's settings back in the form, for a new run
+    page.locator(f'#runs-body tr[data-run="{failed_id}"] button.new-from').click()
+    wait_page(page, "window.webmp.status === 'idle'", timeout=30)
+    assert page.locator("#cfg-precision").input_value() == "mixed"
+    assert page.locator("#cfg-steps").input_value() == "30" and "run=" not in page.url
+    assert page.locator("#resume").is_hidden() and page.locator("#start").is_enabled()
     page.close()
 
 
@@ -836,7 +842,7 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
     mixed.close_page()
     fp32.close_page()
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
-    native_dir = server.app.state.store.root / "native-fp16-noscale"
+    native_dir = server.app.state.store.root / f"native-fp16-noscale-{browser.kind}"
     Trainer(TrainConfig(**cfg, precision="fp16-noscale"), out=native_dir, progress=False, log=None).run()
     ids = [mixed.id, fp32.id, native_dir.name]
 

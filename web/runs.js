@@ -26,7 +26,7 @@ const formatLoss = (v) => (v === null || v === undefined ? '—' : typeof v === 
 
 function formatTime(unixSeconds) {
   const d = new Date(unixSeconds * 1000), pad = (n) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  return `${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
 // The settings a run differs in, in a few words: what tells runs apart in the list.
@@ -99,8 +99,8 @@ export class RunsPanel {
       cell(status),
       cell(`${done}/${run.steps}`, 'num'),
       cell(formatLoss(run.final_loss), 'num loss'),
-      cell(settings(run.config)),
-      cell(formatTime(run.created)),
+      cell(settings(run.config), 'settings'),
+      cell(formatTime(run.created), 'created'),
       cell(this.actions(run), 'actions'),
     );
     return tr;
@@ -120,7 +120,7 @@ export class RunsPanel {
     const again = document.createElement('button');
     again.type = 'button';
     again.className = 'new-from';
-    again.textContent = 'new from settings';
+    again.textContent = 'new run like it';
     again.title = 'put this run\'s settings in the form; Start then trains a new run';
     again.addEventListener('click', () => this.onNewFrom(run));
     span.append(' · ', again);
