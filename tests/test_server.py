@@ -1459,3 +1459,19 @@ def test_metrics_are_downsampled_on_request_with_bounds(client):
         r = client.get(url, params={"max_points": bad})
         assert r.status_code == 422 and "max_points" in json.dumps(r.json()["detail"]), r.text
     leave(page)
+
+
+def test_a_native_run_is_followed_as_its_files_grow(client, tmp_path, monkeypatch):
+    from webmp import runs_index
+
+    monkeypatch.setattr(runs_index, "NATIVE_POLL_S", 0.01)
+    rd = write_native_run(tmp_path / "runs", "run-native-live", steps=5, finished=False)
+    viewer = follow(client, "run-native-live")
+    assert [r["step"] for r in receive_json(viewer)["records"]] == list(range(5))
+    assert receive_json(viewer)["status"] == "running"
+    rd.append_metrics([record(s) for s in range(5, 9)])  # what `webmp train` appends as it goes
+    assert [r["step"] for r in receive_json(viewer)["records"]] == list(range(5, 9))
+    finished = write_native_run(tmp_path / "done", "x", steps=9, finished=True).read_summary()
+    rd.write_summary(finished)
+    assert receive_json(viewer)["status"] == "finished"
+    leave(viewer)

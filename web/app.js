@@ -633,9 +633,13 @@ function follow(run) {
   const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/runs/${run.id}/follow`;
   const ws = new WebSocket(url), mine = {id: run.id, ws};
   following = mine;
-  const live = (asked) => `run ${run.id}: training in another page; following it live` +
-    (asked ? ' (stop asked: it stops at its next metrics read)' : '');
-  setStatus('running', live(run.stop_requested));
+  const where = run.kind === 'native' ? 'natively (webmp train)' : 'in another page';
+  const live = (asked) => {
+    setStatus('running', `run ${run.id}: training ${where}; following it live` +
+      (asked ? ' (stop asked: it stops at its next metrics read)' : ''));
+    $('stop').disabled = run.kind === 'native';  // a native run is stopped where it runs (Ctrl-C)
+  };
+  live(run.stop_requested);
   ws.onmessage = async (e) => {
     if (following !== mine) return;
     const m = JSON.parse(e.data);
@@ -645,7 +649,7 @@ function follow(run) {
       const last = m.records.at(-1);
       if (last) $('progress').textContent = `step ${last.step + 1}/${run.steps}, loss ${Number(last.loss).toPrecision(4)}, scale ${last.scale}`;
     } else if (m.type === 'status' && (m.status === 'running' || m.status === 'created')) {
-      setStatus('running', live(m.stop_requested));
+      live(m.stop_requested);
     } else if (m.type === 'status') {
       following = null;
       if (m.status === 'finished') showSummary(await api(`/api/runs/${run.id}/summary`));
@@ -694,7 +698,7 @@ async function openRun(id) {
   await formReady;
   showConfig(run.config);  // the form shows the run's settings
   showRun(run);
-  if (run.kind === 'browser' && run.status === 'running') {  // another page trains it: only one does
+  if (run.status === 'running') {  // another page (or `webmp train`) trains it: only one does
     follow(run);
     return;
   }

@@ -109,7 +109,7 @@ export class RunsPanel {
   actions(run) {
     const span = document.createElement('span');
     const open = run.status === 'running' ? 'follow' : 'open';
-    const title = run.status === 'running' ? 'watch it train, live (another page trains it)' : 'show its curves and result';
+    const title = run.status === 'running' ? 'watch it train, live (another page or webmp train trains it)' : 'show its curves and result';
     span.append(link(open, run.page_url, title));
     if (run.kind === 'browser' && RESUMABLE.includes(run.status)) {
       const resume = link('resume', `${run.page_url}&resume=1`,

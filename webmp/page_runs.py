@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -405,9 +406,16 @@ class PageRun:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait_changed(self, timeout: float) -> None:
+    def wait_changed(self, timeout: float) -> Awaitable[None]:
+        """Waits until the run changes after this call (records or status), or `timeout` seconds.
+        The change to wait for is fixed when this is called, not when it is awaited: a follower
+        takes it before reading the run, so a change while it sends is not missed."""
+        return self._wait(self._changed, timeout)
+
+    @staticmethod
+    async def _wait(event: asyncio.Event, timeout: float) -> None:
         try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            await asyncio.wait_for(event.wait(), timeout)
         except asyncio.TimeoutError:
             pass
 

@@ -16,6 +16,7 @@ import asyncio
 import math
 import os
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 from .config import TrainConfig
@@ -39,6 +40,7 @@ class NativeRun:
     (the records are re-read when metrics.jsonl changes)."""
 
     kind = "native"
+    stop_requested = False  # nothing stops a native run from here
 
     def __init__(self, path: Path):
         """ValueError / OSError for a directory that is not a readable native run."""
@@ -101,9 +103,12 @@ class NativeRun:
     def page_url(self) -> str:
         return f"/?run={self.id}"
 
-    async def wait_changed(self, timeout: float) -> None:
-        """Returns once metrics.jsonl or the status changed, or after `timeout` seconds."""
-        before, status = self._metrics_stamp(), self.status
+    def wait_changed(self, timeout: float) -> Awaitable[None]:
+        """Waits until metrics.jsonl or the status changes from what they are at this call, or
+        `timeout` seconds (as PageRun.wait_changed)."""
+        return self._wait(self._metrics_stamp(), self.status, timeout)
+
+    async def _wait(self, before: tuple[int, int] | None, status: RunStatus, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             await asyncio.sleep(min(NATIVE_POLL_S, max(0.0, deadline - time.monotonic())))

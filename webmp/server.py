@@ -411,8 +411,10 @@ async def follow_run(ws: WebSocket, run_id: str) -> None:
         return
     closed = asyncio.ensure_future(ws.receive())  # the viewer leaving (it sends nothing else)
     sent_step, sent_status = -1, None
+    changed: asyncio.Future[None] | None = None
     try:
         while True:
+            changed = asyncio.ensure_future(run.wait_changed(FOLLOW_IDLE_S))  # a change from now on
             records = run.records  # only grows while a viewer follows (a resume truncates it first)
             new = len(records)
             while new > 0 and records[new - 1]["step"] > sent_step:
@@ -422,7 +424,7 @@ async def follow_run(ws: WebSocket, run_id: str) -> None:
                 message = {"type": "records", "records": chunk}
                 await ws.send_text(json.dumps(json_safe(message)))
                 sent_step = int(chunk[-1]["step"])
-            status = (run.status, run.message, getattr(run, "stop_requested", False))
+            status = (run.status, run.message, run.stop_requested)
             if status != sent_status:
                 await ws.send_json(
                     {
@@ -437,15 +439,15 @@ async def follow_run(ws: WebSocket, run_id: str) -> None:
             if status[0] not in ("created", "running"):
                 await ws.close(code=1000)
                 break
-            changed = asyncio.ensure_future(run.wait_changed(FOLLOW_IDLE_S))
             await asyncio.wait({changed, closed}, return_when=asyncio.FIRST_COMPLETED)
             if closed.done():
-                changed.cancel()
                 break
     except (WebSocketDisconnect, RuntimeError):  # the viewer left while a message was on its way
         pass
     finally:
         closed.cancel()
+        if changed is not None:
+            changed.cancel()
 
 
 class RateLimit:
