@@ -1401,7 +1401,8 @@ def test_followers_get_the_backlog_then_live_records_and_can_ask_for_a_stop(clie
         assert first["records"][3] == record(3)
         status = receive_json(viewer)
         assert status == {
-            "type": "status", "status": "running", "message": "", "last_step": 699, "stop_requested": False
+            "type": "status", "status": "running", "message": "", "last_step": 699, "stop_requested": False,
+            "connected": True,
         }  # fmt: skip
     send(page, records_msg(run_id, range(700, 710)))  # what the page posts reaches every viewer
     for viewer in (a, b):
@@ -1474,4 +1475,18 @@ def test_a_native_run_is_followed_as_its_files_grow(client, tmp_path, monkeypatc
     finished = write_native_run(tmp_path / "done", "x", steps=9, finished=True).read_summary()
     rd.write_summary(finished)
     assert receive_json(viewer)["status"] == "finished"
+    leave(viewer)
+
+
+def test_followers_of_a_created_run_see_a_page_take_it_and_leave(client):
+    run_id = create(client)["id"]
+    viewer = follow(client, run_id)
+    assert receive_json(viewer)["connected"] is False
+    page = connect(client, run_id)
+    assert client.get(f"/api/runs/{run_id}").json()["connected"] is True
+    got = receive_json(viewer)
+    assert (got["status"], got["connected"]) == ("created", True)  # a page is preparing it
+    leave(page)
+    got = receive_json(viewer)
+    assert (got["status"], got["connected"]) == ("created", False)  # it left before its hello
     leave(viewer)

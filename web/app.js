@@ -635,7 +635,7 @@ function follow(run) {
   following = mine;
   const where = run.kind === 'native' ? 'natively (webmp train)' : 'in another page';
   const live = (asked) => {
-    setStatus('running', `run ${run.id}: training ${where}; following it live` +
+    setStatus('running', `run ${run.id}: ${page.records ? 'training' : 'being prepared'} ${where}; following it live` +
       (asked ? ' (stop asked: it stops at its next metrics read)' : ''));
     $('stop').disabled = run.kind === 'native';  // a native run is stopped where it runs (Ctrl-C)
   };
@@ -648,6 +648,9 @@ function follow(run) {
       page.records += m.records.length;
       const last = m.records.at(-1);
       if (last) $('progress').textContent = `step ${last.step + 1}/${run.steps}, loss ${Number(last.loss).toPrecision(4)}, scale ${last.scale}`;
+    } else if (m.type === 'status' && m.status === 'created' && !m.connected) {
+      stopFollowing();  // the page that was preparing it left before it started
+      setStatus('idle', `run ${run.id}: the page preparing it left before it started; reload this page to train it here`);
     } else if (m.type === 'status' && (m.status === 'running' || m.status === 'created')) {
       live(m.stop_requested);
     } else if (m.type === 'status') {
@@ -698,7 +701,7 @@ async function openRun(id) {
   await formReady;
   showConfig(run.config);  // the form shows the run's settings
   showRun(run);
-  if (run.status === 'running') {  // another page (or `webmp train`) trains it: only one does
+  if (run.status === 'running' || run.connected) {  // another page (or `webmp train`) trains it: only one does
     follow(run);
     return;
   }

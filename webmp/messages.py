@@ -16,7 +16,8 @@ elsewhere (a following page, POST /api/runs/{id}/stop): the page then stops as i
 
 Pages following a run (GET-only viewers, WS /api/runs/{id}/follow) get `records` messages (the
 records so far in chunks, then each new batch) and `status` messages (status, message,
-last_step, stop_requested); the socket closes after the status of an ended run.
+last_step, stop_requested, connected: a page holds the training socket); the socket closes after
+the status of an ended run.
 
 Floats that are not finite travel as the strings "NaN", "Infinity", "-Infinity"
 (JSON has no literal for them); pydantic turns those back into floats.
@@ -186,3 +187,4 @@ class RunInfo(BaseModel):
     created: float  # when the run was created (Unix time, seconds)
     final_loss: float | None  # the last record's loss (None before the first record)
     stop_requested: bool = False  # a Stop asked by another page or the API, not yet done by the training page
+    connected: bool = False  # a page holds the run's training socket (a created run it is preparing)

@@ -379,6 +379,7 @@ class PageRun:
             created=self.created,
             final_loss=final_loss(self.records),
             stop_requested=self.stop_requested,
+            connected=self.connected,
         )
 
     def save(self) -> None:
@@ -573,6 +574,7 @@ class PageRun:
         """The page's socket closed: a running run becomes resumable from its last checkpoint."""
         self.connected = False
         if self.status != "running":
+            self.notify()  # followers of a created run: the page preparing it left
             return
         at = f" at step {self.last_step}" if self.records else ""
         where = (

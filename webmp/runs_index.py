@@ -41,6 +41,7 @@ class NativeRun:
 
     kind = "native"
     stop_requested = False  # nothing stops a native run from here
+    connected = False  # no page trains it
 
     def __init__(self, path: Path):
         """ValueError / OSError for a directory that is not a readable native run."""

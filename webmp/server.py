@@ -363,6 +363,7 @@ async def run_socket(ws: WebSocket, run_id: str) -> None:
         await ws.close(code=4404 if run_id not in store.native and run is None else 4409)
         return
     run.connected = True
+    run.notify()  # followers of a created run learn that a page is preparing it
     limit = RateLimit()
     try:
         await ws.send_json(
@@ -424,7 +425,8 @@ async def follow_run(ws: WebSocket, run_id: str) -> None:
                 message = {"type": "records", "records": chunk}
                 await ws.send_text(json.dumps(json_safe(message)))
                 sent_step = int(chunk[-1]["step"])
-            status = (run.status, run.message, run.stop_requested)
+            connected = run.kind == "native" or run.connected
+            status = (run.status, run.message, run.stop_requested, connected)
             if status != sent_status:
                 await ws.send_json(
                     {
@@ -433,6 +435,7 @@ async def follow_run(ws: WebSocket, run_id: str) -> None:
                         "message": status[1],
                         "last_step": run.last_step,
                         "stop_requested": status[2],
+                        "connected": connected,
                     }
                 )
                 sent_status = status
