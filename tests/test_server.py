@@ -1490,3 +1490,36 @@ def test_followers_of_a_created_run_see_a_page_take_it_and_leave(client):
     got = receive_json(viewer)
     assert (got["status"], got["connected"]) == ("created", False)  # it left before its hello
     leave(viewer)
+
+
+@pytest.mark.slow  # a real server (uvicorn over TCP), 40 000 records
+def test_a_follower_that_reads_nothing_never_holds_back_the_training_page(tmp_path):
+    """Over real sockets: a follower whose client stops reading (its queue holds 2 messages, then
+    TCP pushes back) while the page posts 40 000 records. Every one of the page's messages is
+    acknowledged meanwhile, and the follower, once it reads again, catches up on every record in
+    order, then gets the end."""
+    from websockets.sync.client import connect as ws_connect
+
+    with LocalServer(tmp_path) as srv:
+        run_id = srv.create_run(TrainConfig(**{**SMALL, "steps": 40_000})).id
+        base = srv.url.replace("http://", "ws://") + f"/api/runs/{run_id}"
+        with ws_connect(f"{base}/follow", max_queue=2, max_size=None) as viewer:
+            with ws_connect(f"{base}/ws", max_size=None) as page:
+                assert json.loads(page.recv(timeout=30))["type"] == "welcome"
+                page.send(json.dumps(hello(run_id)))
+                assert json.loads(page.recv(timeout=30))["type"] == "ack"
+                for start in range(0, 40_000, 500):
+                    page.send(json.dumps(records_msg(run_id, range(start, start + 500))))
+                    ack = json.loads(page.recv(timeout=30))
+                    assert ack["last_step"] == start + 499, ack
+                page.send(json.dumps({"type": "stopped", "run_id": run_id, "step": 40_000}))
+                assert json.loads(page.recv(timeout=30))["type"] == "ack"
+            steps, statuses = [], []
+            for raw in viewer:
+                msg = json.loads(raw)
+                if msg["type"] == "records":
+                    steps += [r["step"] for r in msg["records"]]
+                else:
+                    statuses.append(msg["status"])
+    assert steps == list(range(40_000))
+    assert statuses[0] == "created" and statuses[-1] == "stopped"
