@@ -706,7 +706,7 @@ def test_stop_button_keeps_every_step_run(server, browser):
     assert info["status"] == "stopped" and info["checkpoint_step"] == len(recs) > 20 and len(recs) % 20 == 0
     assert [r["step"] for r in recs] == list(range(len(recs)))
     assert page.locator("#start").inner_text() == "Start"  # Start would train a new run
-    assert page.locator("#resume").inner_text() == f"Resume {run.id}"
+    wait_resume_offered(page, run.id)
     # Resume, in the same tab, then stop again
     page.click("#resume")
     wait_page(page, f"window.webmp.status === 'running' && window.webmp.records >= {len(recs) + 20}")
@@ -719,6 +719,14 @@ def test_stop_button_keeps_every_step_run(server, browser):
 
 
 # --- the runs panel: following a run from a second tab, no dead ends, comparing runs ---------------
+
+
+def wait_resume_offered(page, run_id: str) -> None:
+    """The Resume button offers run_id (shown once the page has the run's status back)."""
+    page.wait_for_function(
+        f"(b => !b.hidden && b.textContent === 'Resume {run_id}')(document.getElementById('resume'))",
+        timeout=30_000,
+    )
 
 
 def test_a_second_tab_follows_a_live_run_to_the_same_end(server, browser):
@@ -769,7 +777,8 @@ def test_a_followers_stop_asks_the_training_tab_to_stop(server, browser):
     assert info["status"] == "stopped" and not info["stop_requested"]
     assert info["checkpoint_step"] == len(recs) > 20 and len(recs) % 20 == 0  # at a metrics read
     assert follower.evaluate("window.webmp.records") == len(recs)
-    assert follower.locator("#resume").is_visible() and trainer.locator("#resume").is_visible()
+    wait_resume_offered(follower, run.id)
+    wait_resume_offered(trainer, run.id)
     trainer.close()
     follower.close()
 
@@ -804,7 +813,8 @@ def test_a_failed_run_never_traps_the_page(server, browser):
     failed_id = page.evaluate("window.webmp.runId")
     assert server.run(failed_id).status == "failed"
     page.unroute(re.compile(r"/plan\?"))
-    assert page.locator("#resume").is_visible() and page.locator("#start").inner_text() == "Start"
+    wait_resume_offered(page, failed_id)
+    assert page.locator("#start").inner_text() == "Start"
     set_field(page, "precision", "fp32")
     set_field(page, "steps", 40)
     note = page.locator("#resume-note").inner_text()

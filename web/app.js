@@ -634,12 +634,12 @@ function follow(run) {
   const ws = new WebSocket(url), mine = {id: run.id, ws};
   following = mine;
   const where = run.kind === 'native' ? 'natively (webmp train)' : 'in another page';
-  const live = (asked) => {
-    setStatus('running', `run ${run.id}: ${page.records ? 'training' : 'being prepared'} ${where}; following it live` +
+  const live = (status, asked) => {
+    setStatus('running', `run ${run.id}: ${status === 'created' ? 'being prepared' : 'training'} ${where}; following it live` +
       (asked ? ' (stop asked: it stops at its next metrics read)' : ''));
     $('stop').disabled = run.kind === 'native';  // a native run is stopped where it runs (Ctrl-C)
   };
-  live(run.stop_requested);
+  live(run.status, run.stop_requested);
   ws.onmessage = async (e) => {
     if (following !== mine) return;
     const m = JSON.parse(e.data);
@@ -652,7 +652,7 @@ function follow(run) {
       stopFollowing();  // the page that was preparing it left before it started
       setStatus('idle', `run ${run.id}: the page preparing it left before it started; reload this page to train it here`);
     } else if (m.type === 'status' && (m.status === 'running' || m.status === 'created')) {
-      live(m.stop_requested);
+      live(m.status, m.stop_requested);
     } else if (m.type === 'status') {
       following = null;
       if (m.status === 'finished') showSummary(await api(`/api/runs/${run.id}/summary`));
