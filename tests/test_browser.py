@@ -745,6 +745,9 @@ def test_a_second_tab_follows_a_live_run_to_the_same_end(server, browser):
         now, status = follower.evaluate("[window.webmp.records, window.webmp.status]")
         if now > seen and run.status == "running" and status == "running":
             grew_while_running = True
+            ARTIFACTS.mkdir(exist_ok=True)
+            shot = ARTIFACTS / f"browser-follower-live-{browser.kind}.png"
+            follower.screenshot(path=str(shot), full_page=True)
             break
         follower.wait_for_timeout(100)
     assert grew_while_running, "the follower's chart did not grow while the run was training"
@@ -856,7 +859,8 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
     fp32.close_page()
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
     native_dir = server.app.state.store.root / f"native-fp16-noscale-{browser.kind}"
-    Trainer(TrainConfig(**cfg, precision="fp16-noscale"), out=native_dir, progress=False, log=None).run()
+    native = Trainer(TrainConfig(**cfg, precision="fp16-noscale"), out=native_dir, progress=False, log=None)
+    native_summary = native.run()
     ids = [mixed.id, fp32.id, native_dir.name]
 
     page = browser.open(f"{server.url}/")
@@ -888,4 +892,13 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
         assert shown("test accuracy") == f"{100 * summary['test_accuracy']:.2f} %"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"browser-compare-{browser.kind}.png"), full_page=True)
+    # the native run opened from the panel: its curves and result, read-only, its settings in the form
+    page.locator(f'#compare-table th[data-run="{native_dir.name}"] a').click()
+    wait_page(page, "window.webmp.status === 'finished'", timeout=60)
+    assert page.locator("#cfg-precision").input_value() == "fp16-noscale"
+    assert "trained natively" in page.locator("#resume-note").inner_text()
+    assert page.locator("#resume").is_hidden() and page.locator("#start").is_enabled()
+    assert page.evaluate("window.webmp.records") == 0  # nothing trains here
+    assert page.evaluate("document.querySelectorAll('#loss-chart canvas').length") == 1
+    assert f"{native_summary['final_train_loss']:.5g}" in page.locator("#summary").inner_text()
     page.close()
