@@ -1,9 +1,13 @@
 // The page: controls, adapter info, live charts, and the link between runner.js and the server.
-// Opening /?run=ID trains (or resumes) that run; the Start button creates a new run first. A
-// finished GPT run then generates text on this GPU from the sampling plan the server builds of its
+// Opening /?run=ID trains (or resumes) a created or disconnected run, follows a run another page
+// is training, and shows any other; Start always trains a new run from the form, Resume continues
+// the shown run with its own settings. The runs panel (runs.js) lists every run, the compare view
+// (compare.js) overlays chosen runs. A finished GPT run then generates text on this GPU from the sampling plan the server builds of its
 // final checkpoint (`webmp sample`'s), and the results panel offers to sample again.
 import {openGPU, Runner, checkPlan, train, generate, decode} from './runner.js';
 import {adapterSignature, tuneKernels} from './tune.js';
+import {RunsPanel} from './runs.js';
+import {CompareView} from './compare.js';
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
@@ -40,6 +44,7 @@ function setStatus(status, text = status) {
   const busy = status === 'preparing' || status === 'running';
   $('start').disabled = busy || !form.ready || page.noWebGPU;
   $('stop').disabled = !busy;
+  $('resume').disabled = busy || page.noWebGPU;
 }
 
 function fill(dl, entries) {
@@ -605,7 +610,11 @@ async function trainRun(runId) {
       onRecords: async (records) => {
         charts.add(records);
         for (let i = 0; i < records.length; i += 500) {
-          await sock.request({type: 'records', run_id: runId, records: records.slice(i, i + 500)});
+          const ack = await sock.request({type: 'records', run_id: runId, records: records.slice(i, i + 500)});
+          if (ack.stop && !stopRequested) {  // a Stop pressed in a page following this run
+            stopRequested = true;
+            log('another page asked this run to stop: stopping at the next metrics read');
+          }
         }
         page.records += records.length;
         last = records.at(-1) || last;
@@ -740,28 +749,62 @@ $('sample-form').addEventListener('submit', (e) => {
 
 // --- controls ----------------------------------------------------------------------------------
 
-let current = null;  // the run this page shows: {id, status}
+let current = null;  // the run this page shows: a RunInfo (GET /api/runs/{id}) with its status now
+let following = null;  // {id, ws}: this page watches a run another page trains (WS /api/runs/{id}/follow)
 const RESUMABLE = ['created', 'disconnected', 'stopped', 'failed'];
 
-// Start trains a new run; on a stopped or failed run it is Resume (from the last checkpoint).
-function showRun(id, status) {
-  current = {id, status};
-  $('start').textContent = RESUMABLE.includes(status) && status !== 'created' ? 'Resume' : 'Start';
+// The form's fields that differ from a run's settings (labels), to say what Resume leaves out.
+function formChanges(cfg) {
+  return form.fields.filter((f) => applies(f, form.inputs.model.value) && !sameValue(getField(f), cfg[f.name]))
+    .map((f) => f.label);
 }
+
+const describe = (cfg) => `${cfg.model}, ${cfg.precision}, ${cfg.steps} steps`;
+
+// Start always trains a new run from the form. Resume is offered for the browser run this page
+// shows when it stopped, failed or lost its page, and says that it continues that run with the
+// run's own settings (the form showed them when the run was opened; changes made since go to Start).
+function showRun(run) {
+  current = run;
+  updateResume();
+  runsPanel.refresh();
+}
+
+function updateResume() {
+  const run = current, note = $('resume-note');
+  const offer = run !== null && run.kind === 'browser' && RESUMABLE.includes(run.status) && run.status !== 'created';
+  $('resume').hidden = !offer;
+  note.hidden = run === null || (!offer && run.kind !== 'native');
+  if (run === null) return;
+  if (run.kind === 'native') {
+    note.textContent = `run ${run.id} was trained natively (webmp train): it is shown read-only here; ` +
+      'continue it with `webmp train --resume` on its machine, or use its settings with Start for a new run.';
+    return;
+  }
+  if (!offer) return;
+  $('resume').textContent = `Resume ${run.id}`;
+  const changed = form.ready ? formChanges(run.config) : [];
+  note.textContent = `Resume continues run ${run.id} with its own settings (${describe(run.config)})` +
+    (run.checkpoint_step ? ` from its checkpoint at step ${run.checkpoint_step}` : ' from step 0') + '. ' +
+    (changed.length ? `The form's changes (${changed.join(', ')}) are not applied: Start trains a new run with them.`
+                    : 'Start trains a new run with the form\'s settings.');
+}
+
+$('controls').addEventListener('input', updateResume);
+$('controls').addEventListener('change', updateResume);
 
 $('controls').addEventListener('submit', async (e) => {
   e.preventDefault();
   if (!(await hasGPU)) return;  // no run without WebGPU (the button is disabled; Enter in a field submits)
   try {
-    let id = current && RESUMABLE.includes(current.status) ? current.id : null;
-    if (!id) {
-      await formReady;
-      showFieldErrors('');
-      id = (await api('/api/runs', {method: 'POST', body: formConfig()})).id;
-      history.replaceState(null, '', `?${new URLSearchParams({run: id})}`);
-    }
-    await trainRun(id);
-    showRun(id, page.status);
+    await formReady;
+    showFieldErrors('');
+    const run = await api('/api/runs', {method: 'POST', body: formConfig()});
+    history.replaceState(null, '', `?${new URLSearchParams({run: run.id})}`);
+    stopFollowing();
+    showRun(run);
+    await trainRun(run.id);
+    showRun({...run, status: page.status, checkpoint_step: (await api(`/api/runs/${run.id}`)).checkpoint_step});
   } catch (err) {
     page.error = err.message;
     if (err.status === 422 && typeof err.detail === 'string') {  // the config: no run was created
@@ -773,17 +816,124 @@ $('controls').addEventListener('submit', async (e) => {
   }
 });
 
-$('stop').addEventListener('click', () => { stopRequested = true; log('stopping at the next metrics read'); });
+async function resume(run) {
+  if (!(await hasGPU)) return;
+  showConfig(run.config);  // what trains is the run's own settings
+  await trainRun(run.id);
+  showRun(await api(`/api/runs/${run.id}`));
+}
+
+$('resume').addEventListener('click', () => {
+  if (current) resume(current).catch((e) => { page.error = e.message; setStatus('failed', e.message); });
+});
+
+$('stop').addEventListener('click', async () => {
+  if (following) {  // the page training the run stops at its next metrics read (the server asks it)
+    const id = following.id;
+    try {
+      await api(`/api/runs/${id}/stop`, {method: 'POST', body: {}});
+      log(`asked the page training run ${id} to stop`);
+    } catch (e) {
+      log(`stop: ${e.message}`);
+    }
+    return;
+  }
+  stopRequested = true;
+  log('stopping at the next metrics read');
+});
+
+// --- following a run another page trains: its records as they come (WS /api/runs/{id}/follow) ------
+
+function stopFollowing() {
+  if (following) following.ws.close();
+  following = null;
+  page.mode = 'training';
+}
+
+function follow(run) {
+  stopFollowing();
+  page.mode = 'following';
+  page.records = 0;
+  charts.reset();
+  const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/runs/${run.id}/follow`;
+  const ws = new WebSocket(url), mine = {id: run.id, ws};
+  following = mine;
+  const where = run.kind === 'native' ? 'natively (webmp train)' : 'in another page';
+  const live = (status, asked) => {
+    setStatus('running', `run ${run.id}: ${status === 'created' ? 'being prepared' : 'training'} ${where}; following it live` +
+      (asked ? ' (stop asked: it stops at its next metrics read)' : ''));
+    $('stop').disabled = run.kind === 'native';  // a native run is stopped where it runs (Ctrl-C)
+  };
+  live(run.status, run.stop_requested);
+  ws.onmessage = async (e) => {
+    if (following !== mine) return;
+    const m = JSON.parse(e.data);
+    if (m.type === 'records') {
+      charts.add(m.records);
+      page.records += m.records.length;
+      const last = m.records.at(-1);
+      if (last) $('progress').textContent = `step ${last.step + 1}/${run.steps}, loss ${Number(last.loss).toPrecision(4)}, scale ${last.scale}`;
+    } else if (m.type === 'status' && m.status === 'created' && !m.connected) {
+      stopFollowing();  // the page that was preparing it left before it started
+      setStatus('idle', `run ${run.id}: the page preparing it left before it started; reload this page to train it here`);
+    } else if (m.type === 'status' && (m.status === 'running' || m.status === 'created')) {
+      live(m.status, m.stop_requested);
+    } else if (m.type === 'status') {
+      following = null;
+      if (m.status === 'finished') showSummary(await api(`/api/runs/${run.id}/summary`));
+      setStatus(m.status, `run ${run.id}: ${m.status}${m.message ? ` — ${m.message}` : ''}`);
+      showRun(await api(`/api/runs/${run.id}`));
+    } else if (m.type === 'error') {
+      following = null;
+      page.error = m.message;
+      setStatus('failed', m.message);
+    }
+  };
+  ws.onclose = () => {
+    if (following !== mine) return;
+    following = null;
+    page.error = 'the connection to the server closed';
+    setStatus('failed', `run ${run.id}: the connection to the server closed while following it; reload to follow again`);
+  };
+}
+
+// --- the runs panel and the compare view -----------------------------------------------------------
+
+const compareView = new CompareView({api, uPlot});
+const runsPanel = new RunsPanel({
+  api,
+  onCompare: (runs) => compareView.show(runs).catch((e) => log(`compare: ${e.message}`)),
+  onNewFrom: async (run) => {  // its settings in the form; Start then trains a new run
+    await formReady;
+    showConfig(run.config);
+    if (page.status === 'preparing' || page.status === 'running') {
+      log(`the form holds run ${run.id}'s settings: Start trains a new run with them once this one ends`);
+      return;
+    }
+    stopFollowing();
+    history.replaceState(null, '', location.pathname);
+    charts.reset();
+    $('summary-panel').hidden = true;
+    hideSample();
+    showRun(null);
+    setStatus('idle', `the form holds run ${run.id}'s settings: press Start to train a new run with them`);
+  },
+});
+runsPanel.refresh();
 
 async function openRun(id) {
   const run = await api(`/api/runs/${id}`);
   await formReady;
-  showConfig(run.config);
-  if (run.status === 'created' || run.status === 'disconnected') {
-    if (await hasGPU) {  // else it stays as it is (noWebGPU says why)
-      await trainRun(id);
-      showRun(id, page.status);
-    }
+  showConfig(run.config);  // the form shows the run's settings
+  showRun(run);
+  if (run.status === 'running' || run.connected) {  // another page (or `webmp train`) trains it: only one does
+    follow(run);
+    return;
+  }
+  const resumeAsked = params.get('resume') === '1' && run.kind === 'browser' && RESUMABLE.includes(run.status);
+  if (resumeAsked) history.replaceState(null, '', `?${new URLSearchParams({run: id})}`);
+  if (run.kind === 'browser' && (run.status === 'created' || run.status === 'disconnected' || resumeAsked)) {
+    if (await hasGPU) await resume(run);  // else it stays as it is (noWebGPU says why)
     return;
   }
   charts.add((await api(`/api/runs/${id}/metrics`)).records);
@@ -793,8 +943,7 @@ async function openRun(id) {
   }
   if (run.status === 'finished') showSummary(await api(`/api/runs/${id}/summary`));
   setStatus(run.status, `run ${id}: ${run.status}${run.message ? ` — ${run.message}` : ''}`);
-  showRun(id, run.status);
-  if (run.status === 'finished' && run.config.model === 'gpt') await sampleText(id);
+  if (run.status === 'finished' && run.config.model === 'gpt' && run.kind === 'browser') await sampleText(id);
 }
 
 if (params.get('run')) {

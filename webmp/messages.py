@@ -11,7 +11,15 @@ Over a run's WebSocket the page sends JSON objects with a `type` and the `run_id
   stopped  the user stopped the run
 
 and the server answers each with `ack` or `error` (a rejected message is dropped, nothing is
-written). Floats that are not finite travel as the strings "NaN", "Infinity", "-Infinity"
+written). An ack of `records` carries `"stop": true` once a Stop was asked of the run from
+elsewhere (a following page, POST /api/runs/{id}/stop): the page then stops as its own Stop does.
+
+Pages following a run (GET-only viewers, WS /api/runs/{id}/follow) get `records` messages (the
+records so far in chunks, then each new batch) and `status` messages (status, message,
+last_step, stop_requested, connected: a page holds the training socket); the socket closes after
+the status of an ended run.
+
+Floats that are not finite travel as the strings "NaN", "Infinity", "-Infinity"
 (JSON has no literal for them); pydantic turns those back into floats.
 """
 
@@ -161,9 +169,11 @@ RunStatus = Literal["created", "running", "disconnected", "finished", "failed", 
 
 
 class RunInfo(BaseModel):
-    """What GET /api/runs and /api/runs/{id} return."""
+    """What GET /api/runs and /api/runs/{id} return: a browser run, or a run directory that `webmp
+    train` wrote under the server's runs directory (kind 'native', read-only: webmp/runs_index.py)."""
 
     id: str
+    kind: Literal["browser", "native"] = "browser"
     status: RunStatus
     message: str = ""
     steps: int
@@ -174,6 +184,10 @@ class RunInfo(BaseModel):
     adapter: str | None
     page_url: str
     config: dict
+    created: float  # when the run was created (Unix time, seconds)
+    final_loss: float | None  # the last record's loss (None before the first record)
+    stop_requested: bool = False  # a Stop asked by another page or the API, not yet done by the training page
+    connected: bool = False  # a page holds the run's training socket (a created run it is preparing)
 
 
 # --- the page's tuning pass (webmp.page_tune) ----------------------------------------------------

@@ -17,7 +17,9 @@ import asyncio
 import json
 import sys
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Awaitable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +35,7 @@ from .models import build_plan
 from .models.gpt import gpt_param_shapes, working_copies
 from .plan import Plan, SamplePlan, describe_f16, h_bytes, resolve_f16_path
 from .rundir import CONFIG, Record, RunDir, new_run_dir, result_line, run_summary, scale_collapse
+from .runs_index import NativeRun, final_loss, scan_native
 from .sample_plan import (
     DEFAULT_SEED,
     DEFAULT_TEMPERATURE,
@@ -402,6 +405,8 @@ def page_form() -> dict[str, Any]:
 class PageRun:
     """One run trained by a page: its directory, its status and the records stored so far."""
 
+    kind = "browser"
+
     def __init__(
         self,
         path: Path,
@@ -423,6 +428,12 @@ class PageRun:
         self.f16_path: str | None = state.get("f16_path")
         self.adapter: str | None = state.get("adapter")
         self.checkpoint_step: int | None = state.get("checkpoint_step")
+        # browser.json's; runs saved before it was kept: when their config.json was last written
+        config = path / CONFIG
+        self.created: float = state.get("created") or (
+            config.stat().st_mtime if config.exists() else time.time()
+        )
+        self.stop_requested = False  # asked by a follower or the API; the page learns it from its next ack
         self.records: list[Record] = self.dir.read_metrics()
         self.pending: dict[int, Record] = {}
         self.connected = False
@@ -452,6 +463,10 @@ class PageRun:
             adapter=self.adapter,
             page_url=self.page_url,
             config=self.cfg.model_dump(),
+            created=self.created,
+            final_loss=final_loss(self.records),
+            stop_requested=self.stop_requested,
+            connected=self.connected,
         )
 
     def save(self) -> None:
@@ -463,6 +478,7 @@ class PageRun:
                 "f16_path": self.f16_path,
                 "adapter": self.adapter,
                 "checkpoint_step": self.checkpoint_step,
+                "created": self.created,
             },
         )
         self.dir.write_config(
@@ -478,9 +494,16 @@ class PageRun:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait_changed(self, timeout: float) -> None:
+    def wait_changed(self, timeout: float) -> Awaitable[None]:
+        """Waits until the run changes after this call (records or status), or `timeout` seconds.
+        The change to wait for is fixed when this is called, not when it is awaited: a follower
+        takes it before reading the run, so a change while it sends is not missed."""
+        return self._wait(self._changed, timeout)
+
+    @staticmethod
+    async def _wait(event: asyncio.Event, timeout: float) -> None:
         try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            await asyncio.wait_for(event.wait(), timeout)
         except asyncio.TimeoutError:
             pass
 
@@ -578,6 +601,7 @@ class PageRun:
             self.dir.truncate_metrics_after(expected - 1)  # the resumed page sends these steps again
             self.records = [r for r in self.records if r["step"] < expected]
         self.pending.clear()
+        self.stop_requested = False
         info = hello.adapter
         self.adapter = (
             " ".join(str(info[k]) for k in ("vendor", "architecture", "device", "description") if info.get(k))
@@ -630,8 +654,17 @@ class PageRun:
         self.store([self.pending[s] for s in sorted(self.pending)])
         self.pending.clear()
 
+    def request_stop(self) -> None:
+        """A Stop asked by another page or the API: the training page stops at its next metrics read
+        (it learns of it from the ack of its next records) and reports `stopped` as its own Stop does."""
+        if self.status != "running":
+            raise RunStateConflict(f"run {self.id} is {self.status}; only a running run can be stopped")
+        self.stop_requested = True
+        self.notify()
+
     def end(self, status: RunStatus, message: str = "") -> None:
         self.flush_pending()
+        self.stop_requested = False
         self.status, self.message = status, message
         self.plans.drop(self.id)  # a GPT's blob is ~17 MB: rebuilt (in ~1 s) if the run is resumed
         self.save()
@@ -640,6 +673,7 @@ class PageRun:
         """The page's socket closed: a running run becomes resumable from its last checkpoint."""
         self.connected = False
         if self.status != "running":
+            self.notify()  # followers of a created run: the page preparing it left
             return
         at = f" at step {self.last_step}" if self.records else ""
         where = (
@@ -745,7 +779,8 @@ class PageRun:
             self.start(msg)
         elif isinstance(msg, Records):
             stored, dups = self.add_records([r.model_dump() for r in msg.records])
-            return {"type": "ack", "last_step": self.last_step, "stored": stored, "duplicates": dups}
+            ack = {"type": "ack", "last_step": self.last_step, "stored": stored, "duplicates": dups}
+            return {**ack, "stop": True} if self.stop_requested else ack
         elif isinstance(msg, Summary):
             await self.finish(msg)
         elif isinstance(msg, Failed):
@@ -757,15 +792,44 @@ class PageRun:
 
 
 class RunStore:
-    """The page runs under one root directory, reloaded from disk when the server starts."""
+    """The page runs under one root directory, reloaded from disk when the server starts, and the
+    native runs there (`webmp train --out ROOT/NAME`: webmp/runs_index.py), looked for again
+    whenever the runs are listed or an unknown id is asked for."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.runs: dict[str, PageRun] = {}
+        self.native: dict[str, NativeRun] = {}
+        self.skipped: set[str] = set()  # native run directories reported as unreadable once
         self.plans = PlanCache()  # shared by the runs: at most MAX_CACHED_PLANS held in all
         if self.root.is_dir():
             for state_file in sorted(self.root.glob(f"*/{STATE_FILE}")):
                 self._load(state_file.parent)
+        self.scan_native()
+
+    def scan_native(self) -> None:
+        found, skipped = scan_native(self.root, set(self.runs) | set(self.native))
+        self.native.update(found)
+        for name, why in skipped.items():
+            if name not in self.skipped:
+                self.skipped.add(name)
+                print(f"webmp serve: not listing {self.root / name}: {why}", file=sys.stderr)
+
+    def listing(self) -> list[RunInfo]:
+        """Every run, browser and native, oldest first."""
+        self.scan_native()
+        infos = [r.info() for r in self.runs.values()] + [r.info() for r in self.native.values()]
+        return sorted(infos, key=lambda i: (i.created, i.id))
+
+    def view(self, run_id: str) -> PageRun | NativeRun:
+        """A run to read (status, records, summary), browser or native; UnknownRun if neither."""
+        if RUN_ID_RE.match(run_id):
+            if run_id not in self.runs and run_id not in self.native:
+                self.scan_native()
+            run = self.runs.get(run_id) or self.native.get(run_id)
+            if run is not None:
+                return run
+        raise UnknownRun(f"no run {run_id!r}")
 
     def _load(self, path: Path) -> None:
         links = [p.name for p in (path, *path.iterdir()) if p.is_symlink()]
@@ -812,7 +876,8 @@ class RunStore:
         return run
 
     def get(self, run_id: str) -> PageRun:
-        run = self.runs.get(run_id) if RUN_ID_RE.match(run_id) else None
-        if run is None:
-            raise UnknownRun(f"no run {run_id!r}")
+        """A browser run, to train or change; RunStateConflict for a native run (read-only here)."""
+        run = self.view(run_id)
+        if isinstance(run, NativeRun):
+            raise RunStateConflict(f"run {run_id}: {run.resume_note}")
         return run

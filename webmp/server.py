@@ -7,15 +7,21 @@ stored lives in webmp/page_runs.py, whose errors map to HTTP statuses here.
   GET  /api/form                        the page's form: TrainConfig fields, kinds, help, per-model defaults
   POST /api/runs                        create a run from a TrainConfig (JSON body)   -> RunInfo
   GET  /api/runs, /api/runs/{id}        list / status                                -> RunInfo
-  GET  /api/runs/{id}/metrics?after=&wait=   records with step > after; waits up to `wait` s for new ones
+                                        (browser runs, and kind 'native': run directories `webmp
+                                        train` wrote under the runs directory, read-only)
+  GET  /api/runs/{id}/metrics?after=&wait=&max_points=   records with step > after; waits up to
+                                        `wait` s for new ones; max_points thins them evenly (charts)
   GET  /api/runs/{id}/summary           summary.json once finished
+  POST /api/runs/{id}/stop              ask the page training the run to stop (409 unless running)
   GET  /api/runs/{id}/plan?f16=native|emulated   the plan for a page whose adapter has (native) or
                                         lacks (emulated) shader-f16, resumed from the last checkpoint
   GET  /api/runs/{id}/blob?f16=...      the plan's initial-contents blob (octet-stream)
   PUT  /api/runs/{id}/checkpoint?f16=&step=   raw bytes of plan["checkpoint_buffers"], in order
   WS   /api/runs/{id}/ws                records and the summary (see webmp/messages.py); a socket
                                         sending faster than WS_MESSAGES_PER_S / WS_BYTES_PER_S
-                                        allow is closed with code 4429
+                                        allow is closed with code 4429; one page per run trains
+  WS   /api/runs/{id}/follow            a viewer: the records so far, then the new ones and status
+                                        changes as they come (any number of viewers per run)
   GET  /api/runs/{id}/sample?f16=&prompt=&tokens=&temperature=&seed=   a finished GPT run's sampling
                                         plan (`webmp sample`'s, of its final checkpoint; settings left
                                         out: its defaults, served in /api/form), the vocabulary in
@@ -58,7 +64,6 @@ from .config import TrainConfig, config_error_message
 from .matmul_cases import FIT_LIMITS, kebab_limits
 from .messages import (
     MAX_MESSAGE_BYTES,
-    RUN_ID_RE,
     AdapterSignature,
     AdapterTiles,
     RunInfo,
@@ -96,6 +101,7 @@ from .page_tune import (
 )
 from .plan import resolve_f16_path
 from .resources import SHADER_DIR, UPLOT_DIR, WEB_DIR
+from .runs_index import downsample
 
 WS_PROTOCOL_MAX_BYTES = 4 * 2**20  # frames above this are cut by uvicorn itself (connection closed)
 # What one page's socket may send (token buckets: a burst, refilled at a rate). A page sends a hello,
@@ -113,6 +119,7 @@ HTTP_STATUS = {
     InvalidConfig: 422,
     InvalidSample: 422,
 }
+MAX_POINTS = 100_000  # the most records a downsampled metrics answer may be asked for
 F16 = Query(..., pattern="^(native|emulated)$", description="does the page's adapter have shader-f16")
 Offer = Literal["native", "emulated"]
 # the page's adapter key (POST /api/adapters): the run's plan takes the matmul tiles tuned for it
@@ -196,7 +203,9 @@ def api_form() -> dict[str, Any]:
 
 @api.get("/runs", response_model=list[RunInfo])
 def list_runs(request: Request) -> list[RunInfo]:
-    return [r.info() for r in _store(request).runs.values()]
+    """Every run in the runs directory, oldest first: browser runs and those `webmp train` wrote
+    there (kind 'native', read-only)."""
+    return _store(request).listing()
 
 
 @api.post(
@@ -233,22 +242,41 @@ async def create_run(request: Request) -> RunInfo:
 
 @api.get("/runs/{run_id}", response_model=RunInfo, responses=answers(404))
 def run_status(request: Request, run_id: str) -> RunInfo:
-    return _store(request).get(run_id).info()
+    return _store(request).view(run_id).info()
+
+
+@api.post("/runs/{run_id}/stop", response_model=RunInfo, responses=answers(404, 409, 413, 415))
+def stop_run(request: Request, run_id: str) -> RunInfo:
+    """Ask the page training a running browser run to stop (what a following page's Stop does): it
+    stops at its next metrics read, as its own Stop does; 409 unless the run is running."""
+    run = _store(request).get(run_id)
+    run.request_stop()
+    return run.info()
 
 
 @api.get("/runs/{run_id}/metrics", response_model=None, responses=answers(404, 422, ok=Metrics))
 async def run_metrics(
-    request: Request, run_id: str, after: int = -1, wait: float = Query(0, ge=0, le=60)
+    request: Request,
+    run_id: str,
+    after: int = -1,
+    wait: float = Query(0, ge=0, le=60),
+    max_points: int | None = Query(
+        None,
+        ge=2,
+        le=MAX_POINTS,
+        description="at most this many records, evenly spaced, the last always included (charts)",
+    ),
 ) -> dict[str, Any]:
-    run = _store(request).get(run_id)
+    run = _store(request).view(run_id)
     if wait > 0 and run.last_step <= after and run.status in ("created", "running"):
         await run.wait_changed(wait)
-    return {"status": run.status, "records": [r for r in run.records if r["step"] > after]}
+    records = [r for r in run.records if r["step"] > after]
+    return {"status": run.status, "records": downsample(records, max_points) if max_points else records}
 
 
 @api.get("/runs/{run_id}/summary", response_model=None, responses=answers(404))
 def run_summary(request: Request, run_id: str) -> Any:
-    run = _store(request).get(run_id)
+    run = _store(request).view(run_id)
     if not run.dir.has_summary():
         raise HTTPException(404, f"run {run_id} has no summary yet (status {run.status})")
     return run.dir.read_summary()
@@ -430,14 +458,18 @@ async def run_socket(ws: WebSocket, run_id: str) -> None:
         await ws.close(code=4401)  # a missing token, a page of another site, or another Host
         return
     store: RunStore = ws.app.state.store
-    run = store.runs.get(run_id) if RUN_ID_RE.match(run_id) else None
+    try:
+        run: PageRun | None = store.get(run_id)
+        why = f"run {run_id} already has a page connected"  # when it has
+    except PageRunError as e:  # an unknown run, or a native one
+        run, why = None, str(e)
     await ws.accept()
     if run is None or run.connected:
-        why = f"no run {run_id!r}" if run is None else f"run {run_id} already has a page connected"
         await ws.send_json({"type": "error", "message": why})
-        await ws.close(code=4404 if run is None else 4409)
+        await ws.close(code=4404 if run_id not in store.native and run is None else 4409)
         return
     run.connected = True
+    run.notify()  # followers of a created run learn that a page is preparing it
     limit = RateLimit()
     try:
         await ws.send_json(
@@ -458,6 +490,73 @@ async def run_socket(ws: WebSocket, run_id: str) -> None:
         pass
     finally:
         run.disconnected()
+
+
+FOLLOW_CHUNK = 500  # records per message to a follower (the backlog goes in chunks of this)
+FOLLOW_IDLE_S = 15.0  # a follower's loop looks at the run at least this often
+
+
+@api.websocket("/runs/{run_id}/follow")
+async def follow_run(ws: WebSocket, run_id: str) -> None:
+    """A viewer of a run (any number per run, browser or native): the records so far, then each new
+    batch as the training page posts it, and the run's status when it changes; closed after an ended
+    run's status (any status but created and running: a disconnected run is resumed by a page that
+    opens it, which a viewer may follow anew). Nothing is queued per follower: each sends what the
+    run holds past the last record it sent, so a slow follower catches up in bigger messages and
+    never holds back the trainer."""
+    refused = request_refusal("GET", ws.headers, ws.app.state.hosts)
+    if not token_ok(ws.app.state.token, given_token(ws.headers, ws.cookies)) or refused:
+        await ws.close(code=4401)
+        return
+    store: RunStore = ws.app.state.store
+    await ws.accept()
+    try:
+        run = store.view(run_id)
+    except PageRunError as e:
+        await ws.send_json({"type": "error", "message": str(e)})
+        await ws.close(code=4404)
+        return
+    closed = asyncio.ensure_future(ws.receive())  # the viewer leaving (it sends nothing else)
+    sent_step, sent_status = -1, None
+    changed: asyncio.Future[None] | None = None
+    try:
+        while True:
+            changed = asyncio.ensure_future(run.wait_changed(FOLLOW_IDLE_S))  # a change from now on
+            records = run.records  # only grows while a viewer follows (a resume truncates it first)
+            new = len(records)
+            while new > 0 and records[new - 1]["step"] > sent_step:
+                new -= 1
+            for i in range(new, len(records), FOLLOW_CHUNK):
+                chunk = records[i : i + FOLLOW_CHUNK]
+                message = {"type": "records", "records": chunk}
+                await ws.send_text(json.dumps(json_safe(message)))
+                sent_step = int(chunk[-1]["step"])
+            connected = run.kind == "native" or run.connected
+            status = (run.status, run.message, run.stop_requested, connected)
+            if status != sent_status:
+                await ws.send_json(
+                    {
+                        "type": "status",
+                        "status": status[0],
+                        "message": status[1],
+                        "last_step": run.last_step,
+                        "stop_requested": status[2],
+                        "connected": connected,
+                    }
+                )
+                sent_status = status
+            if status[0] not in ("created", "running"):
+                await ws.close(code=1000)
+                break
+            await asyncio.wait({changed, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if closed.done():
+                break
+    except (WebSocketDisconnect, RuntimeError):  # the viewer left while a message was on its way
+        pass
+    finally:
+        closed.cancel()
+        if changed is not None:
+            changed.cancel()
 
 
 class RateLimit:

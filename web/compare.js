@@ -1,0 +1,121 @@
+// The compare view: the chosen runs' loss and loss-scale curves overlaid (uPlot, log axes), and
+// their summary numbers side by side, each read from the run's summary.json (GET
+// /api/runs/{id}/summary). Long runs come thinned by the server (?max_points=), the last record
+// always included.
+
+const MAX_POINTS = 2000;
+const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
+
+const positive = (v) => (typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : null);
+const text = (v, digits = 5) => (v === null || v === undefined ? '—'
+  : typeof v === 'number' ? (Number.isInteger(v) ? String(v) : v.toPrecision(digits)) : String(v));
+
+// The rows of the summary table: a label and how to read it from a run (info) and its summary.
+const ROWS = [
+  ['kind', (run) => run.kind],
+  ['status', (run) => run.status],
+  ['precision', (run, s) => s?.precision ?? run.config.precision],
+  ['f16 path', (run, s) => s?.f16_path ?? run.f16_path ?? '—'],
+  ['steps', (run, s) => s?.steps ?? run.last_step + 1],
+  ['final train loss', (run, s) => s?.final_train_loss],
+  ['test accuracy', (run, s) => (s && s.val_loss === null ? `${(100 * s.test_accuracy).toFixed(2)} %` : null)],
+  ['bits / char', (run, s) => s?.val_bits_per_char],
+  ['skipped steps', (run, s) => s?.skipped_steps],
+  ['final loss scale', (run, s) => s?.final_scale],
+  ['steps / s', (run, s) => s?.steps_per_second],
+  ['adapter', (run, s) => s?.adapter ?? run.adapter],
+];
+
+export class CompareView {
+  constructor({api, uPlot}) {
+    Object.assign(this, {api, uPlot});
+    this.section = document.getElementById('compare');
+    this.charts = [];
+    document.getElementById('compare-close').addEventListener('click', () => this.close());
+  }
+
+  close() {
+    for (const c of this.charts) c.destroy();
+    this.charts = [];
+    this.section.hidden = true;
+    window.webmp.compare = null;
+  }
+
+  // runs: RunInfo objects (GET /api/runs)
+  async show(runs) {
+    this.close();
+    const got = await Promise.all(runs.map(async (run) => {
+      const {records} = await this.api(`/api/runs/${run.id}/metrics?max_points=${MAX_POINTS}`);
+      const summary = run.status === 'finished' ? await this.api(`/api/runs/${run.id}/summary`) : null;
+      return {run, records, summary};
+    }));
+    this.section.hidden = false;
+    this.table(got);
+    this.draw(got);
+    window.webmp.compare = {runs: got.map((g) => g.run.id), points: got.map((g) => g.records.length)};
+    this.section.scrollIntoView({block: 'start'});
+  }
+
+  label(run) {
+    return `${run.id} (${run.config.precision}, ${run.kind})`;
+  }
+
+  draw(got) {
+    const note = document.getElementById('compare-note');
+    if (!this.uPlot) {
+      note.textContent = 'The chart library is missing (run `npm ci --prefix web` on the server): only the table is shown.';
+      return;
+    }
+    note.textContent = got.some((g) => g.records.length >= MAX_POINTS)
+      ? `long runs are drawn from ${MAX_POINTS} evenly spaced records` : '';
+    // uPlot draws series over one x axis: join the runs' steps (a run without a step gets a gap)
+    const table = (key) => this.uPlot.join(got.map((g) => [g.records.map((r) => r.step),
+      g.records.map((r) => positive(key === 'loss' ? Math.max(r.loss, 1e-12) : r.scale))]));
+    const width = Math.max(300, this.section.clientWidth - 24);
+    const series = got.map((g, i) => ({label: this.label(g.run), stroke: COLORS[i % COLORS.length], width: 1.5,
+                                       spanGaps: true}));
+    const x = {time: false};
+    this.charts.push(new this.uPlot({
+      title: 'training loss', width, height: 260, scales: {x, y: {distr: 3}},
+      series: [{label: 'step'}, ...series], axes: [{label: 'step'}, {label: 'loss (log scale)', size: 80}],
+    }, table('loss'), document.getElementById('compare-loss')));
+    this.charts.push(new this.uPlot({
+      title: 'loss scale', width, height: 260, scales: {x, y: {distr: 3, log: 2}},
+      series: [{label: 'step'}, ...series],
+      axes: [{label: 'step'}, {label: 'loss scale (log2)', size: 80,
+              values: (u, vals) => vals.map((v) => (v > 0 ? `2^${Math.round(Math.log2(v))}` : ''))}],
+    }, table('scale'), document.getElementById('compare-scale')));
+  }
+
+  table(got) {
+    const head = document.createElement('tr');
+    head.append(document.createElement('th'));
+    got.forEach((g, i) => {
+      const th = document.createElement('th');
+      const swatch = document.createElement('span');
+      swatch.className = 'swatch';
+      swatch.style.background = COLORS[i % COLORS.length];
+      const a = document.createElement('a');
+      a.href = g.run.page_url;
+      a.textContent = g.run.id;
+      th.append(swatch, a);
+      th.dataset.run = g.run.id;
+      head.append(th);
+    });
+    const rows = ROWS.map(([label, read]) => {
+      const tr = document.createElement('tr');
+      const th = document.createElement('th');
+      th.textContent = label;
+      tr.append(th);
+      for (const g of got) {
+        const td = document.createElement('td');
+        td.dataset.run = g.run.id;
+        td.dataset.key = label;
+        td.textContent = text(read(g.run, g.summary));
+        tr.append(td);
+      }
+      return tr;
+    });
+    document.getElementById('compare-table').replaceChildren(head, ...rows);
+  }
+}

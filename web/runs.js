@@ -1,0 +1,129 @@
+// The runs panel: every run in the server's runs directory (GET /api/runs), browser runs and the
+// run directories `webmp train` wrote there (kind native, read-only), with their status and what
+// can be done with each: open it (a running browser run is then followed, live), resume a browser
+// run that stopped, failed or lost its page, put its settings in the form for a new run, and tick
+// runs to compare (compare.js).
+
+const RESUMABLE = ['disconnected', 'stopped', 'failed'];
+const REFRESH_MS = 5000;
+
+const cell = (content, className) => {
+  const td = document.createElement('td');
+  if (className) td.className = className;
+  td.append(content);
+  return td;
+};
+
+const link = (text, href, title) => {
+  const a = document.createElement('a');
+  a.textContent = text;
+  a.href = href;
+  if (title) a.title = title;
+  return a;
+};
+
+const formatLoss = (v) => (v === null || v === undefined ? '—' : typeof v === 'string' ? v : v.toPrecision(4));
+
+function formatTime(unixSeconds) {
+  const d = new Date(unixSeconds * 1000), pad = (n) => String(n).padStart(2, '0');
+  return `${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+// The settings a run differs in, in a few words: what tells runs apart in the list.
+function settings(cfg) {
+  const shape = cfg.model === 'gpt' ? `${cfg.n_layer}×${cfg.d_model}` : (cfg.hidden || []).join('-');
+  return `${cfg.model} ${shape}, ${cfg.precision}`;
+}
+
+export class RunsPanel {
+  // api: the page's fetch helper; onNewFrom(run): put a run's settings in the form;
+  // onCompare(runs): show the chosen runs in the compare view.
+  constructor({api, onNewFrom, onCompare}) {
+    Object.assign(this, {api, onNewFrom, onCompare});
+    this.runs = [];
+    this.chosen = new Set();
+    this.body = document.getElementById('runs-body');
+    this.compareButton = document.getElementById('compare-go');
+    this.note = document.getElementById('runs-note');
+    this.compareButton.addEventListener('click', () => {
+      this.onCompare(this.runs.filter((r) => this.chosen.has(r.id)));
+    });
+    document.getElementById('runs-refresh').addEventListener('click', () => this.refresh());
+    setInterval(() => { if (!document.hidden) this.refresh(); }, REFRESH_MS);
+  }
+
+  async refresh() {
+    try {
+      this.runs = await this.api('/api/runs');
+      this.note.textContent = this.runs.length ? '' : 'No runs yet: choose a model and press Start.';
+      this.note.className = '';
+    } catch (e) {
+      this.note.textContent = `the runs could not be listed: ${e.message}`;
+      this.note.className = 'error';
+      return;
+    }
+    for (const id of [...this.chosen]) if (!this.runs.some((r) => r.id === id)) this.chosen.delete(id);
+    this.render();
+  }
+
+  render() {
+    // newest first: the run just started is at the top
+    this.body.replaceChildren(...[...this.runs].reverse().map((run) => this.row(run)));
+    this.compareButton.disabled = this.chosen.size < 1;
+    this.compareButton.textContent = `Compare selected (${this.chosen.size})`;
+  }
+
+  row(run) {
+    const tr = document.createElement('tr');
+    tr.dataset.run = run.id;
+    tr.className = `status-${run.status}`;
+    const box = document.createElement('input');
+    box.type = 'checkbox';
+    box.className = 'choose';
+    box.checked = this.chosen.has(run.id);
+    box.title = 'compare this run';
+    box.addEventListener('change', () => {
+      if (box.checked) this.chosen.add(run.id);
+      else this.chosen.delete(run.id);
+      this.render();
+    });
+    const status = document.createElement('span');
+    status.className = 'status';
+    status.textContent = run.status + (run.stop_requested ? ' (stop asked)' : '');
+    if (run.message) status.title = run.message;
+    const done = run.last_step + 1;
+    tr.append(
+      cell(box),
+      cell(link(run.id, run.page_url, 'open this run'), 'id'),
+      cell(run.kind, 'kind'),
+      cell(status),
+      cell(`${done}/${run.steps}`, 'num'),
+      cell(formatLoss(run.final_loss), 'num loss'),
+      cell(settings(run.config), 'settings'),
+      cell(formatTime(run.created), 'created'),
+      cell(this.actions(run), 'actions'),
+    );
+    return tr;
+  }
+
+  actions(run) {
+    const span = document.createElement('span');
+    const open = run.status === 'running' ? 'follow' : 'open';
+    const title = run.status === 'running' ? 'watch it train, live (another page or webmp train trains it)' : 'show its curves and result';
+    span.append(link(open, run.page_url, title));
+    if (run.kind === 'browser' && RESUMABLE.includes(run.status)) {
+      const resume = link('resume', `${run.page_url}&resume=1`,
+        `continue this run in this tab with its own settings${run.checkpoint_step ? ` from step ${run.checkpoint_step}` : ' from the start'}`);
+      resume.className = 'resume';
+      span.append(' · ', resume);
+    }
+    const again = document.createElement('button');
+    again.type = 'button';
+    again.className = 'new-from';
+    again.textContent = 'new run like it';
+    again.title = 'put this run\'s settings in the form; Start then trains a new run';
+    again.addEventListener('click', () => this.onNewFrom(run));
+    span.append(' · ', again);
+    return span;
+  }
+}
