@@ -928,7 +928,17 @@ def _grad_hist_values(path: str) -> np.ndarray:
         f16_edges += [2.0**e, -(2.0**e) * 1.5, 2.0**e * (2 - 2.0**-10)]
     values = f16_edges
     if path == "fp32":
-        values += [2.0**-149, 2.0**-130, 2.0**-60, 2.0**-49, 2.0**-48, 2.0**20 * 1.99, 2.0**21, 2.0**100, 3e38]
+        values += [
+            2.0**-149,
+            2.0**-130,
+            2.0**-60,
+            2.0**-49,
+            2.0**-48,
+            2.0**20 * 1.99,
+            2.0**21,
+            2.0**100,
+            3e38,
+        ]
     rng = np.random.default_rng(7)
     rest = 9 * 23 - len(values)
     random = rng.choice([-1, 1], rest) * 2.0 ** rng.uniform(-30, 18, rest)
@@ -943,7 +953,14 @@ def _grad_hist_case(name, path):
     base, nb = 3, ops.grad_hist_buckets()
     counts = np.full(base + nb + 2, 0, np.uint32)
     out = run_op(
-        ops.grad_hist, {"X": x, "counts": counts}, ["counts"], ROWS=9, COLS=23, BASE=base, path=path, gpu=default_gpu()
+        ops.grad_hist,
+        {"X": x, "counts": counts},
+        ["counts"],
+        ROWS=9,
+        COLS=23,
+        BASE=base,
+        path=path,
+        gpu=default_gpu(),
     )
     return {"X": x}, out
 

@@ -102,8 +102,36 @@ class EvalSpec(TypedDict):
     loss_buffer: str | None  # f32 [1]: the evaluated rows' summed loss (language models), else None
 
 
+class HistogramLayer(TypedDict):
+    name: str  # a label: the activation gradient's buffer (and, for shared buffers, which block's)
+    buffer: str
+    shape: list[int]  # [rows, cols]: rows * cols values are counted
+    offset: int  # its first counter in HistogramSpec.buffer
+
+
+class HistogramSpec(TypedDict):
+    """The gradient-range lens. Program `program`, run after a train_step at log time, fills
+    `buffer` (u32 [len(layers) * buckets], exact counts) with each layer's log2 histogram of the
+    |values| its activation-gradient buffer holds: the loss-scaled gradients of the step just run,
+    as stored (f16 on the f16 paths). A layer's counters, from its offset: 0 zero, 1 nonzero below
+    2^e_min, 2 + i floor(log2 |x|) = e_min + i (i = 0 .. e_max - e_min), buckets - 2 finite at or above
+    2^(e_max + 1), buckets - 1 what the training's overflow test flags (f16 paths: |x| >= 65504,
+    Inf or NaN; fp32: Inf or NaN). f16_range: the f16 subnormal and normal floors and maximum."""
+
+    program: str
+    buffer: str
+    e_min: int
+    e_max: int
+    buckets: int
+    layers: list[HistogramLayer]
+    f16_range: dict[str, float]
+
+
+F16_RANGE = {"subnormal_min": 2.0**-24, "normal_min": 2.0**-14, "max": 65504.0}
+
+
 class Plan(KernelPlan):
-    """A training plan: programs 'train_step' and 'eval'."""
+    """A training plan: programs 'train_step', 'eval' and 'histograms' (the gradient-range lens)."""
 
     format: str
     config: dict[str, Any]
@@ -117,6 +145,7 @@ class Plan(KernelPlan):
     schedule: Schedule
     eval: EvalSpec
     memory: dict[str, int]  # bytes by category
+    histograms: HistogramSpec
 
 
 class SampleSpec(TypedDict):

@@ -1,0 +1,85 @@
+"""The gradient-range lens: its plan program, histograms.jsonl and histograms.png of a native run,
+and the shares against f16's range. (The kernel against numpy: tests/test_kernels.py; the page's
+lens: tests/test_browser.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from webmp import ops
+from webmp import reference as ref
+from webmp.config import TrainConfig
+from webmp.models import build_plan
+from webmp.plan import unpack_h
+from webmp.rundir import HISTOGRAMS_PNG, RunDir, histogram_shares
+from webmp.train import Trainer
+
+E_MIN, E_MAX = ops.GRAD_HIST_E_MIN, ops.GRAD_HIST_E_MAX
+
+
+def test_histogram_program_leaves_train_step_alone(digits):
+    """The lens is a program of its own: train_step's dispatches are those of a plan without it
+    (its kernels come after every other), and the plan says where each layer's counts land."""
+    plan, _ = build_plan(TrainConfig(model="mlp-ln", hidden=[16, 8], batch_size=8), digits, "native")
+    spec = plan["histograms"]
+    assert [lay["name"] for lay in spec["layers"]] == ["dZ0", "dY0", "dZ1", "dY1", "dlogits"]
+    assert [lay["offset"] for lay in spec["layers"]] == [i * spec["buckets"] for i in range(5)]
+    assert spec["buckets"] == E_MAX - E_MIN + 5
+    lens_kernels = {d["kernel"] for d in plan["programs"]["histograms"]}
+    step_kernels = {d["kernel"] for d in plan["programs"]["train_step"] + plan["programs"]["eval"]}
+    assert not lens_kernels & step_kernels
+    assert all("histograms" not in d["bind"] for d in plan["programs"]["train_step"])
+    assert plan["programs"]["histograms"][0]["kernel"].startswith("grad_hist_clear")
+
+
+def test_shares_against_f16_range():
+    """Counts at chosen exponents: as stored, and unscaled by 2^16 (each exponent 16 lower)."""
+    counts = [0] * (E_MAX - E_MIN + 5)
+    at = lambda e: 2 + e - E_MIN  # noqa: E731
+    counts[0] = 1  # zero
+    counts[at(-20)] = 2  # subnormal as stored; 2^-36 unscaled: flushes to zero
+    counts[at(-8)] = 3  # normal; 2^-24 unscaled: subnormal
+    counts[at(15)] = 1  # normal; unscaled 2^-1
+    counts[-1] = 3  # overflow (Inf, NaN or >= 65504 stored)
+    stored = histogram_shares(counts, E_MIN, E_MAX)
+    assert stored == {"zero": 0.1, "underflow": 0.0, "subnormal": 0.2, "overflow": 0.3}
+    unscaled = histogram_shares(counts, E_MIN, E_MAX, shift=-16)
+    assert unscaled == {"zero": 0.1, "underflow": 0.2, "subnormal": 0.3, "overflow": 0.3}
+    counts[at(16)] = 10  # 2^16 .. 2^17: overflows f16 as is (fp32 path), not once divided by 2
+    assert histogram_shares(counts, E_MIN, E_MAX)["overflow"] == 13 / 20
+    assert histogram_shares(counts, E_MIN, E_MAX, shift=-1)["overflow"] == 3 / 20
+
+
+@pytest.mark.slow  # two short native runs
+@pytest.mark.parametrize("precision", ["mixed", "fp32"])
+def test_native_run_writes_histograms_of_the_stored_gradients(tmp_path, precision, gpu):
+    """A native run writes one histograms.jsonl line per metrics read, each layer's counts adding
+    up to its rows x cols values; the counts of the last read are exactly numpy's histogram of the
+    gradient buffers as they are after it (read back through the runtime: the evaluation the run
+    ends with writes no gradient), and histograms.png is drawn."""
+    cfg = TrainConfig(hidden=[32, 16], batch_size=16, steps=30, log_every=10, precision=precision, act="relu")
+    trainer = Trainer(cfg, out=tmp_path / "run", progress=False, log=None)
+    trainer.run(stop_after=20)
+    lines = RunDir(tmp_path / "run").read_histograms()
+    records = trainer.run_dir.read_metrics()
+    assert [h["step"] for h in lines] == [9, 19]
+    assert [h["scale"] for h in lines] == [records[9]["scale"], records[19]["scale"]]
+    spec, path = trainer.plan["histograms"], trainer.path
+    for line in lines:
+        for got, lay in zip(line["layers"], spec["layers"], strict=True):
+            assert got["name"] == lay["name"] and len(got["counts"]) == spec["buckets"]
+            assert sum(got["counts"]) == lay["shape"][0] * lay["shape"][1]
+    for got, lay in zip(lines[-1]["layers"], spec["layers"], strict=True):
+        rows, cols = lay["shape"]
+        stored = unpack_h(trainer.runtime.read(lay["buffer"]), rows, cols, path)
+        want = ref.grad_hist(stored, path, E_MIN, E_MAX)
+        assert got["counts"] == want.tolist(), lay["name"]
+        assert sum(got["counts"][2:-2]) > 0  # non-empty: the gradients have exponents to show
+    relu_zeros = lines[-1]["layers"][0]["counts"][0]
+    assert relu_zeros > 0  # ReLU's derivative makes exact zeros in dZ0
+    assert (tmp_path / "run" / HISTOGRAMS_PNG).stat().st_size > 10_000
+    if precision == "mixed":
+        # loss-scaled: the stored exponents are log2(scale) above the fp32 run's, by construction
+        assert lines[-1]["scale"] > 1
+    else:
+        assert lines[-1]["scale"] == 1.0
