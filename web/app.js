@@ -3,6 +3,7 @@
 // finished GPT run then generates text on this GPU from the sampling plan the server builds of its
 // final checkpoint (`webmp sample`'s), and the results panel offers to sample again.
 import {openGPU, Runner, checkPlan, train, generate, decode} from './runner.js';
+import {Lens} from './lens.js';
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
@@ -276,6 +277,7 @@ class Charts {
 }
 
 const charts = new Charts();
+const lens = new Lens($('lens'));
 
 // --- the adapter -------------------------------------------------------------------------------
 
@@ -376,6 +378,7 @@ async function trainRun(runId) {
     const blob = await api(`/api/runs/${runId}/blob?f16=${offer}`, {raw: true});
     runner = page.runner = await Runner.create(gpu, plan, blob, fetchShader);
     charts.reset();
+    lens.reset(plan.histograms);
     if (startStep > 0) {
       const {records} = await api(`/api/runs/${runId}/metrics`);
       charts.add(records.filter((r) => r.step < startStep));
@@ -390,11 +393,12 @@ async function trainRun(runId) {
       startStep,
       shouldStop: () => stopRequested,
       onCheckpoint: (s) => uploadCheckpoint(runner, runId, offer, s),
-      onRecords: async (records) => {
+      onRecords: async (records, histograms) => {
         charts.add(records);
         for (let i = 0; i < records.length; i += 500) {
           await sock.request({type: 'records', run_id: runId, records: records.slice(i, i + 500)});
         }
+        if (histograms) lens.show(histograms, await sock.request({type: 'histograms', run_id: runId, ...histograms}));
         page.records += records.length;
         const last = records.at(-1);
         if (last) $('progress').textContent = `step ${last.step + 1}/${steps}, loss ${last.loss.toPrecision(4)}, scale ${last.scale}`;

@@ -4,6 +4,9 @@ Over a run's WebSocket the page sends JSON objects with a `type` and the `run_id
 
   hello    the page's adapter, features, limits and f16 path, before the first step
   records  metrics records, one per step, decoded from the GPU ring per plan["metrics"]["fields"]
+  histograms  the gradient-range lens's counts read with the records of one step (per layer of
+           plan["histograms"], in its bucket layout); the server checks them against the plan,
+           appends them to histograms.jsonl and answers with each layer's shares against f16's range
   summary  the final GPU state words, the browser-evaluated test counts and, for a plan whose
            eval sums the validation loss (plan["eval"]["loss_buffer"]), that sum (NaN or Infinity
            when the model diverged: summary.json then holds it, as a native run's does)
@@ -109,6 +112,22 @@ class Records(_Message):
     records: list[Record] = Field(min_length=1, max_length=MAX_RECORDS_PER_MESSAGE)
 
 
+MAX_HISTOGRAM_LAYERS = 64
+MAX_HISTOGRAM_BUCKETS = 128  # webmp.ops.GRAD_HIST_MAX_BUCKETS
+
+
+class Histograms(_Message):
+    """The lens's counts after step `step` (0-based, a step whose record was sent): one list of u32
+    counters per layer of plan["histograms"]. Their number, lengths and totals are checked
+    against the run's plan by the server (webmp.page_runs.PageRun.add_histograms)."""
+
+    type: Literal["histograms"]
+    step: U32
+    counts: list[Annotated[list[U32], Field(min_length=1, max_length=MAX_HISTOGRAM_BUCKETS)]] = Field(
+        min_length=1, max_length=MAX_HISTOGRAM_LAYERS
+    )
+
+
 class Summary(_Message):
     """The end of a run. Implausible counts are refused: more correct than counted."""
 
@@ -140,7 +159,7 @@ class Stopped(_Message):
     step: U32
 
 
-PageMessage = Hello | Records | Summary | Failed | Stopped
+PageMessage = Hello | Records | Histograms | Summary | Failed | Stopped
 
 
 class _Envelope(BaseModel):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import threading
 from collections import OrderedDict
@@ -26,11 +27,31 @@ from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
 from .config import MODEL_FIELDS, TrainConfig
 from .corpus import TextCorpus, checkpoint_facts, load_text, run_baseline_bits
 from .data import Dataset, load_dataset
-from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
+from .messages import (
+    RUN_ID_RE,
+    Failed,
+    Hello,
+    Histograms,
+    PageMessage,
+    Records,
+    RunInfo,
+    RunStatus,
+    Stopped,
+    Summary,
+)
 from .models import build_plan
 from .models.gpt import gpt_param_shapes, working_copies
 from .plan import Plan, SamplePlan, describe_f16, h_bytes, resolve_f16_path
-from .rundir import CONFIG, Record, RunDir, new_run_dir, result_line, run_summary
+from .rundir import (
+    CONFIG,
+    Record,
+    RunDir,
+    histogram_line,
+    histogram_shares,
+    new_run_dir,
+    result_line,
+    run_summary,
+)
 from .sample_plan import (
     DEFAULT_SEED,
     DEFAULT_TEMPERATURE,
@@ -338,6 +359,7 @@ class PageRun:
         self.adapter: str | None = state.get("adapter")
         self.checkpoint_step: int | None = state.get("checkpoint_step")
         self.records: list[Record] = self.dir.read_metrics()
+        self.histograms_step = self._last_histograms_step()  # of histograms.jsonl's last line
         self.pending: dict[int, Record] = {}
         self.connected = False
         self.plans = plans if plans is not None else PlanCache()
@@ -487,6 +509,7 @@ class PageRun:
         if self.records and self.last_step >= expected:
             self.dir.truncate_metrics_after(expected - 1)  # the resumed page sends these steps again
             self.records = [r for r in self.records if r["step"] < expected]
+            self.histograms_step = self._last_histograms_step()
         self.pending.clear()
         info = hello.adapter
         self.adapter = (
@@ -519,6 +542,60 @@ class PageRun:
             ready.append(self.pending.pop(self.last_step + len(ready) + 1))
         self.store(ready)
         return len(ready), dups
+
+    def _last_histograms_step(self) -> int | None:
+        lines = self.dir.read_histograms()
+        return int(lines[-1]["step"]) if lines else None
+
+    async def add_histograms(self, msg: Histograms) -> dict[str, Any]:
+        """Check the lens's counts against the plan (a list per layer, of its bucket count, adding
+        up to the layer's rows x cols values) and the stored record of their step (its scale goes
+        into the line); append them to histograms.jsonl. Returns each layer's shares against f16's
+        range, as stored and unscaled (rundir.histogram_shares), for the page to show."""
+        if self.status != "running" or self.f16_path is None:
+            raise RunStateConflict(f"run {self.id} is {self.status}; send hello first")
+        plan, _ = await asyncio.to_thread(self.base_plan, self.f16_path)
+        spec = plan["histograms"]
+        if len(msg.counts) != len(spec["layers"]):
+            raise InvalidUpload(
+                f"histograms for {len(msg.counts)} layers; the plan has {len(spec['layers'])}"
+            )
+        for counts, lay in zip(msg.counts, spec["layers"], strict=True):
+            values = lay["shape"][0] * lay["shape"][1]
+            if len(counts) != spec["buckets"] or sum(counts) != values:
+                raise InvalidUpload(
+                    f"layer {lay['name']}: {len(counts)} counters adding up to {sum(counts)}; the plan's "
+                    f"lens has {spec['buckets']} adding up to its {values} values"
+                )
+        record = next((r for r in reversed(self.records) if r["step"] == msg.step), None)
+        if record is None:
+            raise InvalidUpload(
+                f"histograms of step {msg.step}, whose record is not stored: send the records first"
+            )
+        if self.histograms_step is not None and msg.step <= self.histograms_step:
+            raise InvalidUpload(f"histograms of step {msg.step} after those of step {self.histograms_step}")
+        names = [lay["name"] for lay in spec["layers"]]
+        line = histogram_line(
+            msg.step, record["scale"], spec["e_min"], spec["e_max"], list(zip(names, msg.counts, strict=True))
+        )
+        self.dir.append_histograms(line)
+        self.histograms_step = msg.step
+        shift = -math.log2(record["scale"]) if record["scale"] > 0 else 0.0
+        shares = [
+            {
+                "name": name,
+                "stored": histogram_shares(c, spec["e_min"], spec["e_max"]),
+                "unscaled": histogram_shares(c, spec["e_min"], spec["e_max"], shift),
+            }
+            for name, c in zip(names, msg.counts, strict=True)
+        ]
+        return {
+            "type": "ack",
+            "last_step": self.last_step,
+            "step": msg.step,
+            "scale": record["scale"],
+            "shares": shares,
+        }
 
     def store(self, records: list[Record]) -> None:
         if records:
@@ -647,6 +724,8 @@ class PageRun:
         elif isinstance(msg, Records):
             stored, dups = self.add_records([r.model_dump() for r in msg.records])
             return {"type": "ack", "last_step": self.last_step, "stored": stored, "duplicates": dups}
+        elif isinstance(msg, Histograms):
+            return await self.add_histograms(msg)
         elif isinstance(msg, Summary):
             await self.finish(msg)
         elif isinstance(msg, Failed):
