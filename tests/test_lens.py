@@ -83,3 +83,63 @@ def test_native_run_writes_histograms_of_the_stored_gradients(tmp_path, precisio
         assert lines[-1]["scale"] > 1
     else:
         assert lines[-1]["scale"] == 1.0
+
+
+# --- the page's histograms message: checked against the plan, stored, answered with shares --------
+
+
+@pytest.mark.slow  # a server and a socket (~2.5 s)
+def test_server_stores_the_pages_histograms_and_refuses_bad_ones(tmp_path):
+    """A page's lens counts are appended to histograms.jsonl with the scale of their step's record,
+    and answered with each layer's shares; counts that do not fit the plan (layers, buckets,
+    totals), of a step without a stored record or not after the last stored, or not u32 are
+    refused with one line naming what is wrong, and nothing is written."""
+    from test_server import SMALL, connect, hello, leave, records_msg, send, serving
+
+    from webmp.server import create_app
+
+    with serving(create_app(tmp_path / "runs")) as client:
+        run_id = client.post("/api/runs", json=SMALL).json()["id"]
+        plan = client.get(f"/api/runs/{run_id}/plan", params={"f16": "emulated"}).json()["plan"]
+        spec = plan["histograms"]
+        values = [r * c for r, c in (lay["shape"] for lay in spec["layers"])]
+        buckets, at = spec["buckets"], lambda e: 2 + e - spec["e_min"]
+        good = [[0] * buckets for _ in values]
+        for counts, n in zip(good, values, strict=True):
+            counts[0], counts[at(-20)], counts[at(3)] = n // 2, n // 4, n - n // 2 - n // 4
+        ws = connect(client, run_id)
+        assert send(ws, hello(run_id))["type"] == "ack"
+        assert send(ws, records_msg(run_id, range(10)))["type"] == "ack"
+
+        def refused(step=9, counts=good, **changes) -> str:
+            reply = send(
+                ws, {"type": "histograms", "run_id": run_id, "step": step, "counts": counts, **changes}
+            )
+            assert reply["type"] == "error", reply
+            return reply["message"]
+
+        assert "layers" in refused(counts=good[:-1])
+        assert "counters adding up to" in refused(counts=[good[0][:-1], *good[1:]])
+        assert "counters adding up to" in refused(counts=[[c + 1 for c in good[0]], *good[1:]])
+        assert "not stored" in refused(step=10)
+        assert "message dropped" in refused(counts=[[-1] * buckets for _ in values])
+        assert "message dropped" in refused(counts=[[2**32] * buckets for _ in values])
+        assert "message dropped" in refused(counts=[[1] * 129 for _ in values])
+        assert "message dropped" in refused(counts=[[1]] * 65)
+        assert "message dropped" in refused(counts=[["1"] * buckets for _ in values])
+        run_dir = RunDir(client.app.state.store.get(run_id).dir.path)
+        assert run_dir.read_histograms() == []
+
+        ack = send(ws, {"type": "histograms", "run_id": run_id, "step": 9, "counts": good})
+        assert ack["type"] == "ack" and ack["step"] == 9 and ack["scale"] == 65536.0
+        first = ack["shares"][0]
+        assert first["name"] == spec["layers"][0]["name"]
+        n = values[0]
+        assert first["stored"]["zero"] == (n // 2) / n and first["stored"]["subnormal"] == (n // 4) / n
+        # unscaled by 2^16: 2^-20 -> 2^-36 flushes to zero, 2^3 -> 2^-13 stays normal
+        assert first["unscaled"]["underflow"] == (n // 4) / n and first["unscaled"]["subnormal"] == 0
+        assert "after those of step 9" in refused(step=9)
+        lines = run_dir.read_histograms()
+        assert [h["step"] for h in lines] == [9] and lines[0]["scale"] == 65536.0
+        assert [lay["counts"] for lay in lines[0]["layers"]] == good
+        leave(ws)
