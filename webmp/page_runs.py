@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import sys
 import threading
 from collections import OrderedDict
@@ -48,9 +47,11 @@ from .rundir import (
     RunDir,
     histogram_line,
     histogram_shares,
+    json_safe,
     new_run_dir,
     result_line,
     run_summary,
+    scale_shift,
 )
 from .sample_plan import (
     DEFAULT_SEED,
@@ -580,7 +581,7 @@ class PageRun:
         )
         self.dir.append_histograms(line)
         self.histograms_step = msg.step
-        shift = -math.log2(record["scale"]) if record["scale"] > 0 else 0.0
+        shift = scale_shift(record["scale"])
         shares = [
             {
                 "name": name,
@@ -589,13 +590,8 @@ class PageRun:
             }
             for name, c in zip(names, msg.counts, strict=True)
         ]
-        return {
-            "type": "ack",
-            "last_step": self.last_step,
-            "step": msg.step,
-            "scale": record["scale"],
-            "shares": shares,
-        }
+        ack = {"type": "ack", "last_step": self.last_step, "step": msg.step, "scale": record["scale"]}
+        return json_safe({**ack, "shares": shares})  # a hostile page's scale may be NaN
 
     def store(self, records: list[Record]) -> None:
         if records:
@@ -663,6 +659,7 @@ class PageRun:
         self.dir.write_summary(summary)
         title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — {result_line(summary)}"
         await asyncio.to_thread(self.dir.plot_curves, title)
+        await asyncio.to_thread(self.dir.plot_histograms)
         self.end("finished")
 
     # --- text generation (a finished GPT run) --------------------------------------------------------

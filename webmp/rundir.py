@@ -195,6 +195,12 @@ def histogram_line(
     }
 
 
+def scale_shift(scale: float) -> float:
+    """The exponent shift from stored to unscaled gradients: -log2(scale) (0 for a scale that is
+    not finite and positive, which a hostile page could report)."""
+    return -math.log2(scale) if math.isfinite(scale) and scale > 0 else 0.0
+
+
 def histogram_shares(counts: Sequence[int], e_min: int, e_max: int, shift: float = 0.0) -> dict[str, float]:
     """Shares of a layer's values (counts as in histogram_line) against f16's range, its exponents
     shifted by `shift` (0: as stored; -log2(scale): the unscaled gradients, exact for a power-of-two
@@ -371,7 +377,7 @@ class RunDir:
 
         out = self.path / HISTOGRAMS_PNG
         layers, e_min, e_max, scale = line["layers"], line["e_min"], line["e_max"], line["scale"]
-        shift = -math.log2(scale) if scale > 0 else 0.0
+        shift = scale_shift(scale)
         exps = list(range(e_min, e_max + 1))
         fig = Figure(figsize=(9, 1.0 + 2.0 * len(layers)))
         axes = fig.subplots(len(layers), 1, sharex=True, squeeze=False)[:, 0]
