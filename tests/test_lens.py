@@ -143,3 +143,29 @@ def test_server_stores_the_pages_histograms_and_refuses_bad_ones(tmp_path):
         assert [h["step"] for h in lines] == [9] and lines[0]["scale"] == 65536.0
         assert [lay["counts"] for lay in lines[0]["layers"]] == good
         leave(ws)
+
+
+@pytest.mark.slow  # a tiny GPT's pipelines
+def test_gpt_run_writes_histograms_of_its_backward_deltas(tmp_path, gpu):
+    """The GPT's lens: dlogits, the embeddings' dx and block 0's deltas (the blocks share those
+    buffers), each line's counts adding up to the buffers' values, the last equal to numpy's
+    histogram of the buffers after the run; dS holds the causal mask's zeros (the upper triangle)."""
+    cfg = TrainConfig(
+        model="gpt", n_layer=2, d_model=32, n_head=2, context=16, batch_size=4, steps=4, log_every=2
+    )
+    cfg = cfg.model_copy(update={"val_tokens": 256})
+    trainer = Trainer(cfg, out=tmp_path / "gpt", progress=False, log=None)
+    trainer.run()
+    spec, path = trainer.plan["histograms"], trainer.path
+    names = ["dlogits", "dx (embeddings)", *(f"{n} (block 0 of 2)" for n in ("dz", "dqkv", "dO", "dS"))]
+    assert [lay["name"] for lay in spec["layers"]] == names
+    lines = trainer.run_dir.read_histograms()
+    assert [h["step"] for h in lines] == [1, 3]
+    for got, lay in zip(lines[-1]["layers"], spec["layers"], strict=True):
+        rows, cols = lay["shape"]
+        assert sum(got["counts"]) == rows * cols
+        stored = unpack_h(trainer.runtime.read(lay["buffer"]), rows, cols, path)
+        assert got["counts"] == ref.grad_hist(stored, path, E_MIN, E_MAX).tolist(), lay["name"]
+    ds = lines[-1]["layers"][-1]["counts"]
+    T = cfg.context
+    assert ds[0] >= sum(ds) * (T - 1) / (2 * T)  # at least the masked upper triangle is 0

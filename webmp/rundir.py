@@ -402,6 +402,11 @@ class RunDir:
             if shift:
                 ax.step([e + shift for e in exps] + [e_max + 1 + shift], [*frac, 0], where="post",
                         color="tab:orange", lw=1.2, label=f"unscaled (÷ {scale:g})")  # fmt: skip
+            ax.axvspan(lo, F16_LOG2_SUBNORMAL_MIN, color="tab:red", alpha=0.08, lw=0)  # flushes to zero
+            ax.axvspan(
+                F16_LOG2_SUBNORMAL_MIN, F16_LOG2_NORMAL_MIN, color="gold", alpha=0.15, lw=0
+            )  # subnormal
+            ax.axvspan(F16_LOG2_MAX, hi, color="tab:red", alpha=0.08, lw=0)  # overflows
             for x, style, what in (
                 (F16_LOG2_SUBNORMAL_MIN, ":", "2^-24"),
                 (F16_LOG2_NORMAL_MIN, "--", "2^-14"),
@@ -422,6 +427,7 @@ class RunDir:
                 f"overflow {stored['overflow']:.1%}\nunscaled: flush to zero {unscaled['underflow']:.1%}, "
                 f"subnormal {unscaled['subnormal']:.1%}, overflow {unscaled['overflow']:.1%}",
                 transform=ax.transAxes, fontsize=7, va="top",
+                bbox={"facecolor": "white", "alpha": 0.85, "lw": 0},
             )  # fmt: skip
             ax.set_xlim(lo, hi)
         axes[0].legend(loc="upper right", fontsize=7)
