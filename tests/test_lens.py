@@ -4,6 +4,9 @@ lens: tests/test_browser.py.)"""
 
 from __future__ import annotations
 
+import functools
+import json
+
 import pytest
 
 from webmp import ops
@@ -86,6 +89,26 @@ def test_native_run_writes_histograms_of_the_stored_gradients(tmp_path, precisio
 
 
 # --- the page's histograms message: checked against the plan, stored, answered with shares --------
+
+
+@functools.cache
+def lens_sizes(config: str) -> tuple[int, list[int]]:
+    """(buckets, values per layer) of the lens of the plan of a TrainConfig given as JSON."""
+    from webmp.data import load_digits
+
+    plan, _ = build_plan(TrainConfig(**json.loads(config)), load_digits(), "emulated")
+    spec = plan["histograms"]
+    return spec["buckets"], [lay["shape"][0] * lay["shape"][1] for lay in spec["layers"]]
+
+
+def histograms_msg(run_id: str, step: int, config: dict | None = None) -> dict:
+    """A histograms message that fits the lens of `config`'s plan (default: test_server's SMALL):
+    every value in the zero bucket."""
+    from test_server import SMALL
+
+    buckets, values = lens_sizes(json.dumps(config or SMALL, sort_keys=True))
+    counts = [[n] + [0] * (buckets - 1) for n in values]
+    return {"type": "histograms", "run_id": run_id, "step": step, "counts": counts}
 
 
 @pytest.mark.slow  # a server and a socket (~2.5 s)
