@@ -586,6 +586,8 @@ def test_disconnect_then_resume_continues_the_same_curve(server, browser, tmp_pa
     recs = on_disk(server, run)
     assert [r["step"] for r in recs] == list(range(60))
     assert same(recs[:40], first_tab)  # steps 20..39 recomputed after the resume are bit-identical
+    lens = RunDir(server.app.state.store.get(run.id).dir.path).read_histograms()
+    assert [h["step"] for h in lens] == [9, 19, 29, 39, 49, 59]  # those after step 19 sent again, once
     nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
     assert_like_native(recs, nat, browser)  # and the page trained the model the plan describes
     assert summary["steps"] == 60 and summary["optimizer_steps"] + summary["skipped_steps"] == 60
