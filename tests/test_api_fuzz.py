@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from tests.test_lens import histograms_msg
+from tests.test_lens import lens_counts
 from tests.test_server import BASE, SMALL, hello, records_msg, summary_msg
 from webmp.messages import MAX_MESSAGE_BYTES
 from webmp.server import WS_RATE_CLOSE, create_app
@@ -183,16 +183,18 @@ def mutated(draw, run_id: str) -> dict:
 
 @st.composite
 def lens_messages(draw, run_id: str) -> dict:
-    """A histograms message that fits the run's plan, or one with a weird step, layer or counter."""
-    msg = histograms_msg(run_id, draw(st.integers(min_value=0, max_value=40)))
+    """Records from a step with the lens's counts of the last one, as a page sends a read: counts
+    that fit the run's plan, or with a weird step, layer or counter."""
+    first, n = draw(st.integers(min_value=0, max_value=40)), draw(st.integers(1, 12))
+    lens = {"step": first + n - 1, "counts": lens_counts()}
     how = draw(st.sampled_from(["valid", "step", "layer", "counter"]))
     if how == "step":
-        msg["step"] = draw(WEIRD)
+        lens["step"] = draw(WEIRD)
     elif how == "layer":
-        msg["counts"][draw(st.integers(0, len(msg["counts"]) - 1))] = draw(WEIRD)
+        lens["counts"][draw(st.integers(0, len(lens["counts"]) - 1))] = draw(WEIRD)
     elif how == "counter":
-        msg["counts"][0][draw(st.integers(0, len(msg["counts"][0]) - 1))] = draw(WEIRD)
-    return msg
+        lens["counts"][0][draw(st.integers(0, len(lens["counts"][0]) - 1))] = draw(WEIRD)
+    return {**records_msg(run_id, range(first, first + n)), "histograms": lens}
 
 
 def frames(run_id: str) -> st.SearchStrategy:

@@ -101,23 +101,23 @@ def lens_sizes(config: str) -> tuple[int, list[int]]:
     return spec["buckets"], [lay["shape"][0] * lay["shape"][1] for lay in spec["layers"]]
 
 
-def histograms_msg(run_id: str, step: int, config: dict | None = None) -> dict:
-    """A histograms message that fits the lens of `config`'s plan (default: test_server's SMALL):
-    every value in the zero bucket."""
+def lens_counts(config: dict | None = None) -> list[list[int]]:
+    """Counts that fit the lens of `config`'s plan (default: test_server's SMALL): every value in
+    the zero bucket."""
     from test_server import SMALL
 
     buckets, values = lens_sizes(json.dumps(config or SMALL, sort_keys=True))
-    counts = [[n] + [0] * (buckets - 1) for n in values]
-    return {"type": "histograms", "run_id": run_id, "step": step, "counts": counts}
+    return [[n] + [0] * (buckets - 1) for n in values]
 
 
 @pytest.mark.slow  # a server and a socket (~2.5 s)
 def test_server_stores_the_pages_histograms_and_refuses_bad_ones(tmp_path):
-    """A page's lens counts are appended to histograms.jsonl with the scale of their step's record,
-    and answered with each layer's shares; counts that do not fit the plan (layers, buckets,
-    totals), of a step without a stored record or not after the last stored, or not u32 are
-    refused with one line naming what is wrong, and nothing is written."""
-    from test_server import SMALL, connect, hello, leave, records_msg, send, serving
+    """A page sends a read's lens counts with its last records message: they are appended to
+    histograms.jsonl with the scale of their step's record and answered with each layer's shares.
+    Counts that do not fit the plan (layers, buckets, totals), of a step whose record is neither
+    stored nor in the message, not after the last stored, or not u32 are refused with one line
+    naming what is wrong, and nothing of the message is written (its records neither)."""
+    from test_server import SMALL, connect, hello, leave, record, send, serving
 
     from webmp.server import create_app
 
@@ -130,41 +130,47 @@ def test_server_stores_the_pages_histograms_and_refuses_bad_ones(tmp_path):
         good = [[0] * buckets for _ in values]
         for counts, n in zip(good, values, strict=True):
             counts[0], counts[at(-20)], counts[at(3)] = n // 2, n // 4, n - n // 2 - n // 4
+        run_dir = RunDir(client.app.state.store.get(run_id).dir.path)
         ws = connect(client, run_id)
-        assert send(ws, hello(run_id))["type"] == "ack"
-        assert send(ws, records_msg(run_id, range(10)))["type"] == "ack"
 
-        def refused(step=9, counts=good, **changes) -> str:
-            reply = send(
-                ws, {"type": "histograms", "run_id": run_id, "step": step, "counts": counts, **changes}
-            )
+        def records(steps, lens_step=None, counts=good) -> dict:
+            msg = {"type": "records", "run_id": run_id, "records": [record(s) for s in steps]}
+            return msg if lens_step is None else {**msg, "histograms": {"step": lens_step, "counts": counts}}
+
+        def refused(step=9, counts=good) -> str:
+            reply = send(ws, records([9], step, counts))
             assert reply["type"] == "error", reply
             return reply["message"]
 
+        assert send(ws, hello(run_id))["type"] == "ack"
+        assert send(ws, records(range(9)))["type"] == "ack"
         assert "layers" in refused(counts=good[:-1])
         assert "counters adding up to" in refused(counts=[good[0][:-1], *good[1:]])
         assert "counters adding up to" in refused(counts=[[c + 1 for c in good[0]], *good[1:]])
-        assert "not stored" in refused(step=10)
+        assert "neither stored nor sent" in refused(step=10)
         assert "message dropped" in refused(counts=[[-1] * buckets for _ in values])
         assert "message dropped" in refused(counts=[[2**32] * buckets for _ in values])
         assert "message dropped" in refused(counts=[[1] * 129 for _ in values])
         assert "message dropped" in refused(counts=[[1]] * 65)
         assert "message dropped" in refused(counts=[["1"] * buckets for _ in values])
-        run_dir = RunDir(client.app.state.store.get(run_id).dir.path)
-        assert run_dir.read_histograms() == []
+        assert run_dir.read_histograms() == [] and run_dir.read_metrics()[-1]["step"] == 8
 
-        ack = send(ws, {"type": "histograms", "run_id": run_id, "step": 9, "counts": good})
-        assert ack["type"] == "ack" and ack["step"] == 9 and ack["scale"] == 65536.0
-        first = ack["shares"][0]
+        ack = send(ws, records([9], 9))
+        assert ack["type"] == "ack" and ack["last_step"] == 9
+        lens = ack["histograms"]
+        assert lens["step"] == 9 and lens["scale"] == 65536.0
+        first, n = lens["shares"][0], values[0]
         assert first["name"] == spec["layers"][0]["name"]
-        n = values[0]
         assert first["stored"]["zero"] == (n // 2) / n and first["stored"]["subnormal"] == (n // 4) / n
         # unscaled by 2^16: 2^-20 -> 2^-36 flushes to zero, 2^3 -> 2^-13 stays normal
         assert first["unscaled"]["underflow"] == (n // 4) / n and first["unscaled"]["subnormal"] == 0
-        assert "after those of step 9" in refused(step=9)
+        assert "after those of step 9" in send(ws, records([10], 9))["message"]
+        assert send(ws, records([10]))["type"] == "ack"
+        assert send(ws, records([11], 10))["histograms"]["step"] == 10  # its record stored before
         lines = run_dir.read_histograms()
-        assert [h["step"] for h in lines] == [9] and lines[0]["scale"] == 65536.0
+        assert [h["step"] for h in lines] == [9, 10] and lines[0]["scale"] == 65536.0
         assert [lay["counts"] for lay in lines[0]["layers"]] == good
+        assert [r["step"] for r in run_dir.read_metrics()] == list(range(12))
         leave(ws)
 
 

@@ -396,9 +396,11 @@ async function trainRun(runId) {
       onRecords: async (records, histograms) => {
         charts.add(records);
         for (let i = 0; i < records.length; i += 500) {
-          await sock.request({type: 'records', run_id: runId, records: records.slice(i, i + 500)});
+          const last = i + 500 >= records.length;  // the read's lens counts go with its last records
+          const ack = await sock.request({type: 'records', run_id: runId, records: records.slice(i, i + 500),
+                                          ...(last && histograms ? {histograms} : {})});
+          if (last && histograms) lens.show(histograms, ack.histograms);
         }
-        if (histograms) lens.show(histograms, await sock.request({type: 'histograms', run_id: runId, ...histograms}));
         page.records += records.length;
         const last = records.at(-1);
         if (last) $('progress').textContent = `step ${last.step + 1}/${steps}, loss ${last.loss.toPrecision(4)}, scale ${last.scale}`;

@@ -33,8 +33,8 @@ export class Lens {
     if (window.webmp) window.webmp.lens = {shown: 0, step: null};
   }
 
-  // One read: {step, counts: [[u32 per bucket] per layer]} and the server's ack of them
-  // ({scale, shares: [{name, stored, unscaled}]}).
+  // One read: {step, counts: [[u32 per bucket] per layer]} and the server's answer to them (the
+  // records ack's `histograms`: {step, scale, shares: [{name, stored, unscaled}]}).
   show(histograms, ack) {
     this.last = {step: histograms.step, counts: histograms.counts, scale: ack.scale, shares: ack.shares};
     this.section.hidden = false;

@@ -548,39 +548,45 @@ class PageRun:
         lines = self.dir.read_histograms()
         return int(lines[-1]["step"]) if lines else None
 
-    async def add_histograms(self, msg: Histograms) -> dict[str, Any]:
-        """Check the lens's counts against the plan (a list per layer, of its bucket count, adding
-        up to the layer's rows x cols values) and the stored record of their step (its scale goes
-        into the line); append them to histograms.jsonl. Returns each layer's shares against f16's
-        range, as stored and unscaled (rundir.histogram_shares), for the page to show."""
+    async def check_histograms(self, lens: Histograms, records: list[Record]) -> tuple[Plan, Record]:
+        """The plan and the record of the lens's step, if its counts fit the plan (a list per layer,
+        of its bucket count, adding up to the layer's rows x cols values), its step's record is
+        stored or among `records` (those of the same message) and it comes after the last stored
+        histograms; else InvalidUpload naming what is wrong."""
         if self.status != "running" or self.f16_path is None:
             raise RunStateConflict(f"run {self.id} is {self.status}; send hello first")
         plan, _ = await asyncio.to_thread(self.base_plan, self.f16_path)
         spec = plan["histograms"]
-        if len(msg.counts) != len(spec["layers"]):
+        if len(lens.counts) != len(spec["layers"]):
             raise InvalidUpload(
-                f"histograms for {len(msg.counts)} layers; the plan has {len(spec['layers'])}"
+                f"histograms for {len(lens.counts)} layers; the plan has {len(spec['layers'])}"
             )
-        for counts, lay in zip(msg.counts, spec["layers"], strict=True):
+        for counts, lay in zip(lens.counts, spec["layers"], strict=True):
             values = lay["shape"][0] * lay["shape"][1]
             if len(counts) != spec["buckets"] or sum(counts) != values:
                 raise InvalidUpload(
-                    f"layer {lay['name']}: {len(counts)} counters adding up to {sum(counts)}; the plan's "
-                    f"lens has {spec['buckets']} adding up to its {values} values"
+                    f"histograms of layer {lay['name']}: {len(counts)} counters adding up to {sum(counts)}; "
+                    f"the plan's lens has {spec['buckets']} adding up to its {values} values"
                 )
-        record = next((r for r in reversed(self.records) if r["step"] == msg.step), None)
+        record = next((r for r in [*records, *reversed(self.records)] if r["step"] == lens.step), None)
         if record is None:
             raise InvalidUpload(
-                f"histograms of step {msg.step}, whose record is not stored: send the records first"
+                f"histograms of step {lens.step}, whose record is neither stored nor sent with them"
             )
-        if self.histograms_step is not None and msg.step <= self.histograms_step:
-            raise InvalidUpload(f"histograms of step {msg.step} after those of step {self.histograms_step}")
+        if self.histograms_step is not None and lens.step <= self.histograms_step:
+            raise InvalidUpload(f"histograms of step {lens.step} after those of step {self.histograms_step}")
+        return plan, record
+
+    def store_histograms(self, lens: Histograms, plan: Plan, record: Record) -> dict[str, Any]:
+        """Append checked counts (check_histograms) to histograms.jsonl with their step's scale; each
+        layer's shares against f16's range, as stored and unscaled (rundir.histogram_shares)."""
+        spec = plan["histograms"]
         names = [lay["name"] for lay in spec["layers"]]
-        line = histogram_line(
-            msg.step, record["scale"], spec["e_min"], spec["e_max"], list(zip(names, msg.counts, strict=True))
+        layers = list(zip(names, lens.counts, strict=True))
+        self.dir.append_histograms(
+            histogram_line(lens.step, record["scale"], spec["e_min"], spec["e_max"], layers)
         )
-        self.dir.append_histograms(line)
-        self.histograms_step = msg.step
+        self.histograms_step = lens.step
         shift = scale_shift(record["scale"])
         shares = [
             {
@@ -588,10 +594,11 @@ class PageRun:
                 "stored": histogram_shares(c, spec["e_min"], spec["e_max"]),
                 "unscaled": histogram_shares(c, spec["e_min"], spec["e_max"], shift),
             }
-            for name, c in zip(names, msg.counts, strict=True)
+            for name, c in layers
         ]
-        ack = {"type": "ack", "last_step": self.last_step, "step": msg.step, "scale": record["scale"]}
-        return json_safe({**ack, "shares": shares})  # a hostile page's scale may be NaN
+        return json_safe(
+            {"step": lens.step, "scale": record["scale"], "shares": shares}
+        )  # a page's NaN scale
 
     def store(self, records: list[Record]) -> None:
         if records:
@@ -719,10 +726,13 @@ class PageRun:
         if isinstance(msg, Hello):
             self.start(msg)
         elif isinstance(msg, Records):
-            stored, dups = self.add_records([r.model_dump() for r in msg.records])
-            return {"type": "ack", "last_step": self.last_step, "stored": stored, "duplicates": dups}
-        elif isinstance(msg, Histograms):
-            return await self.add_histograms(msg)
+            records = [r.model_dump() for r in msg.records]
+            lens = await self.check_histograms(msg.histograms, records) if msg.histograms else None
+            stored, dups = self.add_records(records)
+            ack = {"type": "ack", "last_step": self.last_step, "stored": stored, "duplicates": dups}
+            if msg.histograms and lens:
+                ack["histograms"] = self.store_histograms(msg.histograms, *lens)
+            return ack
         elif isinstance(msg, Summary):
             await self.finish(msg)
         elif isinstance(msg, Failed):
