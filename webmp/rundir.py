@@ -356,13 +356,20 @@ class RunDir:
             os.fsync(f.fileno())
 
     def read_histograms(self) -> list[Record]:
-        """The lines of histograms.jsonl (none if the run has none); a torn last line is left out."""
+        """The lines of histograms.jsonl (none if the run has none); a torn last line is left out,
+        a damaged line elsewhere is an error naming its line number."""
         path = self.path / HISTOGRAMS
         if not path.exists():
             return []
         raw = path.read_bytes()
-        whole = raw[: raw.rfind(b"\n") + 1].decode("utf-8", "replace")
-        return [json.loads(line) for line in whole.splitlines() if line.strip()]
+        out = []
+        for n, line in enumerate(raw[: raw.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    raise ValueError(f"{path}: line {n} is not a JSON line of histograms") from None
+        return out
 
     def plot_histograms(self, title: str = "") -> Path | None:
         """histograms.png from the last line of histograms.jsonl (None when there is none)."""
