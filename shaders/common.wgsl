@@ -48,6 +48,21 @@ fn f16_round(x: f32) -> f32 {
   return bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
 }
 
+// The f32 bit pattern of the f16 value with bits h (low 16 bits), by integer arithmetic: exact for
+// every f16, subnormals included (a float conversion may flush those), Inf and NaN kept.
+fn f16_bits_to_f32(h: u32) -> u32 {
+  let sign = (h & 0x8000u) << 16u;
+  let e = (h >> 10u) & 0x1fu;
+  let m = h & 0x3ffu;
+  if (e == 0x1fu) { return sign | 0x7f800000u | (m << 13u); }
+  if (e == 0u) {
+    if (m == 0u) { return sign; }
+    let p = firstLeadingBit(m);  // m * 2^-24 = 1.f * 2^(p - 24)
+    return sign | ((p + 103u) << 23u) | ((m << (23u - p)) & 0x7fffffu);
+  }
+  return sign | ((e + 112u) << 23u) | (m << 13u);
+}
+
 // Index of the word holding element (r, c), and c's pair partner, of a row-major [rows, n] matrix
 // in the activation format (two columns a word, rows padded to whole words).
 fn h_index(r: u32, c: u32, n: u32) -> u32 { return r * ((n + 1u) / 2u) + c / 2u; }

@@ -12,3 +12,5 @@ fn h_pack(v: vec2<f32>) -> HW { return pack2x16float(v); }
 alias HWLoad = u32;
 fn h_load(w: HWLoad) -> vec2<f32> { return unpack2x16float(w); }
 fn h_round(x: f32) -> f32 { return f16_round(x); }  // see common.wgsl
+// The f32 bit patterns of a word's two values, exactly (webmp grad_hist reads them).
+fn h_load_bits(w: HWLoad) -> vec2<u32> { return vec2<u32>(f16_bits_to_f32(w & 0xffffu), f16_bits_to_f32(w >> 16u)); }

@@ -11,3 +11,5 @@ fn h_pack(v: vec2<f32>) -> HW { return v; }
 alias HWLoad = vec2<f32>;
 fn h_load(w: HWLoad) -> vec2<f32> { return w; }
 fn h_round(x: f32) -> f32 { return x; }
+// The f32 bit patterns of a word's two values, exactly (webmp grad_hist reads them).
+fn h_load_bits(w: HWLoad) -> vec2<u32> { return bitcast<vec2<u32>>(w); }

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
+from tests.test_lens import lens_counts
 from tests.test_server import BASE, SMALL, hello, records_msg, summary_msg
 from webmp.messages import MAX_MESSAGE_BYTES
 from webmp.server import WS_RATE_CLOSE, create_app
@@ -180,6 +181,22 @@ def mutated(draw, run_id: str) -> dict:
     return msg
 
 
+@st.composite
+def lens_messages(draw, run_id: str) -> dict:
+    """Records from a step with the lens's counts of the last one, as a page sends a read: counts
+    that fit the run's plan, or with a weird step, layer or counter."""
+    first, n = draw(st.integers(min_value=0, max_value=40)), draw(st.integers(1, 12))
+    lens = {"step": first + n - 1, "counts": lens_counts()}
+    how = draw(st.sampled_from(["valid", "step", "layer", "counter"]))
+    if how == "step":
+        lens["step"] = draw(WEIRD)
+    elif how == "layer":
+        lens["counts"][draw(st.integers(0, len(lens["counts"]) - 1))] = draw(WEIRD)
+    elif how == "counter":
+        lens["counts"][0][draw(st.integers(0, len(lens["counts"][0]) - 1))] = draw(WEIRD)
+    return {**records_msg(run_id, range(first, first + n)), "histograms": lens}
+
+
 def frames(run_id: str) -> st.SearchStrategy:
     """One action: a text frame, a binary frame, or "reconnect" (the page leaves and comes back)."""
     deep = st.sampled_from([1_000, 100_000]).map(lambda n: "[" * n + "]" * n)
@@ -193,6 +210,7 @@ def frames(run_id: str) -> st.SearchStrategy:
         deep,
         big.map(lambda n: json.dumps({**records_msg(run_id, [0]), "pad": "x" * n})),
         st.just("reconnect"),
+        lens_messages(run_id).map(json.dumps),
     )
 
 

@@ -25,6 +25,7 @@ import pytest
 from webmp.browser import Browser, LocalServer
 from webmp.config import LOSS_SCALING_DEMO, TrainConfig
 from webmp.page_runs import PRESETS
+from webmp.plan import unpack_h
 from webmp.rundir import RunDir
 from webmp.sample_plan import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS
 
@@ -739,6 +740,8 @@ def test_disconnect_then_resume_continues_the_same_curve(server, browser, tmp_pa
     recs = on_disk(server, run)
     assert [r["step"] for r in recs] == list(range(60))
     assert same(recs[:40], first_tab)  # steps 20..39 recomputed after the resume are bit-identical
+    lens = RunDir(server.app.state.store.get(run.id).dir.path).read_histograms()
+    assert [h["step"] for h in lens] == [9, 19, 29, 39, 49, 59]  # those after step 19 sent again, once
     nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
     assert_like_native(recs, nat, browser)  # and the page trained the model the plan describes
     assert summary["steps"] == 60 and summary["optimizer_steps"] + summary["skipped_steps"] == 60
@@ -800,6 +803,70 @@ def test_page_runs_matmuls_on_the_subgroup_core(server, browser, tmp_path, monke
     nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
     assert_like_native(on_disk(server, run), nat, browser)
     page.close()
+
+
+def test_lens_shows_the_gradient_histograms_the_server_stores(server, browser, tmp_path, monkeypatch):
+    """The gradient-range lens of a short small-MLP run: at each of the 3 metrics reads the page
+    runs the plan's lens program, draws the histograms and streams them; the server stores them in
+    histograms.jsonl, each layer's counts adding up to its rows x cols gradients. The same run
+    natively (the browser's f16 path, default tiles) ends with the same gradients in its buffers,
+    whose numpy histogram (webmp.reference.grad_hist) is the native run's last line exactly. On
+    lavapipe the page trains bit for bit like wgpu-py, so the page's counts equal it exactly. On
+    SwiftShader, whose f32 results drift an ulp apart (assert_like_native), a value moves
+    bucket only when that drift carries it across a power of two: at most 1 % of a layer's
+    values at any read (measured on SwiftShader: none moved, the counts were identical)."""
+    from webmp.reference import grad_hist
+    from webmp.train import Trainer
+
+    cfg = TrainConfig(**SMALL, steps=30, log_every=10, checkpoint_every=0, act="relu")
+    run = server.create_run(cfg, browser=browser)
+    run.wait(timeout=TIMEOUT)
+    wait_page(run.page, "window.webmp.status === 'finished'", timeout=60)
+    shown = run.page.evaluate("window.webmp.lens")
+    ARTIFACTS.mkdir(exist_ok=True)
+    run.page.locator("#lens").screenshot(path=str(ARTIFACTS / f"browser-lens-{browser.kind}.png"))
+    run.screenshot(ARTIFACTS / f"browser-lens-page-{browser.kind}.png")
+    inked = run.page.evaluate(
+        """(() => { const c = document.getElementById('lens-canvas');
+                    const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                    let n = 0; for (let i = 3; i < px.length; i += 4) n += px[i] > 0; return n; })()"""
+    )
+    run.close_page()
+    web = RunDir(server.app.state.store.get(run.id).dir.path).read_histograms()
+
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
+    native = Trainer(
+        cfg.model_copy(update={"f16": browser.f16_path}), out=tmp_path / "native", progress=False, log=None
+    )
+    native.run()
+    nat = native.run_dir.read_histograms()
+    spec, path = native.plan["histograms"], native.path
+    numpy_counts = [
+        grad_hist(
+            unpack_h(native.runtime.read(lay["buffer"]), *lay["shape"], path),
+            path,
+            spec["e_min"],
+            spec["e_max"],
+        )
+        for lay in spec["layers"]
+    ]
+
+    assert shown["shown"] == 3 and shown["step"] == 29 and all(shown["nonEmpty"])
+    assert inked > 10_000  # the canvas has bars, bands and text drawn
+    assert [h["step"] for h in web] == [9, 19, 29] == [h["step"] for h in nat]
+    assert [h["scale"] for h in web] == [h["scale"] for h in nat]
+    for line in web:
+        counts = [lay["counts"] for lay in line["layers"]]
+        assert [sum(c) for c in counts] == [r * c for r, c in (lay["shape"] for lay in spec["layers"])]
+        assert shown["totals"] == [sum(c) for c in counts]
+    assert [lay["counts"] for lay in nat[-1]["layers"]] == [c.tolist() for c in numpy_counts]
+    if browser.kind == "lavapipe":
+        assert web == nat
+        return
+    for w, n in zip(web, nat, strict=True):
+        for wl, nl in zip(w["layers"], n["layers"], strict=True):
+            moved = np.abs(np.array(wl["counts"]) - np.array(nl["counts"])).sum() / 2
+            assert moved <= 0.01 * sum(nl["counts"]), (w["step"], wl["name"], moved)
 
 
 def test_page_refuses_a_plan_beyond_the_adapter_limits(server, browser):

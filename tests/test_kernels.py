@@ -913,6 +913,76 @@ def test_eval_counters(path):
     )
 
 
+# --- the gradient-range lens ----------------------------------------------------------------------
+
+
+def _grad_hist_values(path: str) -> np.ndarray:
+    """[9, 23] values (odd columns: each row's last word holds a pad the kernel must skip) at the
+    bucket edges: zeros of both signs, every f16 subnormal power of two and its neighbours, the
+    normal floor 2^-14 and the value below it, 2^e and the largest value below 2^(e+1) across the
+    range, 65504, Inf, NaN; in fp32 also values below 2^E_MIN (an f32 subnormal), above 2^E_MAX
+    and near f32's max; the rest random magnitudes of both signs."""
+    f16_edges = [0.0, -0.0, 2.0**-24, 3 * 2.0**-24, 2.0**-15, 2.0**-14 - 2.0**-24, 2.0**-14, 65504.0]
+    f16_edges += [np.inf, -np.inf, np.nan, 65472.0, -(2.0**15), 2.0**15 - 32]
+    for e in range(-24, 16):
+        f16_edges += [2.0**e, -(2.0**e) * 1.5, 2.0**e * (2 - 2.0**-10)]
+    values = f16_edges
+    if path == "fp32":
+        values += [
+            2.0**-149,
+            2.0**-130,
+            2.0**-60,
+            2.0**-49,
+            2.0**-48,
+            2.0**20 * 1.99,
+            2.0**21,
+            2.0**100,
+            3e38,
+        ]
+    rng = np.random.default_rng(7)
+    rest = 9 * 23 - len(values)
+    random = rng.choice([-1, 1], rest) * 2.0 ** rng.uniform(-30, 18, rest)
+    x = np.concatenate([values, random]).reshape(9, 23)
+    with np.errstate(over="ignore"):
+        return ref.round_h(x, path) if path != "fp32" else x.astype(np.float32).astype(np.float64)
+
+
+@kernel_case("grad_hist/edges")
+def _grad_hist_case(name, path):
+    x = _grad_hist_values(path)
+    base, nb = 3, ops.grad_hist_buckets()
+    counts = np.full(base + nb + 2, 0, np.uint32)
+    out = run_op(
+        ops.grad_hist,
+        {"X": x, "counts": counts},
+        ["counts"],
+        ROWS=9,
+        COLS=23,
+        BASE=base,
+        path=path,
+        gpu=default_gpu(),
+    )
+    return {"X": x}, out
+
+
+def test_grad_hist_counts_like_numpy(path):
+    """Every value lands in the bucket of floor(log2 |x|) that numpy's frexp gives, exactly; zeros,
+    f16 subnormals, the values either side of each power of two, 65504 (overflow on the f16
+    paths, as the training's overflow test says; 2^15 in fp32), Inf and NaN (overflow), and the
+    pads of odd rows are not counted. The counters before BASE and after the matrix's stay 0."""
+    inp, out = run("grad_hist/edges", path)
+    x, got = inp["X"], out["counts"]
+    base, nb = 3, ops.grad_hist_buckets()
+    with np.errstate(invalid="ignore"):
+        want = ref.grad_hist(x, path, ops.GRAD_HIST_E_MIN, ops.GRAD_HIST_E_MAX)
+    assert got[:base].tolist() == [0] * base and got[base + nb :].tolist() == [0, 0]
+    assert got[base : base + nb].tolist() == want.tolist()
+    assert want.sum() == x.size and want[0] >= 2 and want[-1] >= 3
+    assert want[2 + (-24 - ops.GRAD_HIST_E_MIN)] > 0  # the smallest f16 subnormal has its bucket
+    if path == "fp32":
+        assert want[1] >= 3 and want[-2] >= 3  # below 2^E_MIN, above 2^E_MAX
+
+
 # --- native and emulated f16 agree bit for bit ---------------------------------------------------
 
 

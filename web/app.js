@@ -8,6 +8,7 @@ import {openGPU, Runner, checkPlan, train, generate, decode} from './runner.js';
 import {adapterSignature, tuneKernels} from './tune.js';
 import {RunsPanel} from './runs.js';
 import {CompareView} from './compare.js';
+import {Lens} from './lens.js';
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
@@ -361,6 +362,7 @@ class Charts {
 }
 
 const charts = page.charts = new Charts();  // page.charts.data: the points drawn
+const lens = new Lens($('lens'));
 
 // --- the adapter -------------------------------------------------------------------------------
 
@@ -572,6 +574,7 @@ async function trainRun(runId) {
     timing.compileEnd = performance.now();
     log(`compiled ${timing.kernels} kernels in ${((timing.compileEnd - timing.compileStart) / 1000).toFixed(2)} s`);
     charts.reset();
+    lens.reset(plan.histograms);
     if (startStep > 0) {
       const {records} = await api(`/api/runs/${runId}/metrics`);
       charts.add(records.filter((r) => r.step < startStep));
@@ -607,10 +610,13 @@ async function trainRun(runId) {
         }
         showProgress();
       },
-      onRecords: async (records) => {
+      onRecords: async (records, histograms) => {
         charts.add(records);
         for (let i = 0; i < records.length; i += 500) {
-          const ack = await sock.request({type: 'records', run_id: runId, records: records.slice(i, i + 500)});
+          const final = i + 500 >= records.length;  // the read's lens counts go with its last records
+          const ack = await sock.request({type: 'records', run_id: runId, records: records.slice(i, i + 500),
+                                          ...(final && histograms ? {histograms} : {})});
+          if (final && histograms) lens.show(histograms, ack.histograms);
           if (ack.stop && !stopRequested) {  // a Stop pressed in a page following this run
             stopRequested = true;
             log('another page asked this run to stop: stopping at the next metrics read');

@@ -170,7 +170,11 @@ export class Runner {
     this.programs = await scoped(dev, 'creating bind groups', () => Object.fromEntries(
       Object.entries(plan.programs).map(([name, ds]) => [name, ds.map((d) => this.prepare(d))])));
     this.metricsBytes = this.buffers[plan.metrics.buffer].size;
-    this.staging = dev.createBuffer({size: this.metricsBytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+    // A training plan's gradient-range lens (plan.histograms): its counts are staged after the ring.
+    this.lensBytes = plan.histograms ? this.buffers[plan.histograms.buffer].size : 0;
+    this.lastHistograms = null;  // the counts per layer read by the last run(..., histograms = true)
+    this.staging = dev.createBuffer({size: this.metricsBytes + this.lensBytes,
+                                     usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
   }
 
   prepare(d) {
@@ -179,24 +183,14 @@ export class Runner {
     return [this.pipelines[d.kernel], bindGroup, d.workgroups];
   }
 
-  // One submit of a program (`repeat` times over, one compute pass each, in one command buffer: a
-  // sampling plan's tokens); with readMetrics also copies the metrics ring and returns its records.
-  async run(program, readMetrics = false, repeat = 1) {
-    if (this.error) throw this.error;
-    const enc = this.device.createCommandEncoder();
-    for (let i = 0; i < repeat; i++) {
-      const pass = enc.beginComputePass();
-      for (const [pipeline, bindGroup, [x, y, z]] of this.programs[program]) {
-        pass.setPipeline(pipeline);
-        pass.setBindGroup(0, bindGroup);
-        pass.dispatchWorkgroups(x, y, z);
-      }
-      pass.end();
+  encode(enc, program) {
+    const pass = enc.beginComputePass();
+    for (const [pipeline, bindGroup, [x, y, z]] of this.programs[program]) {
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, bindGroup);
+      pass.dispatchWorkgroups(x, y, z);
     }
-    if (readMetrics) enc.copyBufferToBuffer(this.buffers[this.plan.metrics.buffer], 0, this.staging, 0, this.metricsBytes);
-    this.device.queue.submit([enc.finish()]);
-    this.submits++;
-    return readMetrics ? this.mapRing() : null;
+    pass.end();
   }
 
   // Seconds for `reps` dispatches of a program in one submit (one compute pass each), from the
@@ -210,13 +204,35 @@ export class Runner {
     return (performance.now() - t0) / 1000;
   }
 
-  async mapRing() {
+  // One submit of a program (`repeat` times over, one compute pass each, in one command buffer: a
+  // sampling plan's tokens); with readMetrics also copies the metrics ring and returns its records.
+  // With histograms (and readMetrics), the plan's lens program runs after it in the same submit and
+  // its counts come back in the same map, as lastHistograms (a list of counters per layer).
+  async run(program, readMetrics = false, repeat = 1, histograms = false) {
+    if (this.error) throw this.error;
+    if (histograms && !(readMetrics && this.lensBytes)) throw new Error('histograms are read with the metrics, from a plan that has them');
+    const enc = this.device.createCommandEncoder();
+    for (let i = 0; i < repeat; i++) this.encode(enc, program);
+    if (histograms) this.encode(enc, this.plan.histograms.program);
+    if (readMetrics) enc.copyBufferToBuffer(this.buffers[this.plan.metrics.buffer], 0, this.staging, 0, this.metricsBytes);
+    if (histograms) enc.copyBufferToBuffer(this.buffers[this.plan.histograms.buffer], 0, this.staging, this.metricsBytes, this.lensBytes);
+    this.device.queue.submit([enc.finish()]);
+    this.submits++;
+    return readMetrics ? this.mapRing(histograms) : null;
+  }
+
+  async mapRing(histograms = false) {
     this.readbacks++;
     await this.staging.mapAsync(GPUMapMode.READ);
     const raw = this.staging.getMappedRange().slice(0);
     this.staging.unmap();
     if (this.error) throw this.error;
-    return decodeRecords(raw, this.plan.metrics.fields);
+    if (histograms) {
+      const {layers, buckets} = this.plan.histograms;
+      const counts = new Uint32Array(raw, this.metricsBytes, this.lensBytes / 4);
+      this.lastHistograms = layers.map((l) => Array.from(counts.subarray(l.offset, l.offset + buckets)));
+    }
+    return decodeRecords(raw.slice(0, this.metricsBytes), this.plan.metrics.fields);
   }
 
   // The named buffers' bytes, concatenated in order (checkpoints, the state, the eval result), in one
@@ -266,7 +282,9 @@ export class Runner {
 // Trains from `startStep` to plan.schedule.steps on the native Trainer's schedule: records are read
 // after step s when s % log_every == 0, s == steps or s % checkpoint_every == 0; checkpoints are
 // taken after step s when s % checkpoint_every == 0 and s < steps (the final one is the caller's).
-// shouldStop() is asked after each read, so a stopped run has every step it ran recorded.
+// shouldStop() is asked after each read, so a stopped run has every step it ran recorded. Each read
+// also runs the plan's gradient-range lens (plan.histograms) when it has one: onRecords(records,
+// {step, counts}) gets the counts after the last record's step, a list of counters per layer.
 // onStepDone(s, time) is called as the GPU finishes step s (s steps done; queue.onSubmittedWorkDone,
 // no buffer read), in step order: progress between metric reads. Returns the number of steps completed.
 export async function train(runner, {startStep, onRecords, onCheckpoint, shouldStop, onStepDone = () => {}}) {
@@ -276,7 +294,8 @@ export async function train(runner, {startStep, onRecords, onCheckpoint, shouldS
     const s = step + 1;
     const ckpt = ckptEvery > 0 && s % ckptEvery === 0;
     const read = s % logEvery === 0 || s === steps || ckpt;
-    const submitted = runner.run('train_step', read);  // submits before it returns
+    const lens = read && Boolean(runner.plan.histograms);
+    const submitted = runner.run('train_step', read, 1, lens);  // submits before it returns
     runner.device.queue.onSubmittedWorkDone().then(() => onStepDone(s, performance.now()), () => {});
     const ring = await submitted;
     step = s;
@@ -284,7 +303,7 @@ export async function train(runner, {startStep, onRecords, onCheckpoint, shouldS
     const recs = ring.filter((r) => r.step > logged && r.step < s).sort((a, b) => a.step - b.step);
     if (recs.length !== s - 1 - logged) throw new Error(`the metrics ring lost records between steps ${logged + 1} and ${s - 1}`);
     logged = s - 1;
-    await onRecords(recs);
+    await onRecords(recs, lens ? {step: s - 1, counts: runner.lastHistograms} : null);
     if (ckpt && s < steps) await onCheckpoint(s);
     if (shouldStop()) break;
   }

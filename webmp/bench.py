@@ -649,8 +649,8 @@ def bench_readbacks(
         reads = []  # (step being run or just finished, kind)
         run, read = rt.run, rt.read
 
-        def counted_run(program, read_metrics=False):
-            out = run(program, read_metrics=read_metrics)
+        def counted_run(program, read_metrics=False, **kw):  # kw: the lens's histograms=
+            out = run(program, read_metrics=read_metrics, **kw)
             if read_metrics:
                 reads.append((tr.step + 1, "metrics"))
             return out

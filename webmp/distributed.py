@@ -162,9 +162,10 @@ class DataParallelStep:
         self.first_step_ms = 0.0  # the first step compiles the pipelines: kept apart
         self.steps = 0
 
-    def run(self, step: int, read_metrics: bool) -> bytes | None:
+    def run(self, step: int, read_metrics: bool, histograms: bool = False) -> bytes | None:
         """One training step (`step`: its number, 1 for the first); the metrics ring as
-        Runtime.run returns it."""
+        Runtime.run returns it. With histograms, the gradient-range lens runs after the update in
+        the same submit (Runtime.run): it counts this rank's shard's activation gradients."""
         rt, spec = self.runtime, self.spec
         t0 = time.perf_counter()
         rt.run(spec["grads_program"])
@@ -194,7 +195,7 @@ class DataParallelStep:
             flags["buffer"], np.array([sum(1 << k for k, b in enumerate(bits) if b > 0)], np.uint32).tobytes()
         )
         t4 = time.perf_counter()
-        raw = rt.run(spec["update_program"], read_metrics=read_metrics)
+        raw = rt.run(spec["update_program"], read_metrics=read_metrics, histograms=histograms)
         t5 = time.perf_counter()
         if self.steps == 0:
             self.first_step_ms = 1000 * (t5 - t0)

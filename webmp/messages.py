@@ -3,7 +3,11 @@
 Over a run's WebSocket the page sends JSON objects with a `type` and the `run_id`:
 
   hello    the page's adapter, features, limits and f16 path, before the first step
-  records  metrics records, one per step, decoded from the GPU ring per plan["metrics"]["fields"]
+  records  metrics records, one per step, decoded from the GPU ring per plan["metrics"]["fields"];
+           the last message of a read also carries the gradient-range lens's counts read with them
+           (`histograms`: per layer of plan["histograms"], in its bucket layout), which the server
+           checks against the plan, appends to histograms.jsonl and answers with each layer's
+           shares against f16's range
   summary  the final GPU state words, the browser-evaluated test counts and, for a plan whose
            eval sums the validation loss (plan["eval"]["loss_buffer"]), that sum (NaN or Infinity
            when the model diverged: summary.json then holds it, as a native run's does)
@@ -112,9 +116,26 @@ class Hello(_Message):
     limits: dict[str, float] = Field(max_length=64)
 
 
+MAX_HISTOGRAM_LAYERS = 64
+MAX_HISTOGRAM_BUCKETS = 128  # webmp.ops.GRAD_HIST_MAX_BUCKETS
+
+
+class Histograms(BaseModel):
+    """The lens's counts after step `step` (0-based; its record is stored or in the same message):
+    one list of u32 counters per layer of plan["histograms"]. Their number, lengths and totals are
+    checked against the run's plan by the server (webmp.page_runs.PageRun.check_histograms)."""
+
+    model_config = ConfigDict(extra="forbid")
+    step: U32
+    counts: list[Annotated[list[U32], Field(min_length=1, max_length=MAX_HISTOGRAM_BUCKETS)]] = Field(
+        min_length=1, max_length=MAX_HISTOGRAM_LAYERS
+    )
+
+
 class Records(_Message):
     type: Literal["records"]
     records: list[Record] = Field(min_length=1, max_length=MAX_RECORDS_PER_MESSAGE)
+    histograms: Histograms | None = None  # the lens's counts read with these records
 
 
 class Summary(_Message):

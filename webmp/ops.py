@@ -566,6 +566,52 @@ def grad_stats(
     )
 
 
+# The gradient-range lens (grad_hist.wgsl): floor(log2 |x|) of stored activation gradients in
+# buckets of their own from 2^E_MIN to 2^E_MAX (f16 values lie in 2^-24 .. 2^15; fp32 ones anywhere),
+# plus zero, below, above and overflow (webmp.plan.HistogramSpec).
+GRAD_HIST_E_MIN, GRAD_HIST_E_MAX = -48, 20
+GRAD_HIST_WG = 256  # grad_hist.wgsl's workgroup size
+GRAD_HIST_MAX_WG = 64
+GRAD_HIST_MAX_BUCKETS = 128  # grad_hist.wgsl's MAX_BUCKETS
+
+
+def grad_hist_buckets(e_min: int = GRAD_HIST_E_MIN, e_max: int = GRAD_HIST_E_MAX) -> int:
+    """Counters per matrix: zero, below, one per exponent e_min..e_max, above, overflow."""
+    return e_max - e_min + 5
+
+
+def grad_hist_clear(pb: PlanBuilder, program: str, *, counts: str, N: int) -> None:
+    """counts[0 : N] = 0 (u32): the lens program's first dispatch."""
+    pb.dispatch(program, ["grad_hist_clear.wgsl"], "grad_hist_clear", {"N": N}, {"counts": counts}, grid(N))
+
+
+def grad_hist(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    X: str,
+    counts: str,
+    ROWS: int,
+    COLS: int,
+    BASE: int,
+    E_MIN: int = GRAD_HIST_E_MIN,
+    E_MAX: int = GRAD_HIST_E_MAX,
+) -> None:
+    """Adds the log2 histogram of |X| (an h matrix [ROWS, COLS]) to counts[BASE : BASE + buckets]
+    (u32, grad_hist_buckets(E_MIN, E_MAX) counters; see grad_hist.wgsl)."""
+    if not E_MIN <= E_MAX or grad_hist_buckets(E_MIN, E_MAX) > GRAD_HIST_MAX_BUCKETS:
+        raise ValueError(f"grad_hist: exponents {E_MIN}..{E_MAX} need 1..{GRAD_HIST_MAX_BUCKETS - 4} buckets")
+    nwg = min(GRAD_HIST_MAX_WG, cdiv(ROWS * ((COLS + 1) // 2), GRAD_HIST_WG))
+    pb.dispatch(
+        program,
+        ["grad_hist.wgsl"],
+        "grad_hist",
+        {"ROWS": ROWS, "COLS": COLS, "BASE": BASE, "NWG": nwg, "E_MIN": E_MIN, "E_MAX": E_MAX},
+        {"X": X, "counts": counts},
+        [nwg],
+    )
+
+
 ADAM_LOG_BETA_ZERO = -128.0  # adam_log_beta(0): any x = t * this is below scaler.wgsl's cutoff (-18)
 
 

@@ -30,11 +30,34 @@ from .checkpoint import load_checkpoint, resume_blob, save_checkpoint
 from .config import LOSS_SCALING_DEMO, MODEL_FIELDS, TrainConfig
 from .corpus import TextCorpus, checkpoint_facts, load_text, run_baseline_bits
 from .data import Dataset, load_dataset
-from .messages import RUN_ID_RE, Failed, Hello, PageMessage, Records, RunInfo, RunStatus, Stopped, Summary
+from .messages import (
+    RUN_ID_RE,
+    Failed,
+    Hello,
+    Histograms,
+    PageMessage,
+    Records,
+    RunInfo,
+    RunStatus,
+    Stopped,
+    Summary,
+)
 from .models import build_plan
 from .models.gpt import gpt_param_shapes, working_copies
 from .plan import Plan, SamplePlan, describe_f16, h_bytes, resolve_f16_path
-from .rundir import CONFIG, Record, RunDir, new_run_dir, result_line, run_summary, scale_collapse
+from .rundir import (
+    CONFIG,
+    Record,
+    RunDir,
+    histogram_line,
+    histogram_shares,
+    json_safe,
+    new_run_dir,
+    result_line,
+    run_summary,
+    scale_collapse,
+    scale_shift,
+)
 from .runs_index import NativeRun, final_loss, scan_native
 from .sample_plan import (
     DEFAULT_SEED,
@@ -435,6 +458,7 @@ class PageRun:
         )
         self.stop_requested = False  # asked by a follower or the API; the page learns it from its next ack
         self.records: list[Record] = self.dir.read_metrics()
+        self.histograms_step = self._last_histograms_step()  # of histograms.jsonl's last line
         self.pending: dict[int, Record] = {}
         self.connected = False
         self.plans = plans if plans is not None else PlanCache()
@@ -600,6 +624,7 @@ class PageRun:
         if self.records and self.last_step >= expected:
             self.dir.truncate_metrics_after(expected - 1)  # the resumed page sends these steps again
             self.records = [r for r in self.records if r["step"] < expected]
+            self.histograms_step = self._last_histograms_step()
         self.pending.clear()
         self.stop_requested = False
         info = hello.adapter
@@ -642,6 +667,62 @@ class PageRun:
             self.end("failed", f"{collapse}; {kept}")
             raise RunStateConflict(self.message)
         return len(ready), dups
+
+    def _last_histograms_step(self) -> int | None:
+        lines = self.dir.read_histograms()
+        return int(lines[-1]["step"]) if lines else None
+
+    async def check_histograms(self, lens: Histograms, records: list[Record]) -> tuple[Plan, Record]:
+        """The plan and the record of the lens's step, if its counts fit the plan (a list per layer,
+        of its bucket count, adding up to the layer's rows x cols values), its step's record is
+        stored or among `records` (those of the same message) and it comes after the last stored
+        histograms; else InvalidUpload naming what is wrong."""
+        if self.status != "running" or self.f16_path is None:
+            raise RunStateConflict(f"run {self.id} is {self.status}; send hello first")
+        plan, _ = await asyncio.to_thread(self.base_plan, self.f16_path)
+        spec = plan["histograms"]
+        if len(lens.counts) != len(spec["layers"]):
+            raise InvalidUpload(
+                f"histograms for {len(lens.counts)} layers; the plan has {len(spec['layers'])}"
+            )
+        for counts, lay in zip(lens.counts, spec["layers"], strict=True):
+            values = lay["shape"][0] * lay["shape"][1]
+            if len(counts) != spec["buckets"] or sum(counts) != values:
+                raise InvalidUpload(
+                    f"histograms of layer {lay['name']}: {len(counts)} counters adding up to {sum(counts)}; "
+                    f"the plan's lens has {spec['buckets']} adding up to its {values} values"
+                )
+        record = next((r for r in [*records, *reversed(self.records)] if r["step"] == lens.step), None)
+        if record is None:
+            raise InvalidUpload(
+                f"histograms of step {lens.step}, whose record is neither stored nor sent with them"
+            )
+        if self.histograms_step is not None and lens.step <= self.histograms_step:
+            raise InvalidUpload(f"histograms of step {lens.step} after those of step {self.histograms_step}")
+        return plan, record
+
+    def store_histograms(self, lens: Histograms, plan: Plan, record: Record) -> dict[str, Any]:
+        """Append checked counts (check_histograms) to histograms.jsonl with their step's scale; each
+        layer's shares against f16's range, as stored and unscaled (rundir.histogram_shares)."""
+        spec = plan["histograms"]
+        names = [lay["name"] for lay in spec["layers"]]
+        layers = list(zip(names, lens.counts, strict=True))
+        self.dir.append_histograms(
+            histogram_line(lens.step, record["scale"], spec["e_min"], spec["e_max"], layers)
+        )
+        self.histograms_step = lens.step
+        shift = scale_shift(record["scale"])
+        shares = [
+            {
+                "name": name,
+                "stored": histogram_shares(c, spec["e_min"], spec["e_max"]),
+                "unscaled": histogram_shares(c, spec["e_min"], spec["e_max"], shift),
+            }
+            for name, c in layers
+        ]
+        return json_safe(
+            {"step": lens.step, "scale": record["scale"], "shares": shares}
+        )  # a page's NaN scale
 
     def store(self, records: list[Record]) -> None:
         if records:
@@ -719,6 +800,7 @@ class PageRun:
         self.dir.write_summary(summary)
         title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — {result_line(summary)}"
         await asyncio.to_thread(self.dir.plot_curves, title)
+        await asyncio.to_thread(self.dir.plot_histograms)
         self.end("finished")
 
     # --- text generation (a finished GPT run) --------------------------------------------------------
@@ -778,8 +860,12 @@ class PageRun:
         if isinstance(msg, Hello):
             self.start(msg)
         elif isinstance(msg, Records):
-            stored, dups = self.add_records([r.model_dump() for r in msg.records])
+            records = [r.model_dump() for r in msg.records]
+            lens = await self.check_histograms(msg.histograms, records) if msg.histograms else None
+            stored, dups = self.add_records(records)
             ack = {"type": "ack", "last_step": self.last_step, "stored": stored, "duplicates": dups}
+            if msg.histograms and lens:
+                ack["histograms"] = self.store_histograms(msg.histograms, *lens)
             return {**ack, "stop": True} if self.stop_requested else ack
         elif isinstance(msg, Summary):
             await self.finish(msg)

@@ -144,6 +144,34 @@ class DataParallelSpec(TypedDict):
     flags: FlagsRegion
 
 
+class HistogramLayer(TypedDict):
+    name: str  # a label: the activation gradient's buffer (and, for shared buffers, which block's)
+    buffer: str
+    shape: list[int]  # [rows, cols]: rows * cols values are counted
+    offset: int  # its first counter in HistogramSpec.buffer
+
+
+class HistogramSpec(TypedDict):
+    """The gradient-range lens. Program `program`, run after a train_step at log time, fills
+    `buffer` (u32 [len(layers) * buckets], exact counts) with each layer's log2 histogram of the
+    |values| its activation-gradient buffer holds: the loss-scaled gradients of the step just run,
+    as stored (f16 on the f16 paths). A layer's counters, from its offset: 0 zero, 1 nonzero below
+    2^e_min, 2 + i floor(log2 |x|) = e_min + i (i = 0 .. e_max - e_min), buckets - 2 finite at or above
+    2^(e_max + 1), buckets - 1 what the training's overflow test flags (f16 paths: |x| >= 65504,
+    Inf or NaN; fp32: Inf or NaN). f16_range: the f16 subnormal and normal floors and maximum."""
+
+    program: str
+    buffer: str
+    e_min: int
+    e_max: int
+    buckets: int
+    layers: list[HistogramLayer]
+    f16_range: dict[str, float]
+
+
+F16_RANGE = {"subnormal_min": 2.0**-24, "normal_min": 2.0**-14, "max": 65504.0}
+
+
 class TrainPlan(KernelPlan):
     """Plan's keys that every training plan has."""
 
@@ -159,11 +187,13 @@ class TrainPlan(KernelPlan):
     schedule: Schedule
     eval: EvalSpec
     memory: dict[str, int]  # bytes by category
+    histograms: HistogramSpec
 
 
 class Plan(TrainPlan, total=False):
-    """A training plan: programs 'train_step' and 'eval'; a data-parallel rank's has 'train_grads'
-    and 'train_update' instead of 'train_step', and `data_parallel` says how to run them."""
+    """A training plan: programs 'train_step', 'eval' and 'histograms' (the gradient-range lens); a
+    data-parallel rank's has 'train_grads' and 'train_update' instead of 'train_step', and
+    `data_parallel` says how to run them."""
 
     data_parallel: DataParallelSpec
 

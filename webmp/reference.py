@@ -432,6 +432,25 @@ def grad_stats(G, scale: float, NWG: int, wg_size: int = 256):
     return partials, bad
 
 
+def grad_hist(x, path: str, e_min: int, e_max: int) -> np.ndarray:
+    """grad_hist.wgsl's counts of the stored values x (int64 [e_max - e_min + 5]): zero, below
+    2^e_min, floor(log2 |x|) = e_min..e_max, finite above, and what h_overflows flags (f16 paths:
+    |x| >= 65504, Inf or NaN; fp32: Inf or NaN). floor(log2 |x|) from np.frexp, exact."""
+    x = np.abs(np.asarray(x, np.float64).ravel())
+    overflow = ~np.isfinite(x) | ((x >= F16_MAX) if path != "fp32" else False)
+    finite = x[~overflow]
+    nonzero = finite[finite > 0]
+    e = np.frexp(nonzero)[1] - 1
+    counts = np.zeros(e_max - e_min + 5, np.int64)
+    counts[0] = np.count_nonzero(finite == 0)
+    counts[1] = np.count_nonzero(e < e_min)
+    inside = e[(e >= e_min) & (e <= e_max)]
+    counts[2 : 2 + e_max - e_min + 1] = np.bincount(inside - e_min, minlength=e_max - e_min + 1)
+    counts[-2] = np.count_nonzero(e > e_max)
+    counts[-1] = np.count_nonzero(overflow)
+    return counts
+
+
 def f32(x) -> float:
     """x as the f32 the GPU holds (override constants and state words are f32)."""
     return float(np.float32(x))

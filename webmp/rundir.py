@@ -4,6 +4,9 @@
   metrics.jsonl   one JSON object per logged step, the fields of webmp.state.METRIC_FIELDS in order
   summary.json    final figures (`RunSummary`: train loss, test accuracy, steps, skipped, memory, ...)
   curves.png      loss and loss-scale curves on log axes, skipped steps marked
+  histograms.jsonl  the gradient-range lens: per log read, each layer's log2 histogram of its
+                  activation gradients' |values| (`histogram_line`, layout webmp.plan.HistogramSpec)
+  histograms.png  the last of them against f16's range, as stored and unscaled (`plot_histograms`)
   checkpoint.safetensors + checkpoint.json   (see webmp/checkpoint.py)
 
 Every file is strict JSON: NaN and the infinities (a skipped step's grad_norm is NaN) are the
@@ -195,6 +198,60 @@ def new_run_dir(root: str | Path = "runs", prefix: str = "run") -> Path:
 
 
 CONFIG, METRICS, SUMMARY, CURVES = "config.json", "metrics.jsonl", "summary.json", "curves.png"
+HISTOGRAMS, HISTOGRAMS_PNG = "histograms.jsonl", "histograms.png"
+
+# f16's range in log2: values below 2^-24 flush to zero, below 2^-14 are subnormal, 65504 (just
+# under 2^16) is the largest
+F16_LOG2_SUBNORMAL_MIN, F16_LOG2_NORMAL_MIN, F16_LOG2_MAX = -24, -14, math.log2(65504.0)
+
+
+def histogram_line(
+    step: int, scale: float, e_min: int, e_max: int, layers: Sequence[tuple[str, Sequence[int]]]
+) -> Record:
+    """One line of histograms.jsonl: the lens's counts after step `step` (0-based, as in
+    metrics.jsonl), whose gradients were scaled by `scale`; per layer (name, counts) in the
+    bucket layout of webmp.plan.HistogramSpec (zero, below 2^e_min, e_min..e_max, above, overflow)."""
+    return {
+        "step": int(step),
+        "scale": float(scale),
+        "e_min": int(e_min),
+        "e_max": int(e_max),
+        "layers": [{"name": name, "counts": [int(c) for c in counts]} for name, counts in layers],
+    }
+
+
+def scale_shift(scale: float) -> float:
+    """The exponent shift from stored to unscaled gradients: -log2(scale) (0 for a scale that is
+    not finite and positive, which a hostile page could report)."""
+    return -math.log2(scale) if math.isfinite(scale) and scale > 0 else 0.0
+
+
+def histogram_shares(counts: Sequence[int], e_min: int, e_max: int, shift: float = 0.0) -> dict[str, float]:
+    """Shares of a layer's values (counts as in histogram_line) against f16's range, its exponents
+    shifted by `shift` (0: as stored; -log2(scale): the unscaled gradients, exact for a power-of-two
+    scale): zero (exactly 0), underflow (nonzero, below 2^-24: flushes to zero in f16), subnormal
+    (2^-24 .. 2^-14) and overflow (2^16 and above, and what the overflow test flagged)."""
+    total = sum(counts)
+    if total == 0:
+        return {"zero": 0.0, "underflow": 0.0, "subnormal": 0.0, "overflow": 0.0}
+    under, sub, over = counts[1], 0, counts[-1]  # below 2^e_min: under f16's range at any scale here
+    exponents = [*range(e_min, e_max + 1), e_max + 1]  # the "above" bucket from its lower edge
+    for e, n in zip(exponents, counts[2:-1], strict=True):
+        e_view = e + shift
+        if e_view < F16_LOG2_SUBNORMAL_MIN:
+            under += n
+        elif e_view < F16_LOG2_NORMAL_MIN:
+            sub += n
+        elif e_view >= 16:
+            over += n
+    return {
+        "zero": counts[0] / total,
+        "underflow": under / total,
+        "subnormal": sub / total,
+        "overflow": over / total,
+    }
+
+
 # matplotlib's figures are per call, but its mathtext parser (the log axes' tick labels) is one shared
 # pyparsing object that is not thread-safe: two runs finishing at once on the server's worker
 # threads made it raise ParseException. One plot at a time.
@@ -307,9 +364,110 @@ class RunDir:
         return out
 
     def truncate_metrics_after(self, step: int) -> None:
-        """Drop records past `step` (a resumed run rewrites them)."""
+        """Drop records and histograms past `step` (a resumed run rewrites them)."""
         keep = [r for r in self.read_metrics() if r["step"] <= step]
         atomic_write(self.metrics_path, "".join(dumps(r) + "\n" for r in keep).encode())
+        if (self.path / HISTOGRAMS).exists():
+            lines = [h for h in self.read_histograms() if h["step"] <= step]
+            atomic_write(self.path / HISTOGRAMS, "".join(dumps(h) + "\n" for h in lines).encode())
+
+    def append_histograms(self, line: Record) -> None:
+        """One line of histograms.jsonl (histogram_line)."""
+        path = self.path / HISTOGRAMS
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "a") as f:
+            f.write(dumps(line) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read_histograms(self) -> list[Record]:
+        """The lines of histograms.jsonl (none if the run has none); a torn last line is left out,
+        a damaged line elsewhere is an error naming its line number."""
+        path = self.path / HISTOGRAMS
+        if not path.exists():
+            return []
+        raw = path.read_bytes()
+        out = []
+        for n, line in enumerate(raw[: raw.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    raise ValueError(f"{path}: line {n} is not a JSON line of histograms") from None
+        return out
+
+    def plot_histograms(self, title: str = "") -> Path | None:
+        """histograms.png from the last line of histograms.jsonl (None when there is none)."""
+        lines = self.read_histograms()
+        if not lines:
+            return None
+        with PLOT_LOCK:
+            return self._plot_histograms(lines[-1], title)
+
+    def _plot_histograms(self, line: Record, title: str) -> Path:
+        from matplotlib.figure import Figure
+
+        out = self.path / HISTOGRAMS_PNG
+        layers, e_min, e_max, scale = line["layers"], line["e_min"], line["e_max"], line["scale"]
+        shift = scale_shift(scale)
+        exps = list(range(e_min, e_max + 1))
+        fig = Figure(figsize=(9, 1.0 + 2.0 * len(layers)))
+        axes = fig.subplots(len(layers), 1, sharex=True, squeeze=False)[:, 0]
+        lo, hi = e_max, e_min
+        for counts in (lay["counts"] for lay in layers):
+            used = [e for e, n in zip(exps, counts[2:-2], strict=True) if n]
+            if used:
+                lo, hi = min(lo, used[0], int(used[0] + shift)), max(hi, used[-1], int(used[-1] + shift))
+        lo, hi = min(lo, F16_LOG2_SUBNORMAL_MIN) - 2, max(hi, 16) + 2
+        for ax, lay in zip(axes, layers, strict=True):
+            counts = lay["counts"]
+            total = max(1, sum(counts))
+            frac = [n / total for n in counts[2:-2]]
+            ax.bar(
+                [e + 0.5 for e in exps],
+                frac,
+                width=1.0,
+                color="tab:blue",
+                alpha=0.75,
+                label="as stored (scaled)",
+            )
+            if shift:
+                ax.step([e + shift for e in exps] + [e_max + 1 + shift], [*frac, 0], where="post",
+                        color="tab:orange", lw=1.2, label=f"unscaled (÷ {scale:g})")  # fmt: skip
+            ax.axvspan(lo, F16_LOG2_SUBNORMAL_MIN, color="tab:red", alpha=0.08, lw=0)  # flushes to zero
+            ax.axvspan(
+                F16_LOG2_SUBNORMAL_MIN, F16_LOG2_NORMAL_MIN, color="gold", alpha=0.15, lw=0
+            )  # subnormal
+            ax.axvspan(F16_LOG2_MAX, hi, color="tab:red", alpha=0.08, lw=0)  # overflows
+            for x, style, what in (
+                (F16_LOG2_SUBNORMAL_MIN, ":", "2^-24"),
+                (F16_LOG2_NORMAL_MIN, "--", "2^-14"),
+                (F16_LOG2_MAX, "-", "65504"),
+            ):
+                ax.axvline(x, color="gray", ls=style, lw=1)
+                ax.text(
+                    x, 1.0, what, transform=ax.get_xaxis_transform(), fontsize=7, ha="center", va="bottom"
+                )
+            stored, unscaled = (
+                histogram_shares(counts, e_min, e_max),
+                histogram_shares(counts, e_min, e_max, shift),
+            )
+            ax.set_ylabel(lay["name"], fontsize=8)
+            ax.text(
+                0.01, 0.95,
+                f"stored: zero {stored['zero']:.1%}, subnormal {stored['subnormal']:.1%}, "
+                f"overflow {stored['overflow']:.1%}\nunscaled: flush to zero {unscaled['underflow']:.1%}, "
+                f"subnormal {unscaled['subnormal']:.1%}, overflow {unscaled['overflow']:.1%}",
+                transform=ax.transAxes, fontsize=7, va="top",
+                bbox={"facecolor": "white", "alpha": 0.85, "lw": 0},
+            )  # fmt: skip
+            ax.set_xlim(lo, hi)
+        axes[0].legend(loc="upper right", fontsize=7)
+        axes[-1].set_xlabel("log2 |activation gradient|")
+        fig.suptitle(title or f"gradient range at step {line['step']} (loss scale {scale:g})", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(out, dpi=100)
+        return out
 
     def plot_curves(self, title: str = "") -> Path:
         recs = self.read_metrics()

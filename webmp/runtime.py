@@ -163,8 +163,14 @@ class Runtime:
         self.programs = {name: [self._prepare(d) for d in ds] for name, ds in plan["programs"].items()}
         m = plan["metrics"]
         self.metrics_bytes = self.buffers[m["buffer"]].size
+        # a training plan's gradient-range lens: its counts are staged after the ring, in the same map
+        lens = plan.get("histograms")
+        self.lens_buffer: str | None = lens["buffer"] if lens else None  # type: ignore[index]
+        self.lens_bytes = self.buffers[self.lens_buffer].size if self.lens_buffer else 0
+        self.last_histograms: bytes | None = None  # the counts read by the last run(..., histograms=True)
         self.staging = dev.create_buffer(
-            size=self.metrics_bytes, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+            size=self.metrics_bytes + self.lens_bytes,
+            usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
         )
         self.readbacks = 0
         self.submits = 0
@@ -187,15 +193,27 @@ class Runtime:
             cpass.dispatch_workgroups(x, y, z)
         cpass.end()
 
-    def run(self, program: str, read_metrics: bool = False, repeat: int = 1) -> bytes | None:
+    def run(
+        self, program: str, read_metrics: bool = False, repeat: int = 1, histograms: bool = False
+    ) -> bytes | None:
         """One submit of `program` (`repeat` times over, one compute pass each, in one command
-        buffer: a sampling plan's tokens); with read_metrics, also copies and maps the metrics ring."""
+        buffer: a sampling plan's tokens); with read_metrics, also copies and maps the metrics ring.
+        With histograms (and read_metrics), the plan's gradient-range lens program runs after it in
+        the same submit and its counts come back in the same map, as `last_histograms`."""
+        if histograms and not (read_metrics and self.lens_buffer):
+            raise ValueError("histograms are read with the metrics, from a plan that has them")
         enc = self.device.create_command_encoder()
         for _ in range(repeat):
             self.encode(enc, program)
+        if histograms:
+            self.encode(enc, self.plan["histograms"]["program"])  # type: ignore[typeddict-item]
         if read_metrics:
             enc.copy_buffer_to_buffer(
                 self.buffers[self.plan["metrics"]["buffer"]], 0, self.staging, 0, self.metrics_bytes
+            )
+        if histograms and self.lens_buffer:
+            enc.copy_buffer_to_buffer(
+                self.buffers[self.lens_buffer], 0, self.staging, self.metrics_bytes, self.lens_bytes
             )
         self.device.queue.submit([enc.finish()])
         self.submits += 1
@@ -204,9 +222,11 @@ class Runtime:
         self.readbacks += 1
         self.staging.map_sync(wgpu.MapMode.READ)
         try:
-            return bytes(self.staging.read_mapped())
+            raw = bytes(self.staging.read_mapped())
         finally:
             self.staging.unmap()
+        self.last_histograms = raw[self.metrics_bytes :] if histograms else None
+        return raw[: self.metrics_bytes]
 
     def read_gathered(self, regions: list[tuple[str, int, int]], nbytes: int) -> bytes:
         """One copy and map of several buffers into one reused staging buffer of `nbytes` bytes:

@@ -28,7 +28,16 @@ from .data import Dataset
 from .distributed import BeforeAllreduce, DataParallelStep, World, detect_world, digest
 from .models import build_plan
 from .plan import describe_f16, resolve_f16_path
-from .rundir import METRICS, RunDir, RunSummary, new_run_dir, result_line, run_summary, scale_collapse
+from .rundir import (
+    METRICS,
+    RunDir,
+    RunSummary,
+    histogram_line,
+    new_run_dir,
+    result_line,
+    run_summary,
+    scale_collapse,
+)
 from .runtime import GPU, Runtime, default_gpu, gpu_for_rank
 from .state import decode_records, decode_state
 from .tilecache import TileTable
@@ -194,6 +203,17 @@ class Trainer:
             raise RuntimeError(f"metrics ring lost records between steps {first} and {last}")
         return recs
 
+    def _histogram_line(self, last: dict) -> dict:
+        """The lens's counts read with the metrics: those of the step of record `last`."""
+        spec = self.plan["histograms"]
+        assert self.runtime.last_histograms is not None
+        counts = np.frombuffer(self.runtime.last_histograms, np.uint32)
+        layers = [
+            (lay["name"], counts[lay["offset"] : lay["offset"] + spec["buckets"]].tolist())
+            for lay in spec["layers"]
+        ]
+        return histogram_line(last["step"], last["scale"], spec["e_min"], spec["e_max"], layers)
+
     def _handle_min_scale(self, recs: list[dict]) -> None:
         msg = scale_collapse(recs, self.cfg.min_scale)
         if msg is None:
@@ -238,15 +258,16 @@ class Trainer:
                 ckpt = cfg.checkpoint_every > 0 and s % cfg.checkpoint_every == 0
                 read = s % cfg.log_every == 0 or s == end or ckpt
                 if self.data_parallel is not None:
-                    raw = self.data_parallel.run(s, read_metrics=read)
+                    raw = self.data_parallel.run(s, read_metrics=read, histograms=read)
                 else:
-                    raw = self.runtime.run("train_step", read_metrics=read)
+                    raw = self.runtime.run("train_step", read_metrics=read, histograms=read)
                 self.step = s
                 if raw is not None:
                     recs = self._new_records(raw, logged + 1, s - 1)
                     logged = s - 1
                     if self.run_dir is not None:
                         self.run_dir.append_metrics(recs)
+                        self.run_dir.append_histograms(self._histogram_line(recs[-1]))
                     self.records += recs
                     self.skipped_total += sum(r["skipped"] for r in recs)
                     if bar is not None:
@@ -298,6 +319,7 @@ class Trainer:
             return summary
         self.run_dir.write_summary(summary)
         self.run_dir.plot_curves(f"{self.cfg.precision} / {summary['f16_path']} — {result_line(summary)}")
+        self.run_dir.plot_histograms()
         self.log(
             f"webmp: done — train loss {summary['final_train_loss']:.4f}, {result_line(summary)}, "
             f"{summary['skipped_steps']} skipped steps"

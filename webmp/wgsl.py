@@ -15,10 +15,11 @@ after it to define):
 - prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, H_OVERFLOW_BITS, h_unpack,
   h_pack, h_round, and HWLoad / h_load: the same words as the matmul operands read them (u32 and
   unpack2x16float on both f16 paths: lavapipe reads a vec2<f16> as two 16-bit loads, which made
-  the native matmuls ~1.4x slower than the emulated ones; the values are the same). The f16
-  preludes' h_round uses common.wgsl's f16_round.
+  the native matmuls ~1.4x slower than the emulated ones; the values are the same), and
+  h_load_bits (a word's two values as f32 bit patterns, exactly). The f16 preludes' h_round uses
+  common.wgsl's f16_round, their h_load_bits its f16_bits_to_f32.
 - common.wgsl: no bindings. Defines State, FLAG_*, NO_LABEL, f32_nonfinite, h_overflows,
-  f16_round, h_index, ACT_*, act_fwd, act_grad, and the seeded data order pcg_hash and
+  f16_round, f16_bits_to_f32, h_index, ACT_*, act_fwd, act_grad, and the seeded data order pcg_hash and
   seeded_permute (used by gather.wgsl and windows.wgsl; numpy twin webmp.data.permute).
 - columns.wgsl (before colsum, layernorm_wgrad): no bindings; overrides M, N. Defines h_element and
   column_sums. Expects `fn column_terms(r: u32, c: u32) -> vec2<f32>` (what row r adds to the
@@ -68,6 +69,8 @@ after it to define):
   0 idx, 1 spans, 2 order), embed_wgrad.wgsl (embed_wgrad: 0 spans, 1 order, 2 dX (h), 3 dwte,
   4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags), sample_window.wgsl (sample_window: 0 seq,
   1 seq_len, 2 idx), sample_next.wgsl (sample_next: 0 logits (f32), 1 seq, 2 seq_len).
+- The gradient-range lens: grad_hist_clear.wgsl (grad_hist_clear: 0 counts, u32) and
+  grad_hist.wgsl (grad_hist: 0 X (h, as HWLoad), 1 counts (atomic u32)).
 - round_h.wgsl (round_h: 0 x, 1 out, both f32): an inspection kernel no model dispatches, the
   prelude's h_round on any f32 input (tests check its ties to even).
 

@@ -13,10 +13,13 @@ import numpy as np
 from .. import ops
 from ..config import TrainConfig
 from ..plan import (
+    F16_RANGE,
     PLAN_FORMAT,
     DataParallelSpec,
     EvalSpec,
     FusedRegion,
+    HistogramLayer,
+    HistogramSpec,
     ParamSpec,
     Plan,
     PlanBuilder,
@@ -34,6 +37,7 @@ TRAIN_UPDATE = "train_update"  # ... and from there, after the ranks' gradients 
 EVAL = "eval"
 LOSS_ROWS_ALL = "loss_rows_all"  # data-parallel: the global batch's loss rows, summed over the ranks
 FLAG_BITS = 3  # common.wgsl's FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS
+HISTOGRAMS = "histograms"  # the gradient-range lens's program and its counts buffer
 EVAL_FLAGS = "eval_flags"  # the overflow flags of program 'eval' (the training step's are "flags")
 
 
@@ -96,6 +100,7 @@ class ModelBuilder:
         """softmax_xent's `counted` in the training step: the global batch's rows on a data-parallel
         rank (so the ranks' gradients sum to the global mean's), else None (this batch's)."""
         return self.global_rows if self.world > 1 else None
+        self.histogram_spec: HistogramSpec | None = None
 
     def bookkeeping(self, batch: int) -> None:
         """The GPU state, the overflow flags, per-row losses (`batch` of this rank's, and a
@@ -197,8 +202,39 @@ class ModelBuilder:
             else:
                 ops.adamw(pb, program, N=int(np.prod(p["shape"])), **moments, **hyper)
 
+    def histograms(self, layers: list[tuple[str, str]]) -> None:
+        """Program HISTOGRAMS, the gradient-range lens: the log2 histograms of the (label, buffer)
+        activation gradients (h matrices the backward pass writes; after a train_step they hold
+        that step's values) into one u32 counts buffer; plan["histograms"] describes it. Call after
+        the other programs: train_step and eval stay as they were."""
+        pb = self.pb
+        buckets = ops.grad_hist_buckets()
+        spec_layers: list[HistogramLayer] = []
+        for i, (name, buffer) in enumerate(layers):
+            rows, cols = pb.buffers[buffer]["shape"]
+            spec_layers.append({"name": name, "buffer": buffer, "shape": [rows, cols], "offset": i * buckets})
+        total = buckets * len(layers)
+        pb.u32(HISTOGRAMS, (len(layers), buckets), "other")
+        ops.grad_hist_clear(pb, HISTOGRAMS, counts=HISTOGRAMS, N=total)
+        for lay in spec_layers:
+            rows, cols = lay["shape"]
+            ops.grad_hist(
+                pb, HISTOGRAMS, X=lay["buffer"], counts=HISTOGRAMS, ROWS=rows, COLS=cols, BASE=lay["offset"]
+            )
+        self.histogram_spec = {
+            "program": HISTOGRAMS,
+            "buffer": HISTOGRAMS,
+            "e_min": ops.GRAD_HIST_E_MIN,
+            "e_max": ops.GRAD_HIST_E_MAX,
+            "buckets": buckets,
+            "layers": spec_layers,
+            "f16_range": dict(F16_RANGE),
+        }
+
     def finish(self, layers: list[int], evaluation: EvalSpec) -> tuple[Plan, bytes]:
         cfg, pb, path = self.cfg, self.pb, self.path
+        if self.histogram_spec is None:
+            raise ValueError("the model's plan has no histograms program: call ModelBuilder.histograms")
         memory = memory_by_category(list(pb.buffers.values()))
         params = self.params
         plan: Plan = {
@@ -236,6 +272,7 @@ class ModelBuilder:
             "metrics": {"buffer": "metrics", "ring": cfg.log_every, "fields": METRIC_FIELDS},
             "eval": evaluation,
             "memory": memory,
+            "histograms": self.histogram_spec,
             "required_limits": required_limits(list(pb.buffers.values()), list(pb.kernels.values())),
         }
         if self.world > 1:

@@ -375,6 +375,13 @@ def build_gpt_plan(
         "test_rows": max(0, len(val) - 1),
         "loss_buffer": "val_loss_sum",
     }
+    # the backward deltas are shared by the blocks: after a step they hold block 0's (dx: the
+    # embeddings' gradient, the residual stream's at the input)
+    block0 = f" (block 0 of {L})" if L > 1 else ""
+    mb.histograms(
+        [("dlogits", "dlogits"), ("dx (embeddings)", "dx")]
+        + [(f"{n}{block0}", n) for n in ("dz", "dqkv", "dO", "dS")]
+    )
     return mb.finish([V, *([D] * L), V], evaluation)
 
 

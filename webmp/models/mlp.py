@@ -209,4 +209,6 @@ def build_mlp_plan(
         forward(E, flags=EVAL_FLAGS)
         ops.eval_count(pb, E, **io)
 
+    lens = [(n, n) for lay in layers[:-1] for n in ([lay["dZ"]] + ([lay["ln"]["dY"]] if lay["ln"] else []))]
+    mb.histograms([*lens, ("dlogits", "dlogits")])
     return mb.finish(dims, {"result_buffer": "eval_result", "test_rows": n_test, "loss_buffer": None})

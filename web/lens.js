@@ -1,0 +1,140 @@
+// The gradient-range lens, drawn live: per layer of the plan's lens (plan.histograms, see
+// webmp.plan.HistogramSpec), the log2 histogram of its activation gradients' |values| at the last
+// metrics read, as stored (loss-scaled, bars) and unscaled (divided by the loss scale: the same bars
+// shifted by -log2(scale), an outline), against f16's range: shaded where f16 flushes to zero
+// (below 2^-24), is subnormal (below 2^-14) and overflows (65504 and above). The counts come from
+// the GPU (runner.js); the shares printed per layer are the server's (its ack of the counts,
+// webmp.rundir.histogram_shares), so this file only draws.
+
+const ROW = 112;        // px per layer
+const LABEL = 22;       // px above a row's bars: its name and shares
+const AXIS = 16;        // px below them: exponent ticks
+const LEFT = 12, RIGHT = 12;
+const COLORS = {stored: '#1f77b4', unscaled: '#ff7f0e', flush: 'rgba(214, 39, 40, 0.13)',
+                subnormal: 'rgba(255, 193, 7, 0.18)', overflow: 'rgba(214, 39, 40, 0.13)', marker: '#777'};
+
+const percent = (x) => `${(100 * x).toFixed(x > 0 && x < 0.001 ? 3 : 1)} %`;
+
+export class Lens {
+  // section: the page's #lens element (a .lens-note paragraph and a canvas inside).
+  constructor(section) {
+    this.section = section;
+    this.canvas = section.querySelector('canvas');
+    this.note = section.querySelector('.lens-note');
+    this.reset(null);
+    new ResizeObserver(() => this.draw()).observe(section);
+  }
+
+  // A new run: its plan's lens spec (null hides the lens).
+  reset(spec) {
+    this.spec = spec;
+    this.last = null;
+    this.section.hidden = true;
+    if (window.webmp) window.webmp.lens = {shown: 0, step: null};
+  }
+
+  // One read: {step, counts: [[u32 per bucket] per layer]} and the server's answer to them (the
+  // records ack's `histograms`: {step, scale, shares: [{name, stored, unscaled}]}).
+  show(histograms, ack) {
+    this.last = {step: histograms.step, counts: histograms.counts, scale: ack.scale, shares: ack.shares};
+    this.section.hidden = false;
+    this.draw();
+    const lens = window.webmp.lens;
+    Object.assign(lens, {shown: lens.shown + 1, step: histograms.step, scale: ack.scale,
+                         totals: histograms.counts.map((c) => c.reduce((a, b) => a + b, 0)),
+                         nonEmpty: histograms.counts.map((c) => c.slice(2, -2).some((n) => n > 0))});
+  }
+
+  draw() {
+    if (!this.spec || !this.last) return;
+    const {spec, last} = this, {e_min: eMin, e_max: eMax, f16_range: f16} = spec;
+    const shift = last.scale > 0 ? -Math.log2(last.scale) : 0;
+    const floors = {flush: Math.log2(f16.subnormal_min), normal: Math.log2(f16.normal_min), max: Math.log2(f16.max)};
+    this.note.textContent = `after step ${last.step}, loss scale ${last.scale}: filled bars as stored (scaled), ` +
+      `outlines unscaled (÷ ${last.scale}, exponents ${shift >= 0 ? '+' : '−'}${Math.abs(shift)}); shaded: ` +
+      'f16 flushes to zero (< 2^-24), is subnormal (< 2^-14), overflows (≥ 65504). Shares of all values, exact zeros included.';
+    // the exponents shown: every bucket used in either view, and f16's range
+    let lo = floors.flush - 2, hi = Math.ceil(floors.max) + 2;
+    for (const counts of last.counts) {
+      counts.slice(2, -2).forEach((n, k) => {
+        if (n === 0) return;
+        const e = eMin + k;
+        lo = Math.min(lo, e, e + shift);
+        hi = Math.max(hi, e + 1, e + 1 + shift);
+      });
+    }
+    lo = Math.floor(lo) - 1;
+    hi = Math.ceil(hi) + 1;
+
+    const width = Math.max(320, this.section.clientWidth - 26), height = ROW * last.counts.length;
+    const dpr = window.devicePixelRatio || 1;
+    this.canvas.width = width * dpr;
+    this.canvas.height = height * dpr;
+    this.canvas.style.width = `${width}px`;
+    this.canvas.style.height = `${height}px`;
+    const g = this.canvas.getContext('2d');
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, width, height);
+    const plotW = width - LEFT - RIGHT, x = (e) => LEFT + ((e - lo) / (hi - lo)) * plotW;
+
+    last.counts.forEach((counts, i) => {
+      const top = i * ROW + LABEL, h = ROW - LABEL - AXIS, bottom = top + h;
+      const total = counts.reduce((a, b) => a + b, 0) || 1;
+      const bars = counts.slice(2, -2).map((n) => n / total);
+      const peak = Math.max(...bars, 1e-12);
+      // f16's range, shaded
+      const band = (a, b, color) => { g.fillStyle = color; g.fillRect(x(Math.max(a, lo)), top, x(Math.min(b, hi)) - x(Math.max(a, lo)), h); };
+      band(lo, floors.flush, COLORS.flush);
+      band(floors.flush, floors.normal, COLORS.subnormal);
+      band(floors.max, hi, COLORS.overflow);
+      // as stored: filled bars; unscaled: the same bars shifted, outlined
+      g.fillStyle = COLORS.stored;
+      bars.forEach((f, k) => {
+        if (f > 0) g.fillRect(x(eMin + k) + 0.5, bottom - (f / peak) * h, Math.max(1, x(eMin + k + 1) - x(eMin + k) - 1), (f / peak) * h);
+      });
+      if (shift !== 0) {
+        g.strokeStyle = COLORS.unscaled;
+        g.lineWidth = 1.5;
+        bars.forEach((f, k) => {
+          if (f > 0) g.strokeRect(x(eMin + k + shift) + 0.5, bottom - (f / peak) * h, x(eMin + k + 1 + shift) - x(eMin + k + shift) - 1, (f / peak) * h);
+        });
+      }
+      // markers and the exponent axis
+      g.strokeStyle = COLORS.marker;
+      g.lineWidth = 1;
+      for (const [e, dash] of [[floors.flush, [2, 3]], [floors.normal, [6, 3]], [floors.max, []]]) {
+        g.setLineDash(dash);
+        g.beginPath();
+        g.moveTo(x(e), top);
+        g.lineTo(x(e), bottom);
+        g.stroke();
+      }
+      g.setLineDash([]);
+      g.beginPath();
+      g.moveTo(LEFT, bottom + 0.5);
+      g.lineTo(LEFT + plotW, bottom + 0.5);
+      g.stroke();
+      g.fillStyle = '#444';
+      g.font = '10px system-ui, sans-serif';
+      g.textAlign = 'center';
+      g.textBaseline = 'top';
+      const step = hi - lo > 48 ? 8 : 4;
+      for (let e = Math.ceil(lo / step) * step; e <= hi; e += step) g.fillText(`2^${e}`, x(e), bottom + 3);
+      // the layer's name and the server's shares
+      const share = last.shares[i];
+      g.textAlign = 'left';
+      g.textBaseline = 'alphabetic';
+      g.font = '600 12px system-ui, sans-serif';
+      g.fillStyle = '#222';
+      const name = share.name;
+      g.fillText(name, LEFT, top - 7);
+      const nameW = g.measureText(name).width;
+      g.font = '11px system-ui, sans-serif';
+      g.fillStyle = '#444';
+      const s = share.stored, u = share.unscaled;
+      g.fillText(`stored: zero ${percent(s.zero)}, subnormal ${percent(s.subnormal)}, overflow ${percent(s.overflow)}` +
+                 `  ·  unscaled: flush to zero ${percent(u.underflow)}, subnormal ${percent(u.subnormal)}, ` +
+                 `overflow ${percent(u.overflow)}`, LEFT + nameW + 10, top - 7);
+    });
+  }
+}
