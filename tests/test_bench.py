@@ -57,6 +57,7 @@ def positive(x) -> bool:
     return isinstance(x, float) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_result_is_json_with_every_section(result):
     back = json.loads(json.dumps(result))
     for key in (
@@ -81,6 +82,7 @@ def test_result_is_json_with_every_section(result):
     assert back["adapter"]["name"] and isinstance(back["adapter"]["shader_f16"], bool)
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_matmul_rows(result, gpu):
     paths = ["native", "emulated", "fp32"] if gpu.has_f16 else ["emulated", "fp32"]
     kinds = {(m["kind"], m["product"]) for m in result["matmul"]}
@@ -99,6 +101,7 @@ def test_matmul_rows(result, gpu):
         assert positive(m["gflops"]["numpy_f32"])
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_model_matmul_shapes(result, plans, gpu):
     """Every distinct matmul shape of the GPT's mixed plan, timed with the plan's tiles, and the
     median per path."""
@@ -116,6 +119,7 @@ def test_model_matmul_shapes(result, plans, gpu):
             assert mm["median_gflops"][p] == pytest.approx(float(np.median(gf)))
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_train_step_rows(result, plans):
     rows = result["train_step"]
     assert MODELS == ["digits", "wide", "gpt"]
@@ -155,6 +159,7 @@ def test_train_step_rows(result, plans):
     }
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_first_step_rows(result, plans):
     firsts = result["first_step"]
     assert [(f["model"], f["precision"]) for f in firsts] == [
@@ -181,6 +186,7 @@ def test_cache_warm_from_this_process_writes():
     assert bench.cache_warm("NVIDIA H200 (Vulkan)", 140, 0, 0, "/c") is None
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_memory_from_plan_accounting(result, plans):
     assert list(result["memory"]) == MODELS
     for name, m in result["memory"].items():
@@ -207,6 +213,7 @@ def test_memory_from_plan_accounting(result, plans):
     assert result["summary"]["targets"]["activation_ratio"]["met"]
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_gpt_activations_in_32_bits_are_scores_logits_statistics(result):
     """mixed keeps f32 only for the scores S, the logits, LayerNorm statistics and the loss rows (plus
     u32 token ids and the embedding gradient's row order); everything else is f16. (Tiny shape: one
@@ -218,6 +225,7 @@ def test_gpt_activations_in_32_bits_are_scores_logits_statistics(result):
     assert list(wide)[:2] == ["S", "logits"]  # largest first
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 @pytest.mark.parametrize("model", ["digits", "gpt"])
 def test_readbacks_in_the_training_loop(result, model):
     rb = result["readbacks"][model]
@@ -240,6 +248,7 @@ def test_readback_counting_sees_reads_between_logs(gpu):
     assert rb["readbacks_per_100_steps"] > rb["limit_per_100_steps"]
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_profile_sorted_and_complete(result, gpu):
     if "timestamp-query" not in gpu.device.features:
         assert all(p is None for p in result["profile"].values())
@@ -253,6 +262,7 @@ def test_profile_sorted_and_complete(result, gpu):
         assert {"matmul_fwd", "matmul_wgrad", "matmul_dgrad", "adamw_copy"} <= set(p["families"])
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_table_prints_every_section(result):
     text = bench.format_table(result)
     for needle in (
