@@ -46,6 +46,7 @@ import ipaddress
 import json
 import os
 import secrets
+import signal
 import socket
 import sys
 import time
@@ -819,6 +820,17 @@ def cli_serve(argv: list[str]) -> int:
         print(f"webmp serve: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1
     server = make_server(app)
+    # Ctrl-C at any moment asks the server to stop. uvicorn has its own handler only while it
+    # serves (and raises the signal again once it has shut down); before that, Python's default
+    # handler would raise KeyboardInterrupt wherever the start-up happens to be, and inside asyncio's
+    # runner that can be swallowed, leaving a server that never started shutting down.
+    interrupted: list[int] = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        server.should_exit = True
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         print(
             f"webmp: serving the browser runtime at {page_url(args.host, sock.getsockname()[1], token)}"
@@ -834,8 +846,9 @@ def cli_serve(argv: list[str]) -> int:
             )
         server.run(sockets=[sock])
     except KeyboardInterrupt:
-        # uvicorn shuts down on the first Ctrl-C, then raises SIGINT again; one before it has started
-        # lands here directly. Ctrl-C is how a server is ended, not a failure: status 0, as
-        # `python -m http.server` does.
+        interrupted.append(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:  # Ctrl-C is how a server is ended, not a failure: status 0, as `python -m http.server`
         print("webmp serve: stopped (Ctrl-C)", file=sys.stderr, flush=True)
     return 0
