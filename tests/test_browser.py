@@ -1142,7 +1142,8 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
         assert shown("precision") == summary["precision"] and shown("f16 path") == summary["f16_path"]
         assert int(shown("steps")) == summary["steps"] == 40
         assert int(shown("skipped steps")) == summary["skipped_steps"]
-        assert float(shown("final train loss")) == pytest.approx(summary["final_train_loss"], rel=1e-4)
+        assert float(shown("last train loss")) == pytest.approx(summary["last_loss"], rel=1e-4)
+        assert float(shown("mean loss, last steps")) == pytest.approx(summary["final_train_loss"], rel=1e-4)
         assert float(shown("final loss scale")) == summary["final_scale"]
         assert shown("test accuracy") == f"{100 * summary['test_accuracy']:.2f} %"
     ARTIFACTS.mkdir(exist_ok=True)
