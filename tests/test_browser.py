@@ -100,6 +100,14 @@ def assert_like_native(web: list[dict], nat: list[dict], browser) -> None:
         assert [r[k] for r in web] == [r[k] for r in nat], k
 
 
+def plan_beyond_limits(route):
+    """A Playwright route handler: the server's plan, edited to need more than any adapter allows."""
+    response = route.fetch()
+    body = response.json()
+    body["plan"]["required_limits"]["maxStorageBufferBindingSize"] = 2**40
+    route.fulfill(response=response, json=body)
+
+
 def wait_page(page, condition: str, timeout=TIMEOUT):
     """Wait in the browser for `condition` (this also lets Playwright run its route handlers);
     a page that fails instead ends the wait with its error."""
@@ -876,13 +884,7 @@ def test_page_refuses_a_plan_beyond_the_adapter_limits(server, browser):
     page = browser.browser.new_page()
     blob_requests = []
 
-    def inflate(route):
-        response = route.fetch()
-        body = response.json()
-        body["plan"]["required_limits"]["maxStorageBufferBindingSize"] = 2**40
-        route.fulfill(response=response, json=body)
-
-    page.route(re.compile(r"/plan\?"), inflate)
+    page.route(re.compile(r"/plan\?"), plan_beyond_limits)
     page.route(
         re.compile(r"/blob\?"), lambda route: (blob_requests.append(route.request.url), route.continue_())
     )
@@ -1056,13 +1058,7 @@ def test_a_failed_run_never_traps_the_page(server, browser):
     page = browser.open(f"{server.url}/")
     wait_page(page, "window.webmp.status === 'idle'", timeout=120)
 
-    def too_big(route):
-        response = route.fetch()
-        body = response.json()
-        body["plan"]["required_limits"]["maxStorageBufferBindingSize"] = 2**40
-        route.fulfill(response=response, json=body)
-
-    page.route(re.compile(r"/plan\?"), too_big)
+    page.route(re.compile(r"/plan\?"), plan_beyond_limits)
 
     set_field(page, "hidden", "32,32")
     set_field(page, "steps", 30)

@@ -10,6 +10,7 @@ dispatches in one encoder and one wait) is shared with webmp/bench.py.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -63,21 +64,10 @@ class MatmulCase(MatmulSpec):
     """A MatmulSpec (one matmul of one variant on random data, its reference and tolerance) on a
     wgpu-py device of its own plan."""
 
-    def __init__(
-        self,
-        gpu,
-        path: str,
-        M: int,
-        N: int,
-        K: int,
-        variant: str = "matmul_wgrad",
-        trans_a: int = 0,
-        trans_b: int = 0,
-        tiles: dict | None = None,
-        seed: int = 0,
-    ):
-        super().__init__(path, M, N, K, variant, trans_a, trans_b, tiles, seed)
-        pb = PlanBuilder(path)
+    def __init__(self, gpu, *spec: Any, **spec_kw: Any):
+        """gpu, then MatmulSpec's arguments (path, M, N, K, variant, trans_a, trans_b, tiles, seed)."""
+        super().__init__(*spec, **spec_kw)
+        pb = PlanBuilder(self.path)
         pb.u32("flags", (4,), "other")
         self.out = self.add_buffers(pb)
         self.dispatch(pb, "mm")
