@@ -839,6 +839,12 @@ def test_lens_shows_the_gradient_histograms_the_server_stores(server, browser, t
                     const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
                     let n = 0; for (let i = 3; i < px.length; i += 4) n += px[i] > 0; return n; })()"""
     )
+    # the finished run opened again in another tab: its last stored read (GET .../histograms)
+    reopened = browser.open(run.page_url)
+    wait_page(reopened, "window.webmp.lens && window.webmp.lens.shown === 1", timeout=60)
+    again = reopened.evaluate("window.webmp.lens")
+    assert (again["step"], again["scale"], again["totals"]) == (29, shown["scale"], shown["totals"])
+    reopened.close()
     run.close_page()
     web = RunDir(server.app.state.store.get(run.id).dir.path).read_histograms()
 

@@ -1631,3 +1631,36 @@ def test_a_follower_that_reads_nothing_never_holds_back_the_training_page(tmp_pa
                     statuses.append(msg["status"])
     assert steps == list(range(40_000))
     assert statuses[0] == "created" and statuses[-1] == "stopped"
+
+
+def test_a_runs_last_gradient_histograms_are_served_with_their_shares(client):
+    """GET /api/runs/{id}/histograms: the last line of histograms.jsonl with each layer's shares
+    against f16's range, stored and unscaled (what a page shows for a run it did not train); 404
+    before the first read; a damaged file is reported (409), not served or rewritten."""
+    from webmp.rundir import histogram_line, histogram_shares
+
+    run_id = create(client)["id"]
+    assert client.get(f"/api/runs/{run_id}/histograms").status_code == 404
+    run_dir = client.app.state.store.get(run_id).dir
+    e_min, e_max = -48, 20
+    counts = [0] * (e_max - e_min + 5)
+    counts[2 + (-20 - e_min)] = 7  # 7 values in [2^-20, 2^-19): stored fine, unscaled (÷ 2^10) below 2^-24
+    counts[0] = 3
+    run_dir.append_histograms(
+        histogram_line(9, 65536.0, e_min, e_max, [("dZ0", [1] + [0] * (len(counts) - 1))])
+    )
+    run_dir.append_histograms(histogram_line(19, 1024.0, e_min, e_max, [("dZ0", counts)]))
+    r = client.get(f"/api/runs/{run_id}/histograms")
+    assert r.status_code == 200, r.text
+    view = r.json()
+    assert (view["step"], view["scale"], view["reads"]) == (19, 1024.0, 2)
+    (layer,) = view["layers"]
+    assert layer["counts"] == counts and layer["name"] == "dZ0"
+    assert layer["stored"] == histogram_shares(counts, e_min, e_max)
+    assert layer["unscaled"]["underflow"] == pytest.approx(0.7) and layer["stored"]["underflow"] == 0.0
+    assert view["f16_range"] == {"subnormal_min": 2.0**-24, "normal_min": 2.0**-14, "max": 65504.0}
+    path = run_dir.path / "histograms.jsonl"
+    path.write_bytes(b"{not json\n" + path.read_bytes())
+    r = client.get(f"/api/runs/{run_id}/histograms")
+    assert r.status_code == 409 and "line 1" in r.json()["detail"]
+    assert path.read_bytes().startswith(b"{not json\n")

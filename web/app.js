@@ -858,6 +858,7 @@ function stopFollowing() {
 
 function follow(run) {
   stopFollowing();
+  lens.reset(null);  // a follower gets records, not the trainer's lens counts
   page.mode = 'following';
   page.records = 0;
   charts.reset();
@@ -919,6 +920,7 @@ const runsPanel = new RunsPanel({
     stopFollowing();
     history.replaceState(null, '', location.pathname);
     charts.reset();
+    lens.reset(null);
     $('summary-panel').hidden = true;
     hideSample();
     showRun(null);
@@ -943,6 +945,9 @@ async function openRun(id) {
     return;
   }
   charts.add((await api(`/api/runs/${id}/metrics`)).records);
+  await api(`/api/runs/${id}/histograms`).then((view) => lens.showStored(view), (e) => {
+    if (e.status !== 404) log(`gradient histograms: ${e.message}`);  // 404: the run has none yet
+  });
   if (run.f16_path) {  // the path the run trained on (its page said so in its hello)
     page.f16Path = run.f16_path;
     setPathRow(run.f16_path);

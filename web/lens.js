@@ -45,6 +45,14 @@ export class Lens {
                          nonEmpty: histograms.counts.map((c) => c.slice(2, -2).some((n) => n > 0))});
   }
 
+  // A run this page did not train: its last stored read (GET /api/runs/{id}/histograms, which has
+  // the spec's exponents and f16's range, the counts and the shares per layer).
+  showStored(view) {
+    this.spec = {e_min: view.e_min, e_max: view.e_max, f16_range: view.f16_range};
+    this.show({step: view.step, counts: view.layers.map((l) => l.counts)},
+              {scale: view.scale, shares: view.layers.map(({name, stored, unscaled}) => ({name, stored, unscaled}))});
+  }
+
   draw() {
     if (!this.spec || !this.last) return;
     const {spec, last} = this, {e_min: eMin, e_max: eMax, f16_range: f16} = spec;

@@ -226,6 +226,29 @@ def scale_shift(scale: float) -> float:
     return -math.log2(scale) if math.isfinite(scale) and scale > 0 else 0.0
 
 
+def lens_view(line: Record, reads: int) -> dict[str, Any]:
+    """A histograms.jsonl line as the page's lens draws it (GET /api/runs/{id}/histograms): the
+    counts, the bucket exponents, f16's range and each layer's shares as stored and unscaled."""
+    shift = scale_shift(line["scale"])
+    e_min, e_max = line["e_min"], line["e_max"]
+    layers = [
+        {
+            "name": lay["name"],
+            "counts": lay["counts"],
+            "stored": histogram_shares(lay["counts"], e_min, e_max),
+            "unscaled": histogram_shares(lay["counts"], e_min, e_max, shift),
+        }
+        for lay in line["layers"]
+    ]
+    f16_range = {
+        "subnormal_min": 2.0**F16_LOG2_SUBNORMAL_MIN,
+        "normal_min": 2.0**F16_LOG2_NORMAL_MIN,
+        "max": 65504.0,
+    }
+    view = {"step": line["step"], "scale": line["scale"], "e_min": e_min, "e_max": e_max, "reads": reads}
+    return json_safe({**view, "f16_range": f16_range, "layers": layers})
+
+
 def histogram_shares(counts: Sequence[int], e_min: int, e_max: int, shift: float = 0.0) -> dict[str, float]:
     """Shares of a layer's values (counts as in histogram_line) against f16's range, its exponents
     shifted by `shift` (0: as stored; -log2(scale): the unscaled gradients, exact for a power-of-two

@@ -102,6 +102,7 @@ from .page_tune import (
 )
 from .plan import resolve_f16_path
 from .resources import SHADER_DIR, UPLOT_DIR, WEB_DIR
+from .rundir import lens_view
 from .runs_index import downsample
 
 WS_PROTOCOL_MAX_BYTES = 4 * 2**20  # frames above this are cut by uvicorn itself (connection closed)
@@ -281,6 +282,20 @@ def run_summary(request: Request, run_id: str) -> Any:
     if not run.dir.has_summary():
         raise HTTPException(404, f"run {run_id} has no summary yet (status {run.status})")
     return run.dir.read_summary()
+
+
+@api.get("/runs/{run_id}/histograms", response_model=None, responses=answers(404, 409))
+def run_histograms(request: Request, run_id: str) -> Any:
+    """The gradient-range lens's last read (histograms.jsonl's last line), with each layer's shares
+    against f16's range as stored and unscaled: what a page shows for a run it did not train."""
+    run = _store(request).view(run_id)
+    try:
+        lines = run.dir.read_histograms()
+    except ValueError as e:  # a damaged line: the file is the run's record, left as it is
+        raise HTTPException(409, str(e)) from None
+    if not lines:
+        raise HTTPException(404, f"run {run_id} has no gradient histograms yet (status {run.status})")
+    return lens_view(lines[-1], len(lines))
 
 
 @api.get("/runs/{run_id}/plan", response_model=None, responses=answers(404, 409, 422))
