@@ -15,11 +15,11 @@ import pytest
 from webmp import bench, tune
 from webmp.config import TrainConfig
 from webmp.models import build_plan
-from webmp.ops import ROW_FORMS
+from webmp.ops import MATMUL_CORES, ROW_FORMS, core_constants
 from webmp.plan import pack_h
 from webmp.runtime import Runtime
 from webmp.state import decode_state
-from webmp.tilecache import DEFAULT_TILES, ROWS_KEY, TILE_KEYS, TileTable
+from webmp.tilecache import ROWS_KEY, SMALL_TILES, TileTable, default_tiles
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,8 @@ def test_matmul_rows(result, gpu):
         for p in paths:
             assert positive(m["gflops"][p]), (m, p)
             assert 0 < m["error_ratio"][p] <= 1, (m, p)  # 0 would mean the check compared nothing
-            assert set(m["tiles"][p]) == set(TILE_KEYS)
+            core, shape = core_constants(m["tiles"][p])  # a known core with its constants, nothing else
+            assert set(m["tiles"][p]) - {"core"} == set(shape) and core in MATMUL_CORES
             if m is result["matmul"][0]:  # the tiny size times the cores at the first shape only
                 want_cores = {"tiled", "reg"} | ({"reg_sg"} if gpu.has_subgroups else set())
                 assert set(m["cores"][p]) == want_cores
@@ -313,8 +314,8 @@ def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
     assert TileTable.for_adapter(gpu.name).row_kernels == report[ROWS_KEY]["form"]
     assert TileTable.for_adapter("another adapter").row_kernels == "workgroup"
     assert ROWS_KEY not in TileTable.for_adapter(gpu.name).by_class
-    assert TileTable.for_adapter(None).for_shape(*shape) == DEFAULT_TILES
-    assert TileTable.for_adapter("another adapter").for_shape(*shape) == DEFAULT_TILES
+    assert TileTable.for_adapter(None).for_shape(*shape) == default_tiles(24, 20, 16) == SMALL_TILES
+    assert TileTable.for_adapter("another adapter").for_shape(*shape) == SMALL_TILES
     table = TileTable.for_adapter(gpu.name)
     assert table.for_shape(*shape) == cached
     # same class (sizes round up to the same power of 4), same choice

@@ -782,8 +782,9 @@ def test_two_tabs_with_a_token_never_mix(tmp_path, browser, monkeypatch):
 
 def test_page_runs_matmuls_on_the_subgroup_core(server, browser, tmp_path, monkeypatch):
     """The server's plan edited on the way so that every matmul runs on the register-blocked
-    subgroup core (8 x 8 blocks of 8 x 8 threads: the default tiles' 64 x 64 per workgroup, so
-    the dispatches stay as they are): the plan then requires `subgroups` and the page compiles
+    subgroup core with the workgroup tile it had (the tiled default's 64 x 64 as 8 x 8 blocks of
+    8 x 8 threads; the small products' register core, 4 x 4 blocks, with its op(A) loads shared),
+    so the dispatches stay as they are: the plan then requires `subgroups` and the page compiles
     the kernels with `enable subgroups;` (browsers need it, naga refuses it). Each core gives the
     default core's bits, so the records are those of the default plan natively (on lavapipe bit
     for bit; SwiftShader's 4-wide subgroups take the core's per-thread loads)."""
@@ -800,6 +801,9 @@ def test_page_runs_matmuls_on_the_subgroup_core(server, browser, tmp_path, monke
                 k["sources"][i : i + 1] = ["matmul_reg.wgsl", "matmul_reg_a_sg.wgsl"]
                 del k["constants"]["BK"]
                 k["constants"].update(WG_X=8, WG_Y=8, TM=8, TN=8)
+                edited.append(k["name"])
+            elif "matmul_reg_a.wgsl" in k["sources"]:
+                k["sources"][k["sources"].index("matmul_reg_a.wgsl")] = "matmul_reg_a_sg.wgsl"
                 edited.append(k["name"])
         body["plan"]["required_features"] = sorted({*body["plan"]["required_features"], "subgroups"})
         route.fulfill(json=body)

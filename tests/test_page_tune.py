@@ -18,7 +18,7 @@ from webmp.models import build_plan
 from webmp.page_runs import training_data
 from webmp.page_tune import CaseResult, adapter_key, judge, plan_shape_classes, tuning_plan
 from webmp.server import create_app
-from webmp.tilecache import DEFAULT_TILES, TileTable
+from webmp.tilecache import DEFAULT_TILES, TileTable, default_tiles
 
 CFG = dict(hidden=[24], batch_size=16, steps=4, log_every=2, checkpoint_every=0)
 # a browser's limits (camelCase, as runner.js LIMIT_KEYS sends them): 256 threads, 16 KiB shared
@@ -74,10 +74,16 @@ def test_tuning_plan_covers_each_class_with_the_choices_the_device_allows(tuning
     assert len(allowed) < len(CANDIDATES)  # 16 KiB of workgroup memory refuses the big tiled choices
     assert all(fits(t, kebab_limits(LIMITS)) for t in allowed)
     assert sorted({c.cls for c in tuning.cases}) == sorted(classes)
-    for cls in classes:
-        assert [c.tiles for c in tuning.cases if c.cls == cls] == allowed
-    kernels = {k["name"]: k for k in tuning.plan["kernels"]}
     shapes = dict(plan_shape_classes(train_plan))
+    for cls in classes:
+        default = default_tiles(*shapes[cls][:3])  # the class's untuned tiles, tried first
+        assert [c.tiles for c in tuning.cases if c.cls == cls] == [default] + [
+            a for a in allowed if a != default
+        ]
+        assert [c.default for c in tuning.cases if c.cls == cls] == [True] + [False] * (
+            len(allowed) - (default in allowed)
+        )
+    kernels = {k["name"]: k for k in tuning.plan["kernels"]}
     for c in tuning.cases:
         (check,) = tuning.plan["programs"][f"check_{c.index}"]
         (timed,) = tuning.plan["programs"][f"time_{c.index}"]

@@ -8,10 +8,10 @@ architecture "swiftshader" and no device name for both SwiftShader and lavapipe)
    description, subgroup sizes, features); `adapter_key` names the cache entry for it
    ("page-" + a hash), under which `TileTable.for_adapter` finds the choices like any other.
 2. For a training config it asks for a tuning plan (`tuning_plan`): for each of the config's matmul
-   shape classes, and each tile choice its device allows (`webmp.matmul_cases.candidates`, the
-   first `max_candidates`), a `check_i` program (the class's shape cut to at most 67 x 35 x 41, on
-   random operands in the blob) and a `time_i` program (the real shape, on zeros: scratch buffers
-   shared by every class).
+   shape classes, and each tile choice its device allows (the class's untuned default first, then
+   `webmp.matmul_cases.candidates`, the first `max_candidates`), a `check_i` program (the class's
+   shape cut to at most 67 x 35 x 41, on random operands in the blob) and a `time_i` program (the
+   real shape, on zeros: scratch buffers shared by every class).
 3. It runs each check once and reads its output, times each time program (many repetitions in one
    submit, one wait), and posts a class's results at a time; `judge` checks each output against
    float64 (`MatmulSpec.error_ratio`, the native tuner's tolerance), keeps the fastest correct
@@ -36,7 +36,7 @@ from .matmul_cases import MatmulSpec, candidates, kebab_limits
 from .models import build_plan
 from .ops import matmul
 from .plan import KernelPlan, PlanBuilder, h_bytes
-from .tilecache import DEFAULT_TILES, ROWS_KEY, Tiles, load_cache, save_cache, shape_class
+from .tilecache import ROWS_KEY, Tiles, default_tiles, load_cache, save_cache, shape_class
 
 MAX_CANDIDATES = 18  # every tile choice webmp.matmul_cases knows, the default included
 CHECK_SHAPE = (67, 35, 41)  # M, N, K of the correctness check: ragged against every tile edge
@@ -75,6 +75,7 @@ class TuneCase:
     tiles: Tiles
     check: MatmulSpec  # the small shape, random operands: judged against float64
     flops: float  # of one time_{index} dispatch (the real shape)
+    default: bool  # the tiles the class gets untuned (webmp.tilecache.default_tiles)
 
 
 @dataclass
@@ -113,7 +114,7 @@ def tuning_plan(
     names or wgpu-py's) and features; see the module's docstring."""
     train_plan, _ = build_plan(cfg, data, path)
     classes = plan_shape_classes(train_plan)
-    tiles_list = candidates(kebab_limits(limits), has_subgroups)[:max_candidates]
+    allowed = candidates(kebab_limits(limits), has_subgroups)
     pb = PlanBuilder(path)
     pb.u32("flags", (4,), "other")
     # scratch operands for the timing dispatches, large enough for every class (zeros: the
@@ -133,7 +134,8 @@ def tuning_plan(
     for cls, (M, N, K, ta, tb) in classes:
         small = (min(M, CHECK_SHAPE[0]), min(N, CHECK_SHAPE[1]), min(K, CHECK_SHAPE[2]))
         MatmulSpec(path, *small, trans_a=ta, trans_b=tb).add_buffers(pb, prefix=f"{cls}:")
-        for tiles in tiles_list:
+        default = default_tiles(M, N, K)  # what the class gets untuned: tried first
+        for tiles in ([default] + [c for c in allowed if c != default])[:max_candidates]:
             i = len(cases)
             spec = MatmulSpec(path, *small, trans_a=ta, trans_b=tb, tiles=tiles)
             spec.dispatch(pb, f"check_{i}", prefix=f"{cls}:")
@@ -154,7 +156,7 @@ def tuning_plan(
                 out_act=1,
                 tiles=tiles,
             )
-            cases.append(TuneCase(i, cls, dict(tiles), spec, 2.0 * M * N * K))
+            cases.append(TuneCase(i, cls, dict(tiles), spec, 2.0 * M * N * K, tiles == default))
     return Tuning(path, pb.kernel_plan(state="flags", metrics="flags"), bytes(pb.blob), cases)
 
 
@@ -194,7 +196,7 @@ def judge(tuning: Tuning, cls: str, results: Sequence[CaseResult]) -> dict[str, 
             continue
         timed.append((case.flops * r.reps / r.seconds / 1e9, case))
     best = max(timed, key=lambda t: t[0], default=None)
-    default = next((gf for gf, c in timed if c.tiles == DEFAULT_TILES), None)
+    default = next((gf for gf, c in timed if c.default), None)
     return {
         "class": cls,
         "tiles": best[1].tiles if best else None,

@@ -24,6 +24,13 @@ from typing import Any
 Tiles = dict[str, Any]  # tile-shape constants (int) and, optionally, "core" (webmp.ops.MATMUL_CORES)
 
 DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
+# Small products (at most SMALL_MACS multiply-adds) default to the register core's 4 x 4 blocks
+# (32 x 32 per workgroup of 64 threads, no workgroup memory): at such sizes a step is bound by
+# dispatches, not arithmetic, while compiling the tiled core's written-out 8 x 8 blocks is what a
+# first step waits for (on lavapipe the default MLP's 9 matmul pipelines: 4.0 s natively, 14 s in
+# Chromium, against 1.6 s and 3.2 s on this core; docs/benchmarks.md "Cold start"). The same bits.
+SMALL_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4}
+SMALL_MACS = 1 << 23
 TILE_KEYS = tuple(DEFAULT_TILES)
 ROWS_KEY = "rows"  # reserved key of an adapter's cache entry: {"form": the row kernels' form}
 DEFAULT_ROWS = "workgroup"
@@ -67,8 +74,13 @@ def shape_class(path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: in
     return f"{path}/{t}/{_bucket(M)}x{_bucket(N)}x{_bucket(K)}"
 
 
+def default_tiles(M: int, N: int, K: int) -> Tiles:
+    """The tiles of a shape nobody tuned: SMALL_TILES for small products, else DEFAULT_TILES."""
+    return dict(SMALL_TILES if M * N * K <= SMALL_MACS else DEFAULT_TILES)
+
+
 class TileTable:
-    """Tile shapes by shape class; classes it lacks get DEFAULT_TILES."""
+    """Tile shapes by shape class; classes it lacks get default_tiles (by the shape's size)."""
 
     def __init__(self, by_class: Mapping[str, Tiles] | None = None, adapter: str | None = None):
         by_class = dict(by_class or {})
@@ -84,7 +96,8 @@ class TileTable:
         return cls(load_cache().get(adapter, {}) if adapter else {}, adapter)
 
     def for_shape(self, path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> Tiles:
-        return dict(self.by_class.get(shape_class(path, M, N, K, trans_a, trans_b), DEFAULT_TILES))
+        cls = shape_class(path, M, N, K, trans_a, trans_b)
+        return dict(self.by_class[cls]) if cls in self.by_class else default_tiles(M, N, K)
 
     def describe(self) -> str:
         """For summaries: 'default', or how many shape classes are tuned."""

@@ -23,10 +23,10 @@ from .plan import Plan, PlanBuilder, pack_h, resolve_f16_path
 from .runtime import Runtime, default_gpu
 from .tilecache import (
     DEFAULT_ROWS,
-    DEFAULT_TILES,
     ROWS_KEY,
     Tiles,
     cache_path,
+    default_tiles,
     load_cache,
     save_cache,
     shape_class,
@@ -195,7 +195,7 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     for s in shapes:
         by_class.setdefault(shape_class(*s), s)
     order = sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3])
-    cands = candidates(gpu.device.limits, gpu.has_subgroups)
+    allowed = candidates(gpu.device.limits, gpu.has_subgroups)
     cache = load_cache()
     mine = cache.setdefault(gpu.name, {})
     report = {}
@@ -203,7 +203,8 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     for i, (cls, (path, M, N, K, ta, tb)) in enumerate(order):
         t_end = time.perf_counter() + (t_budget_end - time.perf_counter()) / (len(order) - i)
         results: list[tuple[float, Tiles]] = []
-        for tiles in cands:
+        default = default_tiles(M, N, K)  # what the class gets untuned: tried first
+        for tiles in [default] + [c for c in allowed if c != default]:
             if results and time.perf_counter() > t_end:
                 break
             # correctness on a small shape with ragged edges, speed on the real one
@@ -218,7 +219,7 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
         if not results:
             continue
         best_gf, best = max(results, key=lambda r: r[0])
-        default_gf = next((gf for gf, t in results if t == DEFAULT_TILES), None)
+        default_gf = next((gf for gf, t in results if t == default), None)
         mine[cls] = best
         report[cls] = {"tiles": best, "gflops": best_gf, "default_gflops": default_gf, "tried": len(results)}
         log(f"tune {cls}: {best} {best_gf:.2f} GFLOP/s (default {default_gf or 0:.2f}, {len(results)} tried)")
