@@ -1469,6 +1469,9 @@ def test_runs_list_native_runs_read_only_beside_browser_runs(client, tmp_path):
     )
     assert done["final_loss"] == record(29)["loss"] and done["config"]["precision"] == "fp32"
     assert cut["status"] == "stopped" and "webmp train --resume" in cut["message"]
+    assert (
+        not cut["resumable"] and not listed[browser_run["id"]]["resumable"]
+    )  # native; created, never trained
     assert live["status"] == "running" and live["last_step"] == 4
     # its records and summary are served like a browser run's, downsampled too
     got = client.get("/api/runs/run-native-done/metrics", params={"max_points": 4}).json()
@@ -1527,6 +1530,7 @@ def test_followers_get_the_backlog_then_live_records_and_can_ask_for_a_stop(clie
     send(page, {"type": "stopped", "run_id": run_id, "step": 712})
     ended = receive_json(a)
     assert ended["status"] == "stopped" and ended["last_step"] == 711 and not ended["stop_requested"]
+    assert client.get(f"/api/runs/{run_id}").json()["resumable"] is True  # the page offers Resume
     with pytest.raises(WebSocketDisconnect) as closed:
         receive_json(a)
     assert closed.value.code == 1000

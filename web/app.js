@@ -757,7 +757,6 @@ $('sample-form').addEventListener('submit', (e) => {
 
 let current = null;  // the run this page shows: a RunInfo (GET /api/runs/{id}) with its status now
 let following = null;  // {id, ws}: this page watches a run another page trains (WS /api/runs/{id}/follow)
-const RESUMABLE = ['created', 'disconnected', 'stopped', 'failed'];
 
 // The form's fields that differ from a run's settings (labels), to say what Resume leaves out.
 function formChanges(cfg) {
@@ -778,7 +777,7 @@ function showRun(run) {
 
 function updateResume() {
   const run = current, note = $('resume-note');
-  const offer = run !== null && run.kind === 'browser' && RESUMABLE.includes(run.status) && run.status !== 'created';
+  const offer = run !== null && run.resumable;  // the server's word (RunInfo.resumable)
   $('resume').hidden = !offer;
   note.hidden = run === null || (!offer && run.kind !== 'native');
   if (run === null) return;
@@ -810,7 +809,7 @@ $('controls').addEventListener('submit', async (e) => {
     stopFollowing();
     showRun(run);
     await trainRun(run.id);
-    showRun({...run, status: page.status, checkpoint_step: (await api(`/api/runs/${run.id}`)).checkpoint_step});
+    showRun(await api(`/api/runs/${run.id}`));  // its status, checkpoint and resumability as stored
   } catch (err) {
     page.error = err.message;
     if (err.status === 422 && typeof err.detail === 'string') {  // the config: no run was created
@@ -938,7 +937,7 @@ async function openRun(id) {
     follow(run);
     return;
   }
-  const resumeAsked = params.get('resume') === '1' && run.kind === 'browser' && RESUMABLE.includes(run.status);
+  const resumeAsked = params.get('resume') === '1' && run.resumable;
   if (resumeAsked) history.replaceState(null, '', `?${new URLSearchParams({run: id})}`);
   if (run.kind === 'browser' && (run.status === 'created' || run.status === 'disconnected' || resumeAsked)) {
     if (await hasGPU) await resume(run);  // else it stays as it is (noWebGPU says why)

@@ -4,7 +4,6 @@
 // run that stopped, failed or lost its page, put its settings in the form for a new run, and tick
 // runs to compare (compare.js).
 
-const RESUMABLE = ['disconnected', 'stopped', 'failed'];
 const REFRESH_MS = 5000;
 
 const cell = (content, className) => {
@@ -111,7 +110,7 @@ export class RunsPanel {
     const open = run.status === 'running' ? 'follow' : 'open';
     const title = run.status === 'running' ? 'watch it train, live (another page or webmp train trains it)' : 'show its curves and result';
     span.append(link(open, run.page_url, title));
-    if (run.kind === 'browser' && RESUMABLE.includes(run.status)) {
+    if (run.resumable) {
       const resume = link('resume', `${run.page_url}&resume=1`,
         `continue this run in this tab with its own settings${run.checkpoint_step ? ` from step ${run.checkpoint_step}` : ' from the start'}`);
       resume.className = 'resume';

@@ -209,6 +209,9 @@ class RunInfo(BaseModel):
     final_loss: float | None  # the last record's loss (None before the first record)
     stop_requested: bool = False  # a Stop asked by another page or the API, not yet done by the training page
     connected: bool = False  # a page holds the run's training socket (a created run it is preparing)
+    # a browser run that trained and can continue from its checkpoint (stopped, failed, or its page
+    # left): the page offers Resume for it
+    resumable: bool = False
 
 
 # --- the page's tuning pass (webmp.page_tune) ----------------------------------------------------
@@ -242,6 +245,7 @@ class TuneRequest(BaseModel):
     )
     config: dict[str, Any] = Field(max_length=64)  # TrainConfig fields, checked as POST /api/runs does
     f16: Literal["native", "emulated"]  # whether the adapter has shader-f16
+    # tile choices tried per class, its untuned default first (matmul_cases.CANDIDATES has 17 more)
     max_candidates: Annotated[int, Field(ge=1, le=18, strict=True)] = 6
 
 

@@ -72,7 +72,8 @@ from .state import decode_state
 from .tilecache import TileTable
 
 STATE_FILE = "browser.json"  # the browser run's status, next to the native-format files
-RESUMABLE = {"created", "disconnected", "failed", "stopped"}
+RESUMABLE = {"created", "disconnected", "failed", "stopped"}  # a page may (re)start these
+CONTINUABLE = RESUMABLE - {"created"}  # ...and these have trained: RunInfo.resumable, the page's Resume
 MAX_PENDING = 100_000  # records held back waiting for an earlier step
 Offer = Literal["native", "emulated"]  # whether the page's adapter has shader-f16
 # What a page may ask to generate (`webmp sample` has no limits): a sampling plan's `seq` holds the
@@ -491,6 +492,7 @@ class PageRun:
             final_loss=final_loss(self.records),
             stop_requested=self.stop_requested,
             connected=self.connected,
+            resumable=self.status in CONTINUABLE,
         )
 
     def save(self) -> None:

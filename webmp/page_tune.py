@@ -38,7 +38,6 @@ from .ops import matmul
 from .plan import KernelPlan, PlanBuilder, h_bytes
 from .tilecache import ROWS_KEY, Tiles, default_tiles, load_cache, save_cache, shape_class
 
-MAX_CANDIDATES = 18  # every tile choice webmp.matmul_cases knows, the default included
 CHECK_SHAPE = (67, 35, 41)  # M, N, K of the correctness check: ragged against every tile edge
 ADAPTER_KEY_PREFIX = "page-"
 ADAPTER_KEY_PATTERN = r"^page-[0-9a-f]{16}$"
