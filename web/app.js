@@ -426,7 +426,7 @@ $('tune-form').addEventListener('submit', async (e) => {
   Object.assign(page.tune, {status: 'running', verdicts: [], error: null});
   const t0 = performance.now();
   const note = (text) => { $('tune-status').textContent = text; };
-  let gpu = null;
+  let gpu = null, status = 'failed', error = null;
   try {
     await formReady;
     gpu = await openGPU();
@@ -445,13 +445,14 @@ $('tune-form').addEventListener('submit', async (e) => {
          (wrong ? `; ${wrong} tile choices gave wrong results and were refused` : '') +
          '; later runs use these tiles');
     log(`tuning pass:\n  ${lines.join('\n  ')}`);
-    page.tune.status = 'done';
+    status = 'done';
   } catch (err) {
-    Object.assign(page.tune, {status: 'failed', error: err.message});
+    error = err.message;
     note(`tuning failed: ${err.message}`);
   } finally {
     gpu?.device.destroy();
-    await showTiles().catch(() => {});
+    await showTiles().catch(() => {});  // the tuned classes as the server now has them
+    Object.assign(page.tune, {status, error});  // last: a pass is over once the panel shows its result
     setStatus(page.status, $('status').textContent);
   }
 });
