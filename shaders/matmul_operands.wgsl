@@ -1,4 +1,4 @@
-// Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B) and every override but a
+// Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B), 2 (dims) and every override but a
 // core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_run; the variant
 // defines col4, store4.
 // The operands of the matmul kernels: C[M,N] = op(A)[M,K] * op(B)[K,N] with f16 operands (read
@@ -26,10 +26,21 @@
 
 @group(0) @binding(0) var<storage, read> A: array<HWLoad>;
 @group(0) @binding(1) var<storage, read> B: array<HWLoad>;
+@group(0) @binding(2) var<uniform> dims: vec4<u32>;  // M, N, K, 0 of this product (RUNTIME_DIMS)
 
-override M: u32;
-override N: u32;
-override K: u32;
+// The product's sizes. Fixed per pipeline (SIZE_M, SIZE_N, SIZE_K) they fold into the code; with
+// RUNTIME_DIMS = 1 they are read from `dims` at run time, so one pipeline serves a variant's every
+// size: on lavapipe, which compiles each pipeline at its first dispatch, that is what a first step
+// waits for (docs/benchmarks.md "Cold start"). A uniform, not a storage buffer: lavapipe then knows
+// every lane sees the same K; read from storage, the K loop ran masked and the default MLP's step
+// took twice as long. Set by mm_run before anything reads them.
+override SIZE_M: u32 = 0u;
+override SIZE_N: u32 = 0u;
+override SIZE_K: u32 = 0u;
+override RUNTIME_DIMS: u32 = 0u;
+var<private> M: u32;
+var<private> N: u32;
+var<private> K: u32;
 override TRANS_A: u32 = 0u;  // 1: A is stored [K, M] and read transposed
 override TRANS_B: u32 = 0u;  // 1: B is stored [N, K] and read transposed
 override A_ACT: u32 = 0u;    // activation applied to A's values as they are loaded (ACT_*)
@@ -122,6 +133,15 @@ fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, TM_MAX
 // Returns whether any did. `acc` is only indexed by constants (an array indexed by a loop
 // variable is kept in memory by lavapipe's compiler, registers are faster).
 fn mm_run(wg: vec3<u32>, lid: vec3<u32>) -> bool {
+  if (RUNTIME_DIMS == 1u) {
+    M = dims[0];
+    N = dims[1];
+    K = dims[2];
+  } else {
+    M = SIZE_M;
+    N = SIZE_N;
+    K = SIZE_K;
+  }
   mm_tile(wg, lid);
   var bad = store_group(wg, lid, 0u, array<vec4<f32>, TM_MAX>(
     acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0], acc[6][0], acc[7][0]));

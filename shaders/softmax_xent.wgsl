@@ -15,12 +15,15 @@ override COUNTED: u32 = 0u;  // the rows the mean is over (B minus the padding r
 @group(0) @binding(5) var<storage, read_write> flags: array<atomic<u32>>;
 
 override B: u32;
-override C: u32;
 
 @compute @workgroup_size(64)
 fn softmax_xent(@builtin(global_invocation_id) gid: vec3<u32>) {
   let r = gid.x;
   if (r >= B) { return; }
+  // The class count, from the size of logits ([B, C] exactly: webmp.ops checks). Not an override:
+  // a constant count lets the compiler write the class loops out, which on lavapipe made this
+  // kernel compile 2.6x slower at C = 10 (cold start, docs/benchmarks.md) for no faster step.
+  let C = arrayLength(&logits) / B;
   let row = r * C;
   let cw = (C + 1u) / 2u;
   let label = labels[r];

@@ -119,7 +119,7 @@ export class Runner {
 
   async init(blob, fetchText, onCompile) {
     const dev = this.device, plan = this.plan;
-    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     this.buffers = await scoped(dev, 'creating buffers', () => {
       const out = {};
       for (const b of plan.buffers) {

@@ -204,11 +204,28 @@ def run_op(
     launcher(probe, PROGRAM, *args, **buffers, **params)
     files, entry, constants, binds, workgroups = probe.recorded
     bindings = parse_bindings((PRELUDES[path], "common.wgsl", *files))
+    inputs = {**inputs, **_own_buffers(probe)}
 
     def dispatch(pb):
         pb.dispatch(PROGRAM, files, entry, constants, binds, workgroups)
 
     return _run(path, bindings, binds, inputs, outputs, dispatch, gpu)
+
+
+def _own_buffers(probe: PlanBuilder) -> dict[str, np.ndarray]:
+    """The buffers a launcher made itself (matmul's sizes), as inputs with their contents."""
+    own = {}
+    for name, spec in probe.buffers.items():
+        if spec["dtype"] != "u32":
+            raise ValueError(f"the launcher's own buffer {name} is {spec['dtype']}; only u32 is supported")
+        init = spec["init"]
+        words = np.zeros(spec["bytes"] // 4, np.uint32)
+        if init is not None:
+            words[: init["bytes"] // 4] = np.frombuffer(
+                probe.blob, np.uint32, init["bytes"] // 4, init["offset"]
+            )
+        own[name] = words
+    return own
 
 
 def _run(path, bindings, binds, inputs, outputs, dispatch, gpu) -> dict:

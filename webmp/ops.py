@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .plan import PlanBuilder
+from .plan import MatmulShape, PlanBuilder
 from .tilecache import DEFAULT_TILES, Tiles
 
 MAX_WORKGROUPS = 4096  # for grid-stride kernels
@@ -118,7 +118,11 @@ def matmul(
     if variant not in MATMUL_VARIANTS:
         raise ValueError(f"unknown matmul variant {variant!r}; one of {MATMUL_VARIANTS}")
     core, shape = core_constants(tiles)
-    consts: dict[str, Any] = {"M": M, "N": N, "K": K, "TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
+    consts: dict[str, Any] = {"TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
+    if tiles.get("RUNTIME_DIMS"):
+        consts["RUNTIME_DIMS"] = 1
+    else:
+        consts.update({"SIZE_M": M, "SIZE_N": N, "SIZE_K": K})
     consts.update(shape)
     if not 1 <= batch <= MAX_WORKGROUPS_PER_DIM or z_inner < 1:
         raise ValueError(
@@ -141,7 +145,13 @@ def matmul(
                 "write the padding half of its last word, another operand's column"
             )
         consts.update({f"{X}_OFF": lay.off, f"{X}_SB": lay.sb, f"{X}_SH": lay.sh, f"{X}_LD": lay.ld})
-    binds = {"A": A, "B": B, "C": C}
+    product: MatmulShape = {"M": M, "N": N, "K": K, "trans_a": trans_a, "trans_b": trans_b}
+    if product not in pb.matmuls:
+        pb.matmuls.append(product)
+    dims = f"matmul_dims_{M}x{N}x{K}"
+    if dims not in pb.buffers:
+        pb.u32(dims, (4,), "other", init=[M, N, K, 0])  # a uniform vec4 (16 bytes)
+    binds = {"A": A, "B": B, "C": C, "dims": dims}
     if variant in ("matmul_fwd", "matmul_logits"):
         binds["bias"] = _given(bias, "bias", variant)
     if variant == "matmul_dgrad":
@@ -428,7 +438,12 @@ def softmax_xent(
     of the other rows (default: all B; the constant is left out then, as before it existed), or,
     for a data-parallel rank's shard, the global batch's rows (more than B: the ranks' summed
     gradients are then the global mean's)."""
-    consts = {"B": B, "C": C}
+    # (webmp.inspect records the dispatch before it makes the buffers, from arrays of that shape)
+    if logits in pb.buffers and pb.buffers[logits]["bytes"] != 4 * B * C:
+        raise ValueError(
+            f"softmax_xent: logits {logits} must be exactly [{B}, {C}] f32 (the kernel reads C from its size)"
+        )
+    consts = {"B": B}
     if counted is not None:
         if counted <= 0:
             raise ValueError(f"counted rows {counted} must be positive")

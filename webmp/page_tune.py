@@ -59,11 +59,9 @@ def plan_shape_classes(plan: Mapping[str, Any]) -> list[tuple[str, tuple[int, in
     first met), classes with the most work first."""
     path = plan["f16_path"] or "fp32"
     first: dict[str, tuple[int, int, int, int, int]] = {}
-    for k in plan["kernels"]:
-        if k["entry"].startswith("matmul_"):
-            c = k["constants"]
-            shape = (c["M"], c["N"], c["K"], c["TRANS_A"], c["TRANS_B"])
-            first.setdefault(shape_class(path, *shape), shape)
+    for m in plan["matmuls"]:
+        shape = (m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"])
+        first.setdefault(shape_class(path, *shape), shape)
     return sorted(first.items(), key=lambda kv: -kv[1][0] * kv[1][1] * kv[1][2])
 
 

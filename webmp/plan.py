@@ -65,12 +65,24 @@ class MetricsSpec(WordsSpec):
     ring: int  # records held by the GPU ring buffer
 
 
+class MatmulShape(TypedDict):
+    """One distinct matmul product of a plan (one batch-head's, for batched ones): what the tuners
+    tune. The kernels' constants do not say it when the sizes are read at run time."""
+
+    M: int
+    N: int
+    K: int
+    trans_a: int
+    trans_b: int
+
+
 class KernelPlan(TypedDict):
     """What a runtime needs to create and replay programs (webmp.inspect builds only this)."""
 
     buffers: list[BufferSpec]
     kernels: list[KernelSpec]
     programs: dict[str, list[Dispatch]]
+    matmuls: list[MatmulShape]  # the distinct matmul products, in the order first dispatched
     required_features: list[str]
     required_limits: dict[str, int]
     state: WordsSpec
@@ -241,7 +253,9 @@ def required_limits(buffers: Sequence[BufferSpec], kernels: Sequence[KernelSpec]
     return {
         "maxStorageBufferBindingSize": largest,
         "maxBufferSize": largest,
-        "maxStorageBuffersPerShaderStage": max(len(k["bindings"]) for k in kernels),
+        "maxStorageBuffersPerShaderStage": max(
+            sum(b["type"] != "uniform" for b in k["bindings"]) for k in kernels
+        ),
     }
 
 
@@ -319,6 +333,7 @@ class PlanBuilder:
         self.blob = bytearray()
         self.kernels: dict[tuple, KernelSpec] = {}
         self.programs: dict[str, list[Dispatch]] = {}
+        self.matmuls: list[MatmulShape] = []  # webmp.ops.matmul adds each distinct product
 
     # buffers ---------------------------------------------------------------------------------
     def buffer(
@@ -414,6 +429,7 @@ class PlanBuilder:
             "buffers": buffers,
             "kernels": kernels,
             "programs": self.programs,
+            "matmuls": self.matmuls,
             "required_features": required_features(self.path, kernels),
             "required_limits": required_limits(buffers, kernels),
             "state": {"buffer": state, "fields": STATE_FIELDS},

@@ -128,7 +128,12 @@ class Runtime:
         self.gpu = gpu or default_gpu()
         self.gpu.check_plan(plan)
         dev = self.device = self.gpu.device
-        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        usage = (  # UNIFORM: small buffers some kernels bind as uniforms (the matmuls' sizes)
+            wgpu.BufferUsage.STORAGE
+            | wgpu.BufferUsage.UNIFORM
+            | wgpu.BufferUsage.COPY_SRC
+            | wgpu.BufferUsage.COPY_DST
+        )
         self.buffers = {}
         for b in plan["buffers"]:
             buf = dev.create_buffer(size=b["bytes"], usage=usage, label=b["name"])

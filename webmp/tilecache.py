@@ -29,7 +29,9 @@ DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 
 # dispatches, not arithmetic, while compiling the tiled core's written-out 8 x 8 blocks is what a
 # first step waits for (on lavapipe the default MLP's 9 matmul pipelines: 4.0 s natively, 14 s in
 # Chromium, against 1.6 s and 3.2 s on this core; docs/benchmarks.md "Cold start"). The same bits.
-SMALL_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4}
+# Their sizes are read at run time (RUNTIME_DIMS, shaders/matmul_operands.wgsl), so one pipeline
+# serves every small product of a variant, transposes and activation: fewer kernels to compile.
+SMALL_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "RUNTIME_DIMS": 1}
 SMALL_MACS = 1 << 23
 TILE_KEYS = tuple(DEFAULT_TILES)
 ROWS_KEY = "rows"  # reserved key of an adapter's cache entry: {"form": the row kernels' form}

@@ -174,14 +174,7 @@ def tune_rows(gpu, path: str, log=print) -> dict:
 def plan_shapes(plan: Plan) -> list[tuple]:
     """The distinct (path, M, N, K, trans_a, trans_b) of a plan's matmul kernels."""
     path = plan["f16_path"] or "fp32"
-    seen = []
-    for k in plan["kernels"]:
-        if k["entry"].startswith("matmul_"):
-            c = k["constants"]
-            s = (path, c["M"], c["N"], c["K"], c["TRANS_A"], c["TRANS_B"])
-            if s not in seen:
-                seen.append(s)
-    return seen
+    return [(path, m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"]) for m in plan["matmuls"]]
 
 
 def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:

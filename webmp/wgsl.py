@@ -109,7 +109,7 @@ PRELUDES = {"native": "prelude_native.wgsl", "emulated": "prelude_emulated.wgsl"
 SOURCE_FEATURES = {"matmul_reg_a_sg.wgsl": "subgroups"}
 
 _BINDING = re.compile(
-    r"@group\(0\)\s*@binding\((\d+)\)\s*var<storage,\s*(read|read_write)>\s*(\w+)\s*:\s*([^;]+);"
+    r"@group\(0\)\s*@binding\((\d+)\)\s*var<(uniform|storage,\s*read|storage,\s*read_write)>\s*(\w+)\s*:\s*([^;]+);"
 )
 
 
@@ -136,16 +136,27 @@ def element_kind(wgsl_type: str) -> str:
         return "h"
     if t.startswith("array<atomic<"):
         return "atomic"
-    m = re.fullmatch(r"array<(\w+)>", t)
+    m = re.fullmatch(r"(?:array|vec\d)<(\w+)>", t)  # a uniform's vector: its scalar type
     return m.group(1) if m else t
+
+
+BindingType = Literal["read-only-storage", "storage", "uniform"]
 
 
 @cache
 class Binding(TypedDict):
     binding: int
     name: str
-    type: Literal["read-only-storage", "storage"]
+    type: BindingType
     element: str  # see element_kind
+
+
+# WGSL address space and access -> the binding type of a bind group layout entry (both runtimes)
+_BINDING_TYPES: dict[str, BindingType] = {
+    "storage,read": "read-only-storage",
+    "storage,read_write": "storage",
+    "uniform": "uniform",
+}
 
 
 def parse_bindings(sources: tuple[str, ...]) -> tuple[Binding, ...]:
@@ -158,7 +169,7 @@ def parse_bindings(sources: tuple[str, ...]) -> tuple[Binding, ...]:
             found[idx] = {
                 "binding": idx,
                 "name": m.group(3),
-                "type": "read-only-storage" if m.group(2) == "read" else "storage",
+                "type": _BINDING_TYPES[m.group(2).replace(" ", "")],
                 "element": element_kind(m.group(4)),
             }
     if sorted(found) != list(range(len(found))):

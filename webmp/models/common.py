@@ -249,6 +249,7 @@ class ModelBuilder:
             "blob_bytes": len(pb.blob),
             "kernels": list(pb.kernels.values()),
             "programs": pb.programs,
+            "matmuls": pb.matmuls,
             "params": [
                 ParamSpec(
                     name=p["name"],
