@@ -221,16 +221,20 @@ def run_op(
     return _run(path, bindings, binds, inputs, outputs, dispatch, gpu)
 
 
+_NUMPY = {"u32": np.uint32, "f32": np.float32}  # plan dtypes a launcher-made buffer may have
+
+
 def _made_by_launcher(probe: PlanBuilder, names: set[str]) -> dict[str, np.ndarray]:
     """The initial contents of the buffers a launcher added to the plan itself and binds
     (grad_stats's BASE word), as inputs for the run."""
     made = {}
     for name in sorted(names):
         spec = probe.buffers.get(name)
-        if spec is None or spec["init"] is None or spec["dtype"] not in ("u32", "f32"):
+        if spec is None or spec["init"] is None or spec["dtype"] not in _NUMPY:
             raise ValueError(f"the launcher binds buffer {name}, neither given nor made by it with contents")
         off, n = spec["init"]["offset"], spec["init"]["bytes"]
-        made[name] = np.frombuffer(bytes(probe.blob[off : off + n]), spec["dtype"]).reshape(spec["shape"])
+        contents = np.frombuffer(bytes(probe.blob[off : off + n]), _NUMPY[spec["dtype"]])
+        made[name] = contents.reshape(spec["shape"])
     return made
 
 
