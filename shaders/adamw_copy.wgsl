@@ -18,7 +18,7 @@ fn adamw_copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
     }
     return;
   }
-  let cw = (COLS + 1u) / 2u;
+  let cw = COLS / 2u + 1u;  // words a row: (COLS + 1) / 2 for an odd COLS, never 0
   for (var w = gid.x; w < words; w += nwg.x * 64u) {
     let r = w / cw;
     let c = 2u * (w % cw);
