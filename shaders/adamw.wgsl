@@ -2,13 +2,14 @@
 // AdamW on fp32 master parameters, fp32 moments; skipped entirely when the scaler found an
 // overflow this step (weights, moments and the bias-correction count stay untouched).
 // Gradients arrive scaled by the loss scale; state.grad_mul unscales (and clips) them.
+// The tensor's length is P's (its buffer holds exactly the tensor): the only overrides are the
+// hyperparameters, so every tensor with the same ones shares one pipeline.
 @group(0) @binding(0) var<storage, read> state: State;
 @group(0) @binding(1) var<storage, read_write> P: array<f32>;     // master parameters
 @group(0) @binding(2) var<storage, read> G: array<f32>;          // master gradients (scaled)
 @group(0) @binding(3) var<storage, read_write> Mo: array<f32>;    // first moment
 @group(0) @binding(4) var<storage, read_write> V: array<f32>;     // second moment
 
-override N: u32;
 override WD: f32 = 0.0;
 override BETA1: f32 = 0.9;
 override BETA2: f32 = 0.999;
@@ -30,5 +31,6 @@ fn adamw_update(i: u32) -> f32 {
 @compute @workgroup_size(64)
 fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   if (state.apply == 0u) { return; }
-  for (var i = gid.x; i < N; i += nwg.x * 64u) { adamw_update(i); }
+  let n = arrayLength(&P);
+  for (var i = gid.x; i < n; i += nwg.x * 64u) { adamw_update(i); }
 }

@@ -33,6 +33,14 @@ def stored_bound(exact, f32_err, path):
     return f32_err * (1 + store_error(path)) + store_error(path) * np.abs(exact) + store_tiny(path)
 
 
+def optimizer_pipelines(plan) -> dict[str, int]:
+    """Distinct kernels (pipelines) of each optimizer family in a plan's train_step."""
+    kernels = {k["name"]: k for k in plan["kernels"]}
+    used = {d["kernel"] for d in plan["programs"]["train_step"]}
+    families = ("grad_stats", "adamw_copy", "adamw")
+    return {f: sum(kernels[k]["entry"] == f for k in used) for f in families}
+
+
 class Cases:
     """Every kernel run is a registered function of the path, cached, so the reference tests and the
     native-vs-emulated comparison share one GPU run per (case, path). `case(name)` registers

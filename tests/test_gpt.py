@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_cases import enlarged_gpt_params
+from kernel_cases import enlarged_gpt_params, optimizer_pipelines
 
 from webmp import ops
 from webmp import reference as ref
@@ -173,6 +173,8 @@ def test_gpt_plan_shape():
         if k["entry"] == "gather_windows":
             assert k["constants"]["POS_PER_WINDOW"] == 64
     assert decayed == {n for n in shapes if ref.gpt_decays(n)}
+    # one pipeline per optimizer family and weight decay (0.1 for the matrices, 0 for the rest)
+    assert optimizer_pipelines(plan) == {"grad_stats": 1, "adamw_copy": 1, "adamw": 2}
     assert plan["eval"]["test_rows"] == len(corpus.val) - 1
     capped, _ = build_plan(cfg.model_copy(update={"val_tokens": 10}), corpus, "emulated")
     assert capped["eval"]["test_rows"] == 9 < len(corpus.val) - 1

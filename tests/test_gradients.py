@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kernel_cases import stored_bound
 
 from webmp import reference as ref
 from webmp.data import batch_rows
+from webmp.plan import unpack_h
+from webmp.reference import check_close
 from webmp.state import decode_state
 
 TOL_F32 = 2.0**-14
@@ -74,3 +77,46 @@ def test_gradients(model, act, hidden, path, trainer, digits):
     errors = worst_relative(grads, g64)
     assert max(errors.values()) <= tol, f"{path} {model}: normwise errors {errors} > {tol:.3g}"
     assert abs(loss - loss64) <= tol * loss64, f"{path} {model}: loss {loss} != {loss64}"
+
+
+def test_update_matches_adamw(path, trainer):
+    """The first train_step's AdamW update of every parameter against webmp.reference.adamw on the
+    gradients the step left (bounds: reference.adamw_error), with HIDDEN["100-37"]: W1 [100, 37]
+    has an odd column count, so adamw_copy's padded-row path runs next to its flat one (W0
+    [64, 100], W2 [37, 10]) and to adamw (the biases). Working copies are the new masters stored
+    in the activation format, and the odd matrix's padding halves stay 0. The same config as a
+    test_gradients case, so the runtime is already compiled in this file."""
+    plan, rt = trainer(path, model="mlp", act="gelu", hidden=HIDDEN["100-37"])
+
+    def read(name, n):
+        return np.frombuffer(rt.read(name), np.float32)[:n].astype(np.float64)
+
+    sizes = {p["name"]: int(np.prod(p["shape"])) for p in plan["params"]}
+    before = {p["name"]: [read(p[k], sizes[p["name"]]) for k in ("master", "m", "v")] for p in plan["params"]}
+    rt.run("train_step")
+    state = decode_state(rt.read("state"))
+    assert state["apply"] == 1, "the first step is applied"
+    kernels = {k["name"]: k for k in plan["kernels"]}
+    updates = {
+        d["bind"][1]: kernels[d["kernel"]]
+        for d in plan["programs"]["train_step"]
+        if kernels[d["kernel"]]["entry"] in ("adamw", "adamw_copy")
+    }  # binding 1 is P
+    odd = [p for p in plan["params"] if p["copy"] and p["shape"][1] % 2]
+    assert [p["name"] for p in odd] == ["W1"] and "COLS" in updates[odd[0]["master"]]["constants"]
+    for p in plan["params"]:
+        name, n = p["name"], sizes[p["name"]]
+        consts = updates[p["master"]]["constants"]
+        P, Mo, V = before[name]
+        G = read(p["grad"], n)
+        want = ref.adamw(P, G, Mo, V, state, consts)
+        m_err, v_err, p_err = ref.adamw_error(P, G, Mo, V, state, consts)
+        got = [read(p[k], n) for k in ("master", "m", "v")]
+        for what, g, w, e in zip(("P", "Mo", "V"), got, want, (p_err, m_err, v_err), strict=True):
+            check_close(g, w, e, f"{path} {name} {what}")
+        if p["copy"]:
+            rows, cols = p["shape"]
+            Wh = unpack_h(rt.read(p["copy"]), rows, cols + cols % 2, path)
+            exact, err = want[0].reshape(rows, cols), p_err.reshape(rows, cols)
+            check_close(Wh[:, :cols], exact, stored_bound(exact, err, path), f"{path} {name} copy")
+            assert not Wh[:, cols:].any(), f"{path} {name}: the padding halves stay 0"

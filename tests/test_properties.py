@@ -283,7 +283,7 @@ def test_softmax_xent_flags_nonfinite_logits(gpu, path, z, where, labels):
 
 # --- (d) master-gradient overflow check: grad_stats, then the scaler's verdict --------------------
 
-GS_SIZES = [1, 257, 700]  # one pipeline each; 257: two workgroups' blocks
+GS_SIZES = [1, 257, 700]  # one scaler pipeline each (NUM_PARTIALS); 257: two workgroups' blocks
 GS_BASE = 1
 SCALER = {
     "NUM_PARTIALS": 0,  # set per size

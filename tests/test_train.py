@@ -5,6 +5,7 @@ import shutil
 
 import numpy as np
 import pytest
+from kernel_cases import optimizer_pipelines
 from pydantic import ValidationError
 
 from webmp.checkpoint import load_checkpoint, resume_blob
@@ -342,6 +343,43 @@ def test_weight_decay_per_parameter(case, digits, gpu):
         want = {p["name"] for p in plan["params"] if p["name"].startswith("W")}
     assert changed == want
     assert want == {p["name"] for p in plan["params"] if len(p["shape"]) == 2}, "every matrix, nothing else"
+
+
+# --- the optimizer's pipelines ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "hidden,want",
+    [
+        (None, {"grad_stats": 1, "adamw_copy": 1, "adamw": 1}),  # TrainConfig()'s [256, 256]
+        ([33], {"grad_stats": 1, "adamw_copy": 2, "adamw": 1}),  # W0 [64, 33]: the odd-COLS form
+    ],
+)
+def test_optimizer_has_one_pipeline_per_family(digits, hidden, want):
+    """The optimizer kernels take their sizes at run time (pipelines compile one after another at
+    a cold start), so every tensor shares one pipeline per family and hyperparameters; only an odd
+    column count adds adamw_copy's padded-row form. Each grad_stats dispatch's BASE word (a
+    buffer with contents in the plan) is where its partials start: the tensors' workgroup
+    counts in order, NUM_PARTIALS in all, as scaler.wgsl reads them."""
+    from webmp import ops
+
+    cfg = TrainConfig() if hidden is None else TrainConfig(hidden=hidden)
+    plan, blob = build_plan(cfg, digits, "native")
+    assert optimizer_pipelines(plan) == want
+    kernels = {k["name"]: k for k in plan["kernels"]}
+    buffers = {b["name"]: b for b in plan["buffers"]}
+    stats = [d for d in plan["programs"]["train_step"] if kernels[d["kernel"]]["entry"] == "grad_stats"]
+    assert [d["bind"][0] for d in stats] == [p["grad"] for p in plan["params"]]
+    base = 0
+    for d, p in zip(stats, plan["params"], strict=True):
+        init = buffers[d["bind"][4]]["init"]
+        assert np.frombuffer(blob[init["offset"] : init["offset"] + init["bytes"]], np.uint32).tolist() == [
+            base
+        ]
+        assert d["workgroups"] == [ops.grad_stats_workgroups(int(np.prod(p["shape"]))), 1, 1]
+        base += d["workgroups"][0]
+    (scaler,) = [k for k in plan["kernels"] if k["entry"] == "scaler_step"]
+    assert scaler["constants"]["NUM_PARTIALS"] == base
 
 
 def _weights(t):

@@ -174,8 +174,15 @@ def run_matmul(
 
 
 class _Recorder(PlanBuilder):
-    """Takes a launcher's dispatch without checking buffers (they are made once the kernel's
-    bindings are known)."""
+    """Takes a launcher's dispatch and its buffer-size requirements without checking buffers (they
+    are made once the kernel's bindings are known; run_op checks the requirements then)."""
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self.required: list[tuple[str, str, int, str]] = []
+
+    def require_bytes(self, entry: str, buffer: str, nbytes: int, what: str) -> None:
+        self.required.append((entry, buffer, nbytes, what))
 
     def dispatch(self, program, files, entry, constants, binds, workgroups) -> None:
         self.recorded = (list(files), entry, dict(constants), dict(binds), list(workgroups))
@@ -204,28 +211,31 @@ def run_op(
     launcher(probe, PROGRAM, *args, **buffers, **params)
     files, entry, constants, binds, workgroups = probe.recorded
     bindings = parse_bindings((PRELUDES[path], "common.wgsl", *files))
-    inputs = {**inputs, **_own_buffers(probe)}
+    inputs = {**inputs, **_made_by_launcher(probe, set(binds.values()) - names)}
 
     def dispatch(pb):
+        for required in probe.required:
+            pb.require_bytes(*required)
         pb.dispatch(PROGRAM, files, entry, constants, binds, workgroups)
 
     return _run(path, bindings, binds, inputs, outputs, dispatch, gpu)
 
 
-def _own_buffers(probe: PlanBuilder) -> dict[str, np.ndarray]:
-    """The buffers a launcher made itself (matmul's sizes), as inputs with their contents."""
-    own = {}
-    for name, spec in probe.buffers.items():
-        if spec["dtype"] != "u32":
-            raise ValueError(f"the launcher's own buffer {name} is {spec['dtype']}; only u32 is supported")
-        init = spec["init"]
-        words = np.zeros(spec["bytes"] // 4, np.uint32)
-        if init is not None:
-            words[: init["bytes"] // 4] = np.frombuffer(
-                probe.blob, np.uint32, init["bytes"] // 4, init["offset"]
-            )
-        own[name] = words
-    return own
+_NUMPY = {"u32": np.uint32, "f32": np.float32}  # plan dtypes a launcher-made buffer may have
+
+
+def _made_by_launcher(probe: PlanBuilder, names: set[str]) -> dict[str, np.ndarray]:
+    """The initial contents of the buffers a launcher added to the plan itself and binds
+    (grad_stats's BASE word), as inputs for the run."""
+    made = {}
+    for name in sorted(names):
+        spec = probe.buffers.get(name)
+        if spec is None or spec["init"] is None or spec["dtype"] not in _NUMPY:
+            raise ValueError(f"the launcher binds buffer {name}, neither given nor made by it with contents")
+        off, n = spec["init"]["offset"], spec["init"]["bytes"]
+        contents = np.frombuffer(bytes(probe.blob[off : off + n]), _NUMPY[spec["dtype"]])
+        made[name] = contents.reshape(spec["shape"])
+    return made
 
 
 def _run(path, bindings, binds, inputs, outputs, dispatch, gpu) -> dict:

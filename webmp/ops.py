@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .plan import MatmulShape, PlanBuilder
+from .plan import MatmulShape, PlanBuilder, h_bytes
 from .tilecache import DEFAULT_TILES, Tiles
 
 MAX_WORKGROUPS = 4096  # for grid-stride kernels
@@ -438,11 +438,7 @@ def softmax_xent(
     of the other rows (default: all B; the constant is left out then, as before it existed), or,
     for a data-parallel rank's shard, the global batch's rows (more than B: the ranks' summed
     gradients are then the global mean's)."""
-    # (webmp.inspect records the dispatch before it makes the buffers, from arrays of that shape)
-    if logits in pb.buffers and pb.buffers[logits]["bytes"] != 4 * B * C:
-        raise ValueError(
-            f"softmax_xent: logits {logits} must be exactly [{B}, {C}] f32 (the kernel reads C from its size)"
-        )
+    pb.require_bytes("softmax_xent", logits, 4 * B * C, f"[B, C] = [{B}, {C}] f32 logits")
     consts = {"B": B}
     if counted is not None:
         if counted <= 0:
@@ -569,14 +565,22 @@ def grad_stats(
     state: str = "state",
     flags: str = "flags",
 ) -> None:
-    """Overflow bits of G and its unscaled sum of squares into partials[BASE : BASE + workgroups]."""
+    """Overflow bits of G and its unscaled sum of squares into partials[BASE : BASE + workgroups].
+
+    The kernel has no size constants (one pipeline for every tensor): it reads N as G's length,
+    so G must hold exactly N values, and BASE from a one-word u32 buffer this launcher adds to
+    the plan (grad_stats_base_<BASE>, shared by the dispatches with that BASE)."""
     nwg = grad_stats_workgroups(N)
+    base = f"grad_stats_base_{BASE}"
+    if base not in pb.buffers:
+        pb.u32(base, (1,), "other", [BASE])
+    pb.require_bytes("grad_stats", G, 4 * N, f"N = {N} f32 values")
     pb.dispatch(
         program,
         ["reduce.wgsl", "grad_stats.wgsl"],
         "grad_stats",
-        {"N": N, "BASE": BASE, "NWG": nwg},
-        {"G": G, "state": state, "partials": partials, "flags": flags},
+        {},
+        {"G": G, "state": state, "partials": partials, "flags": flags, "base": base},
         [nwg],
     )
 
@@ -681,12 +685,15 @@ def adamw(
     EPS: float,
     state: str = "state",
 ) -> None:
-    """AdamW on N f32 master values (skipped when state.apply is 0)."""
+    """AdamW on N f32 master values (skipped when state.apply is 0). The kernel reads N as P's
+    length, so P, G, Mo and V must each hold exactly N values."""
+    for buf in (P, G, Mo, V):
+        pb.require_bytes("adamw", buf, 4 * N, f"N = {N} f32 values")
     pb.dispatch(
         program,
         ["adamw.wgsl"],
         "adamw",
-        {"N": N, "WD": WD, "BETA1": BETA1, "BETA2": BETA2, "EPS": EPS},
+        {"WD": WD, "BETA1": BETA1, "BETA2": BETA2, "EPS": EPS},
         {"state": state, "P": P, "G": G, "Mo": Mo, "V": V},
         grid(N),
     )
@@ -709,12 +716,20 @@ def adamw_copy(
     EPS: float,
     state: str = "state",
 ) -> None:
-    """AdamW on a [ROWS, COLS] weight matrix that also writes its working copy Wh (h format)."""
+    """AdamW on a [ROWS, COLS] weight matrix that also writes its working copy Wh (h format).
+
+    The kernel reads the size as Wh's length (P, G, Mo, V must hold exactly ROWS * COLS values, Wh
+    exactly the matrix): an even COLS needs no size constant, so all such matrices share one
+    pipeline; an odd COLS (a padding half at the end of each row) is the override COLS."""
+    for buf in (P, G, Mo, V):
+        pb.require_bytes("adamw_copy", buf, 4 * ROWS * COLS, f"ROWS * COLS = {ROWS * COLS} f32 values")
+    pb.require_bytes("adamw_copy", Wh, h_bytes(ROWS, COLS, pb.path), f"an h matrix [{ROWS}, {COLS}]")
+    odd_cols = {"COLS": COLS} if COLS % 2 else {}
     pb.dispatch(
         program,
         ["adamw.wgsl", "adamw_copy.wgsl"],
         "adamw_copy",
-        {"N": ROWS * COLS, "WD": WD, "BETA1": BETA1, "BETA2": BETA2, "EPS": EPS, "ROWS": ROWS, "COLS": COLS},
+        {"WD": WD, "BETA1": BETA1, "BETA2": BETA2, "EPS": EPS, **odd_cols},
         {"state": state, "P": P, "G": G, "Mo": Mo, "V": V, "Wh": Wh},
         grid(ROWS * cdiv(COLS, 2)),
     )

@@ -380,6 +380,16 @@ class PlanBuilder:
         data = None if init is None else np.asarray(init, np.uint32).tobytes()
         return self.buffer(name, 4 * n, category, "u32", shape, data)
 
+    def require_bytes(self, entry: str, buffer: str, nbytes: int, what: str) -> None:
+        """For a kernel that takes a size from a binding's arrayLength: `buffer` must be exactly
+        nbytes long (it holds `what`), or the kernel would run over the wrong number of values."""
+        have = self.buffers[buffer]["bytes"]
+        if have != nbytes:
+            raise ValueError(
+                f"{entry}: buffer {buffer} has {have} bytes, but the kernel takes its length as {what} "
+                f"({nbytes} bytes)"
+            )
+
     # kernels and dispatches -------------------------------------------------------------------
     def kernel(self, files: Sequence[str], entry: str, constants: dict[str, Any]) -> KernelSpec:
         sources = (self.prelude, "common.wgsl", *files)

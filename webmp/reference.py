@@ -572,6 +572,27 @@ def adamw(P, G, Mo, V, state: dict, c: dict):
     return p, m, v
 
 
+def adamw_error(P, G, Mo, V, state: dict, c: dict):
+    """Bounds (m_err, v_err, p_err) on the f32 kernel's Mo, V, P against adamw's float64 values:
+    m and v are a few correctly rounded f32 operations on the magnitudes below; the update
+    lr m^ / (sqrt(v^) + eps) adds sqrt and two divisions (2.5 ulps each)."""
+    P, G, Mo, V = (np.asarray(a, np.float64) for a in (P, G, Mo, V))
+    p, m, v = adamw(P, G, Mo, V, state, c)
+    b1, b2 = f32(c.get("BETA1", 0.9)), f32(c.get("BETA2", 0.999))
+    lr, bc1, bc2, eps = f32(state["lr"]), f32(state["bc1"]), f32(state["bc2"]), f32(c.get("EPS", 1e-8))
+    g = G * f32(state["grad_mul"])
+    m_err = 8 * U32 * (b1 * np.abs(Mo) + (1 - b1) * np.abs(g))
+    v_err = 8 * U32 * (b2 * V + (1 - b2) * g * g)
+    upd = lr * (m / bc1) / (np.sqrt(v / bc2) + eps)
+    # v = 0 (a zero gradient on zero moments) makes m = 0 and the update exactly 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        upd_err = np.where(
+            v > 0, lr / bc1 * m_err / np.sqrt(v / bc2) + np.abs(upd) * (0.5 * v_err / v + 24 * U32), 0.0
+        )
+    p_err = 4 * U32 * np.abs(P) + upd_err + 2 * U32 * np.abs(p)
+    return m_err, v_err, p_err
+
+
 def gather(train_x, train_y, data_pos: int, batch: int, seed: int):
     """(X, y) the gather_train kernel produces at this data position (X before the store)."""
     rows = batch_rows(data_pos, batch, len(train_x), seed)

@@ -55,9 +55,10 @@ after it to define):
   `fn store_word(w: u32, v: vec2<f32>)` (stores word w of the current row's output), the binding
   `flags`, and both entry points (attn_softmax_{fwd,bwd} and _thread), which store rows with
   causal_store.
-- adamw.wgsl: bindings 0 state, 1 P, 2 G, 3 Mo, 4 V; overrides N, WD, BETA1, BETA2, EPS; defines
-  adamw_update and the entry point adamw. adamw_copy.wgsl adds binding 5 Wh, ROWS, COLS and the
-  entry point adamw_copy.
+- adamw.wgsl: bindings 0 state, 1 P, 2 G, 3 Mo, 4 V; overrides WD, BETA1, BETA2, EPS (no sizes:
+  adamw loops over arrayLength(&P)); defines adamw_update and the entry point adamw.
+  adamw_copy.wgsl adds binding 5 Wh (its length is the loop's), the override COLS (set only for
+  an odd column count) and the entry point adamw_copy.
 - The files with the entry points own the rest: matmul_fwd 2 bias, 3 C, 4 flags; matmul_dgrad
   2 Zprev, 3 C, 4 flags; matmul_plain 2 C, 3 flags; matmul_logits 2 bias, 3 C (f32); matmul_wgrad
   2 C (f32); attn_softmax_fwd 0 S, 1 P, 2 flags; attn_softmax_bwd 0 P, 1 dP, 2 dS, 3 flags; the
