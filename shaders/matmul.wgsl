@@ -81,7 +81,7 @@ fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
     for (var j = 0u; j < TN / 4u; j++) { acc[i][j] = vec4<f32>(0.0); }
   }
   var b: array<vec4<f32>, TN4_MAX>;
-  for (var k0 = 0u; k0 < K; k0 += BK) {
+  for (var k0 = 0u; k0 < uniform_k(); k0 += BK) {
     stage(row0, col0, k0, tid);
     workgroupBarrier();
     for (var k = 0u; k < BK; k++) {

@@ -41,6 +41,10 @@ override RUNTIME_DIMS: u32 = 0u;
 var<private> M: u32;
 var<private> N: u32;
 var<private> K: u32;
+
+// K for a loop that holds barriers (the tiled core): WGSL's uniformity analysis never takes a
+// private variable as uniform, but does an override and a uniform buffer's value.
+fn uniform_k() -> u32 { return select(SIZE_K, dims.z, RUNTIME_DIMS == 1u); }
 override TRANS_A: u32 = 0u;  // 1: A is stored [K, M] and read transposed
 override TRANS_B: u32 = 0u;  // 1: B is stored [N, K] and read transposed
 override A_ACT: u32 = 0u;    // activation applied to A's values as they are loaded (ACT_*)
@@ -134,9 +138,9 @@ fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, TM_MAX
 // variable is kept in memory by lavapipe's compiler, registers are faster).
 fn mm_run(wg: vec3<u32>, lid: vec3<u32>) -> bool {
   if (RUNTIME_DIMS == 1u) {
-    M = dims[0];
-    N = dims[1];
-    K = dims[2];
+    M = dims.x;
+    N = dims.y;
+    K = dims.z;
   } else {
     M = SIZE_M;
     N = SIZE_N;

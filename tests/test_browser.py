@@ -10,6 +10,7 @@ tiny GPT.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import math
@@ -906,6 +907,67 @@ def test_page_refuses_a_plan_beyond_the_adapter_limits(server, browser):
     info = run.info()
     assert info["status"] == "failed" and "maxStorageBufferBindingSize" in info["message"]
     assert not blob_requests
+    page.close()
+
+
+def matmul_forms_plan(path: str):
+    """A plan with one kernel of every matmul form a plan can use on `path`: each variant on each
+    core, with fixed and run-time sizes, in the transposes and activations the models use (tiny
+    sizes: it is compiled, not run)."""
+    from webmp import ops
+    from webmp.plan import PlanBuilder
+
+    pb = PlanBuilder(path)
+    n = 8
+    for name in ("A", "B", "Zprev", "C_h"):
+        pb.h(name, n, n)
+    pb.f32("bias", (n,), "other")
+    pb.f32("C_f32", (n, n), "other")
+    pb.u32("flags", (4,), "other")
+    forms = 0
+    for variant in ops.MATMUL_VARIANTS:
+        for core in ops.MATMUL_CORES:
+            for runtime_dims in (0, 1):
+                tiles = {"core": core, "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 8}
+                if runtime_dims:
+                    tiles["RUNTIME_DIMS"] = 1
+                for trans_a, trans_b, act in ((0, 0, 2), (1, 0, 0), (0, 1, 1)):
+                    kw = dict(
+                        A="A", B="B", M=n, N=n, K=n, trans_a=trans_a, trans_b=trans_b, a_act=act, tiles=tiles
+                    )
+                    kw["C"] = "C_f32" if variant in ("matmul_wgrad", "matmul_logits") else "C_h"
+                    if variant in ("matmul_fwd", "matmul_logits"):
+                        kw["bias"] = "bias"
+                    if variant == "matmul_dgrad":
+                        kw.update(Zprev="Zprev", out_act=2)
+                    ops.matmul(pb, "forms", variant, **kw)
+                    forms += 1
+    return pb.kernel_plan(state="flags", metrics="flags"), bytes(pb.blob), forms
+
+
+def test_every_matmul_form_compiles_in_the_browser(server, browser):
+    """The browser's compiler (Tint) checks what naga does not, e.g. that a barrier is only reached
+    in uniform control flow: every matmul form (variant x core x fixed or run-time sizes x
+    transposes) compiles there and makes a pipeline, on the browser's f16 path and on fp32."""
+    page = browser.browser.new_page()
+    page.goto(server.url + "/")
+    for path in (browser.f16_path, "fp32"):
+        plan, blob, forms = matmul_forms_plan(path)
+        made = page.evaluate(
+            """async ([plan, blob]) => {
+              const {Runner, openGPU} = await import('/runner.js');
+              const gpu = await openGPU();
+              const raw = Uint8Array.from(atob(blob), (c) => c.charCodeAt(0)).buffer;
+              try {
+                const text = (n) => fetch('/shaders/' + n).then((x) => x.text());
+                const r = await Runner.create(gpu, plan, raw, text);
+                return {pipelines: Object.keys(r.pipelines).length};
+              } catch (e) { return {error: e.message}; }
+            }""",
+            [plan, base64.b64encode(blob).decode()],
+        )
+        assert made == {"pipelines": len(plan["kernels"])}, (path, made)
+        assert len(plan["kernels"]) == forms  # no two forms share a kernel: each was compiled
     page.close()
 
 
