@@ -2,12 +2,12 @@
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> C: array<f32>;
 
-fn col4(c: u32) -> vec4<f32> { return vec4<f32>(0.0); }  // no per-column values
+fn col4(c: u32) -> vec4<f32> {
+  return vec4<f32>(bias[c], bias[min(c + 1u, N - 1u)], bias[min(c + 2u, N - 1u)], bias[min(c + 3u, N - 1u)]);
+}
 
-fn store4(r: u32, c: u32, acc4: vec4<f32>, _col: vec4<f32>) -> bool {
-  for (var t = 0u; t < 4u; t++) {
-    if (c + t < N) { C[out_index(r, c, N) + t] = acc4[t] + bias[c + t]; }
-  }
+fn store4(r: u32, c: u32, acc4: vec4<f32>, b: vec4<f32>) -> bool {
+  store_f32x4(r, c, acc4 + b);
   return false;
 }
 

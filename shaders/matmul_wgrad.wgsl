@@ -6,9 +6,7 @@
 fn col4(c: u32) -> vec4<f32> { return vec4<f32>(0.0); }  // no per-column values
 
 fn store4(r: u32, c: u32, acc4: vec4<f32>, _col: vec4<f32>) -> bool {
-  for (var t = 0u; t < 4u; t++) {
-    if (c + t < N) { C[out_index(r, c, N) + t] = acc4[t]; }
-  }
+  store_f32x4(r, c, acc4);
   return false;
 }
 

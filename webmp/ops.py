@@ -66,9 +66,10 @@ MATMUL_CORES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 def matmul_sources(variant: str, core: str = "tiled") -> list[str]:
     """The shader files of a matmul variant after the prelude and common.wgsl: the operands, the
-    core, the shared f16-output epilogue for the variants that store h, the variant's own file."""
-    h_out = ["matmul_h_out.wgsl"] if variant in H_OUT_VARIANTS else []
-    return ["matmul_operands.wgsl", *MATMUL_CORES[core][0], *h_out, f"{variant}.wgsl"]
+    core, the shared output stores (f16 for the variants that store h, else f32), the variant's own
+    file."""
+    out = "matmul_h_out.wgsl" if variant in H_OUT_VARIANTS else "matmul_f32_out.wgsl"
+    return ["matmul_operands.wgsl", *MATMUL_CORES[core][0], out, f"{variant}.wgsl"]
 
 
 def core_constants(tiles: Tiles) -> tuple[str, dict[str, int]]:

@@ -5,9 +5,9 @@ prelude, common.wgsl, then the family's file(s), shared ones first and the file 
 point last (runtimes label the module with the last file). The lists are spelled out in
 webmp/ops.py, one launcher per family (`PlanBuilder.kernel` adds the first two; `matmul_sources`
 for the matmul variants).
-Bindings are read from the `@group(0) @binding(i) var<storage, ...>` declarations of all the
-files (`parse_bindings`), so the plan can carry explicit bind group layouts that both runtimes
-create without further logic.
+Bindings are read from the `@group(0) @binding(i) var<storage, ...>` (or `var<uniform>`)
+declarations of all the files (`parse_bindings`), so the plan can carry explicit bind group layouts
+that both runtimes create without further logic.
 
 The contract between the files of a kernel (what a shared file owns, and what it expects the files
 after it to define):
@@ -34,9 +34,11 @@ after it to define):
   `<name>` (a workgroup a row, lane t = local index) and `<name>_thread` (a thread a row, WG rows a
   workgroup, rows past the end return at once; the thread computes every lane's partial in turn
   and reduces with serial_reduce). Lane partials and per-element stores are functions both call.
-- matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B. Defines every override of the
-  matmul kernels but the tile shape (M, N, K, TRANS_A, TRANS_B, A_ACT, OUT_ACT, the batch constants
-  Z_INNER and {A,B,C}_{OFF,SB,SH,LD}), mm_z, batch_start, out_index, act2, act4, operand_word,
+- matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B, 2 dims (a uniform: M, N, K read at
+  run time with RUNTIME_DIMS). Defines every override of the matmul kernels but the tile shape
+  (SIZE_M, SIZE_N, SIZE_K, RUNTIME_DIMS, TRANS_A, TRANS_B, A_ACT, OUT_ACT, the batch constants
+  Z_INNER and {A,B,C}_{OFF,SB,SH,LD}), the private M, N, K (set by mm_run), uniform_k, mm_z,
+  batch_start, out_index, act2, act4, operand_word,
   load_word, mask_cols, store_group, mm_run. Expects a core (the tile-shape overrides, TM_MAX,
   TN4_MAX, `acc`, mm_tile filling it, out_row, out_col), then `fn col4(c: u32) -> vec4<f32>`,
   `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool` (storing at out_index) and an
@@ -49,6 +51,8 @@ after it to define):
 - matmul_h_out.wgsl (between the core and matmul_fwd / matmul_dgrad / matmul_plain): no
   bindings. Defines h_overflows4, store_h4, mm_run_h. Expects the bindings `C: array<HW>` and
   `flags: array<atomic<u32>>` from the variant (their numbers differ between variants).
+- matmul_f32_out.wgsl (between the core and matmul_logits / matmul_wgrad): no bindings. Defines
+  store_f32x4. Expects the binding `C: array<f32>` from the variant.
 - attn_softmax.wgsl (after reduce.wgsl, before attn_softmax_fwd / attn_softmax_bwd): no bindings;
   overrides T, SCALE. Defines WG and RedT (for reduce.wgsl), causal_word and causal_store. Expects
   `fn causal_value(j: u32) -> f32` (the output at visible column j of the current row),
@@ -59,9 +63,9 @@ after it to define):
   adamw loops over arrayLength(&P)); defines adamw_update and the entry point adamw.
   adamw_copy.wgsl adds binding 5 Wh (its length is the loop's), the override COLS (set only for
   an odd column count) and the entry point adamw_copy.
-- The files with the entry points own the rest: matmul_fwd 2 bias, 3 C, 4 flags; matmul_dgrad
-  2 Zprev, 3 C, 4 flags; matmul_plain 2 C, 3 flags; matmul_logits 2 bias, 3 C (f32); matmul_wgrad
-  2 C (f32); attn_softmax_fwd 0 S, 1 P, 2 flags; attn_softmax_bwd 0 P, 1 dP, 2 dS, 3 flags; the
+- The files with the entry points own the rest: matmul_fwd 3 bias, 4 C, 5 flags; matmul_dgrad
+  3 Zprev, 4 C, 5 flags; matmul_plain 3 C, 4 flags; matmul_logits 3 bias, 4 C (f32); matmul_wgrad
+  3 C (f32); attn_softmax_fwd 0 S, 1 P, 2 flags; attn_softmax_bwd 0 P, 1 dP, 2 dS, 3 flags; the
   other families (colsum, eval, gather, layernorm_*, softmax_xent, grad_stats, scaler) all of
   theirs, from 0.
 - Token-model families, each one file after the prelude and common.wgsl, all bindings their own:
@@ -83,8 +87,8 @@ Rules:
   names are unique across the files of a kernel.
 - Every function in the module is validated, called or not, so a shared file may only use names
   that every kernel including it defines. That is why each matmul variant defines col4 even when
-  it has no per-column values, and why the h stores live in matmul_h_out.wgsl (C is h in fwd and
-  dgrad, f32 in logits and wgrad).
+  it has no per-column values, and why the stores live in matmul_h_out.wgsl and
+  matmul_f32_out.wgsl (C is h in fwd, dgrad and plain, f32 in logits and wgrad).
 - naga 29 (wgpu-py 0.32) panics (handlevec.rs, in process_overrides) on an `override` declared
   after a workgroup array sized by an override expression (matmul's tile_a, tile_b). Hence every
   override of the matmul kernels, OUT_ACT (matmul_dgrad's) included, is declared in
