@@ -24,15 +24,17 @@ from typing import Any
 Tiles = dict[str, Any]  # tile-shape constants (int) and, optionally, "core" (webmp.ops.MATMUL_CORES)
 
 DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
-# Small products (at most SMALL_MACS multiply-adds) default to the register core's 4 x 4 blocks
-# (32 x 32 per workgroup of 64 threads, no workgroup memory): at such sizes a step is bound by
-# dispatches, not arithmetic, while compiling the tiled core's written-out 8 x 8 blocks is what a
-# first step waits for (on lavapipe the default MLP's 9 matmul pipelines: 4.0 s natively, 14 s in
-# Chromium, against 1.6 s and 3.2 s on this core; docs/benchmarks.md "Cold start"). The same bits.
-# Their sizes are read at run time (RUNTIME_DIMS, shaders/matmul_operands.wgsl), so one pipeline
-# serves every small product of a variant, transposes and activation: fewer kernels to compile.
+# Small products (at most SMALL_MACS multiply-adds: every matmul of the default GPT, whose largest
+# is 1024 x 512 x 128 = 2^26) default to the register core's 4 x 4 blocks (32 x 32 per workgroup of
+# 64 threads, no workgroup memory) with their sizes read at run time (RUNTIME_DIMS,
+# shaders/matmul_operands.wgsl), so one pipeline serves every such product of a variant, transposes
+# and activation. Measured on lavapipe (docs/benchmarks.md "Cold start"): it compiles ~3x faster
+# than the tiled core's written-out 8 x 8 blocks and runs faster at these sizes (the GPT's shapes
+# 10 against 7 GFLOP/s), so a first step waits far less. On a GPU a product this size takes a
+# fraction of a millisecond either way, and a tuned table (webmp bench --tune, the page's tuning
+# pass) picks per class. The same bits on every core.
 SMALL_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "RUNTIME_DIMS": 1}
-SMALL_MACS = 1 << 23
+SMALL_MACS = 1 << 26
 TILE_KEYS = tuple(DEFAULT_TILES)
 ROWS_KEY = "rows"  # reserved key of an adapter's cache entry: {"form": the row kernels' form}
 DEFAULT_ROWS = "workgroup"
