@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 
+import numpy as np
 import pytest
 
 from webmp import ops
@@ -20,19 +21,25 @@ from webmp.train import Trainer
 E_MIN, E_MAX = ops.GRAD_HIST_E_MIN, ops.GRAD_HIST_E_MAX
 
 
-def test_histogram_program_leaves_train_step_alone(digits):
-    """The lens is a program of its own: train_step's dispatches are those of a plan without it
-    (its kernels come after every other), and the plan says where each layer's counts land."""
+def test_histogram_program_is_train_step_with_counting(digits):
+    """The lens's program is train_step with its counting added (a clear first, the MLP's layers
+    counted after the step): without the counting dispatches it is train_step, which never touches
+    the counts; the plan says where each layer's counts land."""
     plan, _ = build_plan(TrainConfig(model="mlp-ln", hidden=[16, 8], batch_size=8), digits, "native")
     spec = plan["histograms"]
+    assert spec["replaces"] == "train_step"
     assert [lay["name"] for lay in spec["layers"]] == ["dZ0", "dY0", "dZ1", "dY1", "dlogits"]
     assert [lay["offset"] for lay in spec["layers"]] == [i * spec["buckets"] for i in range(5)]
     assert spec["buckets"] == E_MAX - E_MIN + 5
-    lens_kernels = {d["kernel"] for d in plan["programs"]["histograms"]}
-    step_kernels = {d["kernel"] for d in plan["programs"]["train_step"] + plan["programs"]["eval"]}
-    assert not lens_kernels & step_kernels
-    assert all("histograms" not in d["bind"] for d in plan["programs"]["train_step"])
-    assert plan["programs"]["histograms"][0]["kernel"].startswith("grad_hist_clear")
+    lens, step = plan["programs"][spec["program"]], plan["programs"]["train_step"]
+    counting = [d for d in lens if d["kernel"].startswith("grad_hist")]
+    assert [d for d in lens if d not in counting] == step
+    assert lens[: len(step) + 1] == [counting[0], *step]
+    assert counting[0]["kernel"].startswith("grad_hist_clear")
+    assert [d["bind"][0] for d in counting[1:]] == [lay["buffer"] for lay in spec["layers"]]
+    step_kernels = {d["kernel"] for d in step + plan["programs"]["eval"]}
+    assert not {d["kernel"] for d in counting} & step_kernels
+    assert all(spec["buffer"] not in d["bind"] for d in step)
 
 
 def test_shares_against_f16_range():
@@ -174,27 +181,67 @@ def test_server_stores_the_pages_histograms_and_refuses_bad_ones(tmp_path):
         leave(ws)
 
 
+TINY_GPT = dict(model="gpt", n_layer=2, d_model=32, n_head=2, context=16, batch_size=4, val_tokens=256)
+BLOCK_DELTAS = ("dz", "dqkv", "dO", "dS")
+
+
 @pytest.mark.slow  # a tiny GPT's pipelines
 def test_gpt_run_writes_histograms_of_its_backward_deltas(tmp_path, gpu):
-    """The GPT's lens: dlogits, the embeddings' dx and block 0's deltas (the blocks share those
-    buffers), each line's counts adding up to the buffers' values, the last equal to numpy's
-    histogram of the buffers after the run; dS holds the causal mask's zeros (the upper triangle)."""
-    cfg = TrainConfig(
-        model="gpt", n_layer=2, d_model=32, n_head=2, context=16, batch_size=4, steps=4, log_every=2
-    )
-    cfg = cfg.model_copy(update={"val_tokens": 256})
+    """The GPT's lens: dlogits, the embeddings' dx and each block's deltas, each line's counts
+    adding up to the buffers' values; the last line's dlogits, dx and block 0's (the last the
+    backward pass writes into the buffers the blocks share) equal numpy's histogram of the
+    buffers after the run; block 0's dS holds the causal mask's zeros (the upper triangle)."""
+    cfg = TrainConfig(**TINY_GPT, steps=4, log_every=2)
     trainer = Trainer(cfg, out=tmp_path / "gpt", progress=False, log=None)
     trainer.run()
     spec, path = trainer.plan["histograms"], trainer.path
-    names = ["dlogits", "dx (embeddings)", *(f"{n} (block 0 of 2)" for n in ("dz", "dqkv", "dO", "dS"))]
+    names = ["dlogits", "dx (embeddings)", *(f"{n} (block {b})" for b in range(2) for n in BLOCK_DELTAS)]
     assert [lay["name"] for lay in spec["layers"]] == names
     lines = trainer.run_dir.read_histograms()
     assert [h["step"] for h in lines] == [1, 3]
     for got, lay in zip(lines[-1]["layers"], spec["layers"], strict=True):
         rows, cols = lay["shape"]
         assert sum(got["counts"]) == rows * cols
+        if "block 1" in lay["name"]:
+            continue  # overwritten by block 0 since: the next test
         stored = unpack_h(trainer.runtime.read(lay["buffer"]), rows, cols, path)
         assert got["counts"] == ref.grad_hist(stored, path, E_MIN, E_MAX).tolist(), lay["name"]
-    ds = lines[-1]["layers"][-1]["counts"]
+    assert lines[-1]["layers"][6]["counts"] != lines[-1]["layers"][2]["counts"]  # block 1's dz is its own
+    ds = lines[-1]["layers"][5]["counts"]  # dS (block 0)
     T = cfg.context
     assert ds[0] >= sum(ds) * (T - 1) / (2 * T)  # at least the masked upper triangle is 0
+
+
+@pytest.mark.slow  # a tiny GPT's pipelines, twice
+def test_gpt_lens_counts_each_block_where_the_backward_pass_leaves_it(gpu):
+    """Block b's deltas are counted before block b - 1 overwrites the buffers they share: its counts
+    equal numpy's histogram of those buffers after the same step cut short where the lens counts
+    them (the lens program up to that point, its counting left out, on a fresh runtime)."""
+    from webmp.page_runs import training_data
+    from webmp.runtime import Runtime
+
+    cfg = TrainConfig(**TINY_GPT, steps=4)
+    path = "native" if gpu.has_f16 else "emulated"
+    plan, blob = build_plan(cfg, training_data(cfg), path)
+    spec = plan["histograms"]
+    whole = Runtime(plan, blob, gpu)
+    whole.run("train_step", read_metrics=True, histograms=True)
+    counts = np.frombuffer(whole.last_histograms, np.uint32)
+    lens = plan["programs"][spec["program"]]
+    base = {k["name"]: k["constants"].get("BASE") for k in plan["kernels"] if k["entry"] == "grad_hist"}
+    grads = {p["name"]: p["grad"] for p in plan["params"]}
+    for b in range(2):
+        layers = [lay for lay in spec["layers"] if lay["name"].endswith(f"(block {b})")]
+        first = min(i for i, d in enumerate(lens) if base.get(d["kernel"]) == layers[0]["offset"])
+        cut = [d for d in lens[:first] if not d["kernel"].startswith("grad_hist")]
+        bound = {name for d in cut for name in d["bind"]}
+        assert grads[f"Wqkv{b}"] in bound  # block b's backward pass is done ...
+        assert b == 0 or grads[f"W2{b - 1}"] not in bound  # ... block b - 1's has not begun
+        part = Runtime({**plan, "programs": {**plan["programs"], "cut": cut}}, blob, gpu)
+        part.run("cut")
+        for lay in layers:
+            rows, cols = lay["shape"]
+            stored = unpack_h(part.read(lay["buffer"]), rows, cols, path)
+            want = ref.grad_hist(stored, path, E_MIN, E_MAX)
+            got = counts[lay["offset"] : lay["offset"] + spec["buckets"]]
+            assert got.tolist() == want.tolist(), lay["name"]

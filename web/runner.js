@@ -206,16 +206,18 @@ export class Runner {
 
   // One submit of a program (`repeat` times over, one compute pass each, in one command buffer: a
   // sampling plan's tokens); with readMetrics also copies the metrics ring and returns its records.
-  // With histograms (and readMetrics), the plan's lens program runs after it in the same submit and
-  // its counts come back in the same map, as lastHistograms (a list of counters per layer).
+  // With histograms, where `program` is the one the plan's lens replaces, its last run is the lens's
+  // program (the same step, counting); with readMetrics the counts come back in the same map, as
+  // lastHistograms (a list of counters per layer).
   async run(program, readMetrics = false, repeat = 1, histograms = false) {
     if (this.error) throw this.error;
-    if (histograms && !(readMetrics && this.lensBytes)) throw new Error('histograms are read with the metrics, from a plan that has them');
+    const lens = this.plan.histograms;
+    const counts = histograms && lens && program === lens.replaces;
+    if (histograms && !(counts || (readMetrics && this.lensBytes))) throw new Error(`the plan's lens neither counts in ${program} nor is read with metrics`);
     const enc = this.device.createCommandEncoder();
-    for (let i = 0; i < repeat; i++) this.encode(enc, program);
-    if (histograms) this.encode(enc, this.plan.histograms.program);
+    for (let i = 0; i < repeat; i++) this.encode(enc, counts && i === repeat - 1 ? lens.program : program);
     if (readMetrics) enc.copyBufferToBuffer(this.buffers[this.plan.metrics.buffer], 0, this.staging, 0, this.metricsBytes);
-    if (histograms) enc.copyBufferToBuffer(this.buffers[this.plan.histograms.buffer], 0, this.staging, this.metricsBytes, this.lensBytes);
+    if (histograms && readMetrics) enc.copyBufferToBuffer(this.buffers[lens.buffer], 0, this.staging, this.metricsBytes, this.lensBytes);
     this.device.queue.submit([enc.finish()]);
     this.submits++;
     return readMetrics ? this.mapRing(histograms) : null;

@@ -164,11 +164,12 @@ class DataParallelStep:
 
     def run(self, step: int, read_metrics: bool, histograms: bool = False) -> bytes | None:
         """One training step (`step`: its number, 1 for the first); the metrics ring as
-        Runtime.run returns it. With histograms, the gradient-range lens runs after the update in
-        the same submit (Runtime.run): it counts this rank's shard's activation gradients."""
+        Runtime.run returns it. With histograms, the gradient-range lens counts this rank's shard's
+        activation gradients in the backward pass (its program replaces the grads program) and the
+        counts are read with the metrics after the update (Runtime.run)."""
         rt, spec = self.runtime, self.spec
         t0 = time.perf_counter()
-        rt.run(spec["grads_program"])
+        rt.run(spec["grads_program"], histograms=histograms)
         rt.sync()  # (queue.on_submitted_work_done_sync fails in wgpu-py 0.32: a word's read waits)
         t1 = time.perf_counter()
         fused = np.frombuffer(rt.read_gathered(self.regions, self.nbytes), np.float32).copy()

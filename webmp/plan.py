@@ -164,15 +164,19 @@ class HistogramLayer(TypedDict):
 
 
 class HistogramSpec(TypedDict):
-    """The gradient-range lens. Program `program`, run after a train_step at log time, fills
-    `buffer` (u32 [len(layers) * buckets], exact counts) with each layer's log2 histogram of the
-    |values| its activation-gradient buffer holds: the loss-scaled gradients of the step just run,
-    as stored (f16 on the f16 paths). A layer's counters, from its offset: 0 zero, 1 nonzero below
+    """The gradient-range lens. Program `program` is program `replaces` (train_step, or a
+    data-parallel rank's train_grads) with counting dispatches added; a runtime runs it instead on
+    a step whose metrics it reads. It fills `buffer` (u32 [len(layers) * buckets], exact counts)
+    with each layer's log2 histogram of the |values| of its activation gradient, counted where the
+    backward pass leaves them (the GPT's blocks share their delta buffers: each block's are counted
+    before the next overwrites them): the loss-scaled gradients of that step, as stored (f16 on the
+    f16 paths). A layer's counters, from its offset: 0 zero, 1 nonzero below
     2^e_min, 2 + i floor(log2 |x|) = e_min + i (i = 0 .. e_max - e_min), buckets - 2 finite at or above
     2^(e_max + 1), buckets - 1 what the training's overflow test flags (f16 paths: |x| >= 65504,
     Inf or NaN; fp32: Inf or NaN). f16_range: the f16 subnormal and normal floors and maximum."""
 
     program: str
+    replaces: str
     buffer: str
     e_min: int
     e_max: int

@@ -11,12 +11,13 @@ import functools
 import os
 import warnings
 from collections import OrderedDict
+from typing import cast
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader in headless shells
 
 import wgpu
 
-from .plan import KernelPlan
+from .plan import HistogramSpec, KernelPlan
 
 NO_ADAPTER = (
     "No WebGPU adapter was found. On a machine without a GPU install a Vulkan driver "
@@ -203,20 +204,21 @@ class Runtime:
     ) -> bytes | None:
         """One submit of `program` (`repeat` times over, one compute pass each, in one command
         buffer: a sampling plan's tokens); with read_metrics, also copies and maps the metrics ring.
-        With histograms (and read_metrics), the plan's gradient-range lens program runs after it in
-        the same submit and its counts come back in the same map, as `last_histograms`."""
-        if histograms and not (read_metrics and self.lens_buffer):
-            raise ValueError("histograms are read with the metrics, from a plan that has them")
+        With histograms: where `program` is the one the plan's gradient-range lens replaces, its
+        last run is the lens's program (the same step, counting); with read_metrics the counts come
+        back in the same map, as `last_histograms`."""
+        lens = cast("HistogramSpec | None", self.plan.get("histograms"))  # training plans have one
+        counts = histograms and lens is not None and program == lens["replaces"]
+        if histograms and not (counts or (read_metrics and self.lens_buffer)):
+            raise ValueError(f"the plan's lens neither counts in {program!r} nor is read with metrics")
         enc = self.device.create_command_encoder()
-        for _ in range(repeat):
-            self.encode(enc, program)
-        if histograms:
-            self.encode(enc, self.plan["histograms"]["program"])  # type: ignore[typeddict-item]
+        for i in range(repeat):
+            self.encode(enc, lens["program"] if counts and lens and i == repeat - 1 else program)
         if read_metrics:
             enc.copy_buffer_to_buffer(
                 self.buffers[self.plan["metrics"]["buffer"]], 0, self.staging, 0, self.metrics_bytes
             )
-        if histograms and self.lens_buffer:
+        if histograms and read_metrics and self.lens_buffer:
             enc.copy_buffer_to_buffer(
                 self.buffers[self.lens_buffer], 0, self.staging, self.metrics_bytes, self.lens_bytes
             )

@@ -16,6 +16,7 @@ from ..plan import (
     F16_RANGE,
     PLAN_FORMAT,
     DataParallelSpec,
+    Dispatch,
     EvalSpec,
     FusedRegion,
     HistogramLayer,
@@ -38,6 +39,7 @@ EVAL = "eval"
 LOSS_ROWS_ALL = "loss_rows_all"  # data-parallel: the global batch's loss rows, summed over the ranks
 FLAG_BITS = 3  # common.wgsl's FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS
 HISTOGRAMS = "histograms"  # the gradient-range lens's program and its counts buffer
+LENS_SCRATCH = "lens_scratch"  # where ModelBuilder.histograms builds dispatches before splicing them
 EVAL_FLAGS = "eval_flags"  # the overflow flags of program 'eval' (the training step's are "flags")
 
 
@@ -94,6 +96,8 @@ class ModelBuilder:
         self.grads_program = TRAIN_STEP if world == 1 else TRAIN_GRADS
         self.update_program = TRAIN_STEP if world == 1 else TRAIN_UPDATE
         self.global_rows = 0  # loss rows of the global batch, set by bookkeeping
+        # (dispatch index in grads_program, lens layers counted there): see lens_point
+        self.lens_points: list[tuple[int, list[tuple[str, str]]]] = []
 
     @property
     def counted_rows(self) -> int | None:
@@ -202,27 +206,59 @@ class ModelBuilder:
             else:
                 ops.adamw(pb, program, N=int(np.prod(p["shape"])), **moments, **hyper)
 
+    def lens_point(self, layers: list[tuple[str, str]]) -> None:
+        """Here, in the backward pass of grads_program, the (label, buffer) activation gradients
+        `layers` hold this step's values for the last time (a later block overwrites the buffers
+        it shares with this one): the lens counts them at this point. Layers without a point are
+        counted at the end of the step."""
+        self.lens_points.append((len(self.pb.programs[self.grads_program]), list(layers)))
+
     def histograms(self, layers: list[tuple[str, str]]) -> None:
-        """Program HISTOGRAMS, the gradient-range lens: the log2 histograms of the (label, buffer)
-        activation gradients (h matrices the backward pass writes; after a train_step they hold
-        that step's values) into one u32 counts buffer; plan["histograms"] describes it. Call after
-        the other programs: train_step and eval stay as they were."""
+        """Program HISTOGRAMS, the gradient-range lens: a training step that also counts the log2
+        histograms of the (label, buffer) activation gradients into one u32 counts buffer, each
+        where the backward pass leaves its final values (lens_point; else after the step). The
+        runtimes run it instead of grads_program on a step whose metrics they read, so counting
+        costs nothing on the other steps; plan["histograms"] describes it. Call after the other
+        programs: train_step and eval stay as they were."""
         pb = self.pb
         buckets = ops.grad_hist_buckets()
         spec_layers: list[HistogramLayer] = []
         for i, (name, buffer) in enumerate(layers):
             rows, cols = pb.buffers[buffer]["shape"]
             spec_layers.append({"name": name, "buffer": buffer, "shape": [rows, cols], "offset": i * buckets})
-        total = buckets * len(layers)
+        by_name = {lay["name"]: lay for lay in spec_layers}
+        pointed = [name for _, lays in self.lens_points for name, _ in lays]
+        if set(pointed) - set(by_name) or len(set(pointed)) != len(pointed):
+            raise ValueError(f"lens points {pointed} must name distinct layers of {list(by_name)}")
         pb.u32(HISTOGRAMS, (len(layers), buckets), "other")
-        ops.grad_hist_clear(pb, HISTOGRAMS, counts=HISTOGRAMS, N=total)
-        for lay in spec_layers:
-            rows, cols = lay["shape"]
-            ops.grad_hist(
-                pb, HISTOGRAMS, X=lay["buffer"], counts=HISTOGRAMS, ROWS=rows, COLS=cols, BASE=lay["offset"]
-            )
+
+        def counting(names: list[str]) -> list[Dispatch]:
+            for name in names:
+                lay = by_name[name]
+                rows, cols = lay["shape"]
+                ops.grad_hist(
+                    pb,
+                    LENS_SCRATCH,
+                    X=lay["buffer"],
+                    counts=HISTOGRAMS,
+                    ROWS=rows,
+                    COLS=cols,
+                    BASE=lay["offset"],
+                )
+            return pb.programs.pop(LENS_SCRATCH, [])
+
+        ops.grad_hist_clear(pb, LENS_SCRATCH, counts=HISTOGRAMS, N=buckets * len(layers))
+        step = pb.programs[self.grads_program]
+        program = pb.programs.pop(LENS_SCRATCH)
+        done = 0
+        for at, lays in sorted(self.lens_points, key=lambda p: p[0]):
+            program += step[done:at] + counting([name for name, _ in lays])
+            done = at
+        program += step[done:] + counting([lay["name"] for lay in spec_layers if lay["name"] not in pointed])
+        pb.programs[HISTOGRAMS] = program
         self.histogram_spec = {
             "program": HISTOGRAMS,
+            "replaces": self.grads_program,
             "buffer": HISTOGRAMS,
             "e_min": ops.GRAD_HIST_E_MIN,
             "e_max": ops.GRAD_HIST_E_MAX,

@@ -291,6 +291,10 @@ def build_gpt_plan(
     att = fw.att
     forward = fw.emit
 
+    def block_deltas(l: int) -> list[tuple[str, str]]:
+        """The lens's layers of block l: the backward deltas every block writes into shared buffers."""
+        return [(f"{n} (block {l})", n) for n in ("dz", "dqkv", "dO", "dS")]
+
     def layernorm_back(program: str, x: str, stats: str, gname: str, bname: str, dZ: str = "dln") -> None:
         """dY (the LayerNorm output's gradient) -> its parameters' gradients and dZ."""
         ops.layernorm_wgrad(pb, program, dY="dY", Z=x, stats=stats, dgamma=g(gname), dbeta=g(bname), M=R, N=D)
@@ -346,6 +350,7 @@ def build_gpt_plan(
         mb.matmul(S, "matmul_plain", A="dqkv", B=w(f"Wqkv{l}"), C="dY", M=R, N=D, K=3 * D, trans_b=1)
         layernorm_back(S, c["x_in"], c["ln1"], f"ln1_g{l}", f"ln1_b{l}")
         ops.add_h(pb, S, A="dln", Y="dx", M=R, N=D)
+        mb.lens_point(block_deltas(l))  # block l - 1 overwrites them
     ops.token_rows(pb, S, idx="idx", spans="spans", order="order", R=R, V=V)
     ops.embed_wgrad(
         pb, S, spans="spans", order="order", dX="dx", dwte=g("wte"), dwpe=g("wpe"), R=R, T=T, V=V, D=D,
@@ -375,12 +380,9 @@ def build_gpt_plan(
         "test_rows": max(0, len(val) - 1),
         "loss_buffer": "val_loss_sum",
     }
-    # the backward deltas are shared by the blocks: after a step they hold block 0's (dx: the
-    # embeddings' gradient, the residual stream's at the input)
-    block0 = f" (block 0 of {L})" if L > 1 else ""
+    # dx after the step: the embeddings' gradient (the residual stream's at the input)
     mb.histograms(
-        [("dlogits", "dlogits"), ("dx (embeddings)", "dx")]
-        + [(f"{n}{block0}", n) for n in ("dz", "dqkv", "dO", "dS")]
+        [("dlogits", "dlogits"), ("dx (embeddings)", "dx"), *(d for l in range(L) for d in block_deltas(l))]
     )
     return mb.finish([V, *([D] * L), V], evaluation)
 
