@@ -26,14 +26,22 @@
 
 @group(0) @binding(0) var<storage, read> A: array<HWLoad>;
 @group(0) @binding(1) var<storage, read> B: array<HWLoad>;
-@group(0) @binding(2) var<uniform> dims: vec4<u32>;  // M, N, K, 0 of this product (RUNTIME_DIMS)
+// This product's sizes and operand layouts (RUNTIME_DIMS; the batch constants below, in order).
+struct MatmulArgs {
+  dims: vec4<u32>,  // M, N, K, Z_INNER
+  a: vec4<u32>,     // A_OFF, A_SB, A_SH, A_LD
+  b: vec4<u32>,
+  c: vec4<u32>,
+}
+@group(0) @binding(2) var<uniform> args: MatmulArgs;
 
-// The product's sizes. Fixed per pipeline (SIZE_M, SIZE_N, SIZE_K) they fold into the code; with
-// RUNTIME_DIMS = 1 they are read from `dims` at run time, so one pipeline serves a variant's every
-// size: on lavapipe, which compiles each pipeline at its first dispatch, that is what a first step
-// waits for (docs/benchmarks.md "Cold start"). A uniform, not a storage buffer: lavapipe then knows
-// every lane sees the same K; read from storage, the K loop ran masked and the default MLP's step
-// took twice as long. Set by mm_run before anything reads them.
+// The product's sizes and its operands' layouts. Fixed per pipeline (SIZE_M, SIZE_N, SIZE_K and the
+// batch constants) they fold into the code; with RUNTIME_DIMS = 1 they are read from `args` at run
+// time, so one pipeline serves a variant's every size and layout: on lavapipe, which compiles each
+// pipeline at its first dispatch, that is what a first step waits for (docs/benchmarks.md "Cold
+// start"). A uniform, not a storage buffer: lavapipe then knows every lane sees the same K; read
+// from storage, the K loop ran masked and the default MLP's step took twice as long. Set by mm_run
+// before anything reads them.
 override SIZE_M: u32 = 0u;
 override SIZE_N: u32 = 0u;
 override SIZE_K: u32 = 0u;
@@ -41,10 +49,14 @@ override RUNTIME_DIMS: u32 = 0u;
 var<private> M: u32;
 var<private> N: u32;
 var<private> K: u32;
+var<private> z_inner: u32;   // Z_INNER
+var<private> a_lay: vec4<u32>;  // A_OFF, A_SB, A_SH, A_LD
+var<private> b_lay: vec4<u32>;
+var<private> c_lay: vec4<u32>;
 
 // K for a loop that holds barriers (the tiled core): WGSL's uniformity analysis never takes a
 // private variable as uniform, but does an override and a uniform buffer's value.
-fn uniform_k() -> u32 { return select(SIZE_K, dims.z, RUNTIME_DIMS == 1u); }
+fn uniform_k() -> u32 { return select(SIZE_K, args.dims.z, RUNTIME_DIMS == 1u); }
 override TRANS_A: u32 = 0u;  // 1: A is stored [K, M] and read transposed
 override TRANS_B: u32 = 0u;  // 1: B is stored [N, K] and read transposed
 override A_ACT: u32 = 0u;    // activation applied to A's values as they are loaded (ACT_*)
@@ -61,14 +73,14 @@ override C_OFF: u32 = 0u;  override C_SB: u32 = 0u;  override C_SH: u32 = 0u;  o
 
 var<private> mm_z: u32;  // this workgroup's batch index (workgroup_id.z), set by the core
 
-// First element of batch mm_z of an operand with offset `off` and batch strides `sb`, `sh`.
-fn batch_start(off: u32, sb: u32, sh: u32) -> u32 {
-  return off + (mm_z / Z_INNER) * sb + (mm_z % Z_INNER) * sh;
+// First element of batch mm_z of an operand with layout `lay` (offset, strides per b and per h).
+fn batch_start(lay: vec4<u32>) -> u32 {
+  return lay.x + (mm_z / z_inner) * lay.y + (mm_z % z_inner) * lay.z;
 }
 
 // Element index of C(r, c) in batch mm_z; `natural_ld` is the row stride when C_LD is 0.
 fn out_index(r: u32, c: u32, natural_ld: u32) -> u32 {
-  return batch_start(C_OFF, C_SB, C_SH) + r * select(C_LD, natural_ld, C_LD == 0u) + c;
+  return batch_start(c_lay) + r * select(c_lay.w, natural_ld, c_lay.w == 0u) + c;
 }
 
 // A_ACT applied to values of A as they are loaded, rounded to f16 as a stored activation is.
@@ -85,9 +97,9 @@ const OPERAND_A: u32 = 0u;
 const OPERAND_B: u32 = 1u;
 
 // Word index of word j of row i of an operand of batch mm_z whose rows are cw words long
-// (X_OFF, X_SB, X_SH, X_LD: see the header).
-fn operand_word(off: u32, sb: u32, sh: u32, ld: u32, i: u32, j: u32, cw: u32) -> u32 {
-  return (batch_start(off, sb, sh) + i * select(ld, 2u * cw, ld == 0u)) / 2u + j;
+// and layout `lay` (X_OFF, X_SB, X_SH, X_LD: see the header).
+fn operand_word(lay: vec4<u32>, i: u32, j: u32, cw: u32) -> u32 {
+  return (batch_start(lay) + i * select(lay.w, 2u * cw, lay.w == 0u)) / 2u + j;
 }
 
 // Word j of row i of the operand's h matrix with `rows` rows and `cols` columns, as two f32
@@ -97,9 +109,9 @@ fn load_word(op: u32, i: u32, j: u32, rows: u32, cols: u32) -> vec2<f32> {
   if (i >= rows || j >= cw) { return vec2<f32>(0.0); }
   var w: vec2<f32>;
   if (op == OPERAND_A) {
-    w = h_load(A[operand_word(A_OFF, A_SB, A_SH, A_LD, i, j, cw)]);
+    w = h_load(A[operand_word(a_lay, i, j, cw)]);
   } else {
-    w = h_load(B[operand_word(B_OFF, B_SB, B_SH, B_LD, i, j, cw)]);
+    w = h_load(B[operand_word(b_lay, i, j, cw)]);
   }
   return vec2<f32>(w.x, select(0.0, w.y, 2u * j + 1u < cols));
 }
@@ -138,13 +150,21 @@ fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, TM_MAX
 // variable is kept in memory by lavapipe's compiler, registers are faster).
 fn mm_run(wg: vec3<u32>, lid: vec3<u32>) -> bool {
   if (RUNTIME_DIMS == 1u) {
-    M = dims.x;
-    N = dims.y;
-    K = dims.z;
+    M = args.dims.x;
+    N = args.dims.y;
+    K = args.dims.z;
+    z_inner = args.dims.w;
+    a_lay = args.a;
+    b_lay = args.b;
+    c_lay = args.c;
   } else {
     M = SIZE_M;
     N = SIZE_N;
     K = SIZE_K;
+    z_inner = Z_INNER;
+    a_lay = vec4<u32>(A_OFF, A_SB, A_SH, A_LD);
+    b_lay = vec4<u32>(B_OFF, B_SB, B_SH, B_LD);
+    c_lay = vec4<u32>(C_OFF, C_SB, C_SH, C_LD);
   }
   mm_tile(wg, lid);
   var bad = store_group(wg, lid, 0u, array<vec4<f32>, TM_MAX>(

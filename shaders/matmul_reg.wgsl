@@ -38,14 +38,14 @@ fn row_words(ld: u32, cols: u32) -> u32 { return select(ld, cols + (cols & 1u), 
 // row0 + 2t, row0 + 2t + 1 at k for t < TM / 2, and the word of rows row0 + 2(t - TM/2) .. at
 // k + 1 for the others. Activation applied; reads clamped into the operand.
 fn a_word(row0: u32, k: u32, t: u32) -> vec2<f32> {
-  let base = batch_start(A_OFF, A_SB, A_SH) / 2u;
+  let base = batch_start(a_lay) / 2u;
   if (TRANS_A == 0u) {
-    return act2(h_load(A[base + min(row0 + t, M - 1u) * row_words(A_LD, K) + k / 2u]));
+    return act2(h_load(A[base + min(row0 + t, M - 1u) * row_words(a_lay.w, K) + k / 2u]));
   }
   let half = TM / 2u;
   let kk = min(k + select(0u, 1u, t >= half), K - 1u);
   let j = min(row0 / 2u + t % half, (M + 1u) / 2u - 1u);
-  return act2(h_load(A[base + kk * row_words(A_LD, M) + j]));
+  return act2(h_load(A[base + kk * row_words(a_lay.w, M) + j]));
 }
 
 // All the a_words of step k, each loaded by this thread.
@@ -119,8 +119,8 @@ fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
   let col0 = (wg.x * WG_X + lid.x) * TN;
   a_setup(row0);
   acc = array<array<vec4<f32>, TN4_MAX>, TM_MAX>();
-  let b_base = batch_start(B_OFF, B_SB, B_SH) / 2u;
-  let b_ld = row_words(B_LD, select(N, K, TRANS_B == 1u));
+  let b_base = batch_start(b_lay) / 2u;
+  let b_ld = row_words(b_lay.w, select(N, K, TRANS_B == 1u));
   var b1 = BRows(vec4<f32>(0.0), vec4<f32>(0.0));
   for (var k = 0u; k < K; k += 2u) {
     let hi = k + 1u < K;

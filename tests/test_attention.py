@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_kernels import FLAG_H_STORE, kernel_case, rand_h, rng_for, run, stored_bound
 
-from webmp import ops
+from webmp import ops, tilecache
 from webmp import reference as ref
 from webmp.inspect import run_op
 from webmp.reference import U32, check_close
@@ -28,7 +28,11 @@ SMALL_TILES = {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 8}  # 16 x 16 tiles
 # The register-blocked core (no workgroup memory; with subgroups where the adapter has them) reads
 # the batched operands its own way: 8 x 8 blocks of rows and columns.
 REG_TILES = {"WG_X": 8, "WG_Y": 2, "TM": 8, "TN": 8}
-PRODUCT_SHAPES = ["2x7x3x6", "2x1x2x4", "2x37x2x6/small", "2x37x2x6/reg"]
+# The small-shape default (tilecache.SMALL_TILES): the register core with the sizes and the batch
+# layouts read from the args uniform at run time (RUNTIME_DIMS).
+PRODUCT_SHAPES = [
+    "2x7x3x6", "2x1x2x4", "2x37x2x6/small", "2x37x2x6/reg", "2x37x2x6/runtime", "2x7x3x6/runtime"
+]  # fmt: skip
 # T = 70 > 64 threads: rows that take each thread twice
 SOFTMAX_SHAPES = ["2x7x3x6", "2x1x2x4", "1x70x2x4"]
 SENTINEL = 7.0  # what dqkv holds where a backward product must not write
@@ -40,6 +44,8 @@ def parse(shape: str):
     B, T, H, d = map(int, dims.split("x"))
     if rest == ["reg"]:
         return B, T, H, d, {"core": "reg_sg" if default_gpu().has_subgroups else "reg", **REG_TILES}
+    if rest == ["runtime"]:
+        return B, T, H, d, dict(tilecache.SMALL_TILES)
     return B, T, H, d, (SMALL_TILES if rest else None)
 
 

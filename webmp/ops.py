@@ -120,17 +120,15 @@ def matmul(
         raise ValueError(f"unknown matmul variant {variant!r}; one of {MATMUL_VARIANTS}")
     core, shape = core_constants(tiles)
     consts: dict[str, Any] = {"TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
-    if tiles.get("RUNTIME_DIMS"):
-        consts["RUNTIME_DIMS"] = 1
-    else:
-        consts.update({"SIZE_M": M, "SIZE_N": N, "SIZE_K": K})
     consts.update(shape)
     if not 1 <= batch <= MAX_WORKGROUPS_PER_DIM or z_inner < 1:
         raise ValueError(
             f"batch {batch} (z_inner {z_inner}): 1 .. {MAX_WORKGROUPS_PER_DIM} products a dispatch"
         )
+    # the sizes and layouts: override constants, or with RUNTIME_DIMS the args uniform's words
+    sizes: dict[str, int] = {"SIZE_M": M, "SIZE_N": N, "SIZE_K": K}
     if z_inner != 1:
-        consts["Z_INNER"] = z_inner
+        sizes["Z_INNER"] = z_inner
     c_is_h = variant in H_OUT_VARIANTS
     for X, lay, is_h in (("A", a_layout, True), ("B", b_layout, True), ("C", c_layout, c_is_h)):
         if lay is None:
@@ -145,14 +143,15 @@ def matmul(
                 f"{variant}: an h C with an odd N ({N}) and an explicit row stride would "
                 "write the padding half of its last word, another operand's column"
             )
-        consts.update({f"{X}_OFF": lay.off, f"{X}_SB": lay.sb, f"{X}_SH": lay.sh, f"{X}_LD": lay.ld})
+        sizes.update({f"{X}_OFF": lay.off, f"{X}_SB": lay.sb, f"{X}_SH": lay.sh, f"{X}_LD": lay.ld})
+    if tiles.get("RUNTIME_DIMS"):
+        consts["RUNTIME_DIMS"] = 1
+    else:
+        consts.update(sizes)
     product: MatmulShape = {"M": M, "N": N, "K": K, "trans_a": trans_a, "trans_b": trans_b}
     if product not in pb.matmuls:
         pb.matmuls.append(product)
-    dims = f"matmul_dims_{M}x{N}x{K}"
-    if dims not in pb.buffers:
-        pb.u32(dims, (4,), "other", init=[M, N, K, 0])  # a uniform vec4 (16 bytes)
-    binds = {"A": A, "B": B, "C": C, "dims": dims}
+    binds = {"A": A, "B": B, "C": C, "args": matmul_args(pb, M, N, K, z_inner, a_layout, b_layout, c_layout)}
     if variant in ("matmul_fwd", "matmul_logits"):
         binds["bias"] = _given(bias, "bias", variant)
     if variant == "matmul_dgrad":
@@ -162,6 +161,30 @@ def matmul(
         binds["flags"] = flags
     workgroups = [cdiv(N, tiles["WG_X"] * tiles["TN"]), cdiv(M, tiles["WG_Y"] * tiles["TM"]), batch]
     pb.dispatch(program, matmul_sources(variant, core), variant, consts, binds, workgroups)
+
+
+def matmul_args(
+    pb: PlanBuilder,
+    M: int,
+    N: int,
+    K: int,
+    z_inner: int,
+    a_layout: Layout | None,
+    b_layout: Layout | None,
+    c_layout: Layout | None,
+) -> str:
+    """The buffer a matmul binds as its `args` uniform (shaders/matmul_operands.wgsl MatmulArgs:
+    M, N, K, Z_INNER, then each operand's offset and strides), shared by the dispatches with the
+    same words."""
+    words = [M, N, K, z_inner]
+    for lay in (a_layout, b_layout, c_layout):
+        words += list(lay or Layout())
+    name = f"matmul_args_{M}x{N}x{K}"
+    if words[3:] != [1] + [0] * 12:
+        name += "_" + "_".join(map(str, words[3:]))
+    if name not in pb.buffers:
+        pb.u32(name, (len(words),), "other", init=words)  # a uniform: 4 vec4<u32> (64 bytes)
+    return name
 
 
 def _given(buffer: str | None, what: str, variant: str) -> str:

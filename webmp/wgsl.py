@@ -34,10 +34,11 @@ after it to define):
   `<name>` (a workgroup a row, lane t = local index) and `<name>_thread` (a thread a row, WG rows a
   workgroup, rows past the end return at once; the thread computes every lane's partial in turn
   and reduces with serial_reduce). Lane partials and per-element stores are functions both call.
-- matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B, 2 dims (a uniform: M, N, K read at
-  run time with RUNTIME_DIMS). Defines every override of the matmul kernels but the tile shape
-  (SIZE_M, SIZE_N, SIZE_K, RUNTIME_DIMS, TRANS_A, TRANS_B, A_ACT, OUT_ACT, the batch constants
-  Z_INNER and {A,B,C}_{OFF,SB,SH,LD}), the private M, N, K (set by mm_run), uniform_k, mm_z,
+- matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B, 2 args (a uniform MatmulArgs: the
+  sizes and operand layouts, read at run time with RUNTIME_DIMS). Defines every override of the
+  matmul kernels but the tile shape (SIZE_M, SIZE_N, SIZE_K, RUNTIME_DIMS, TRANS_A, TRANS_B, A_ACT,
+  OUT_ACT, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}), the private M, N, K, z_inner,
+  a_lay, b_lay, c_lay (set by mm_run), uniform_k, mm_z,
   batch_start, out_index, act2, act4, operand_word,
   load_word, mask_cols, store_group, mm_run. Expects a core (the tile-shape overrides, TM_MAX,
   TN4_MAX, `acc`, mm_tile filling it, out_row, out_col), then `fn col4(c: u32) -> vec4<f32>`,
@@ -134,6 +135,11 @@ def join_sources(sources: list[str] | tuple[str, ...]) -> str:
     return "\n".join(read_shader(s) for s in sources)
 
 
+# Uniform structs of the kernels, by the scalar type all their members are vectors of (what the
+# buffer bound to them holds: the plan's dtype)
+UNIFORM_STRUCTS = {"MatmulArgs": "u32"}
+
+
 def element_kind(wgsl_type: str) -> str:
     """'h' for activation-format words, else the scalar type ('f32', 'u32', 'atomic', 'State')."""
     t = wgsl_type.replace(" ", "")
@@ -141,6 +147,8 @@ def element_kind(wgsl_type: str) -> str:
         return "h"
     if t.startswith("array<atomic<"):
         return "atomic"
+    if t in UNIFORM_STRUCTS:
+        return UNIFORM_STRUCTS[t]
     m = re.fullmatch(r"(?:array|vec\d)<(\w+)>", t)  # a uniform's vector: its scalar type
     return m.group(1) if m else t
 
