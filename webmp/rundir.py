@@ -434,7 +434,8 @@ class RunDir:
         layers, e_min, e_max, scale = line["layers"], line["e_min"], line["e_max"], line["scale"]
         shift = scale_shift(scale)
         exps = list(range(e_min, e_max + 1))
-        fig = Figure(figsize=(9, 1.0 + 2.0 * len(layers)))
+        height = 1.0 + 2.0 * len(layers)
+        fig = Figure(figsize=(9, height))
         axes = fig.subplots(len(layers), 1, sharex=True, squeeze=False)[:, 0]
         lo, hi = e_max, e_min
         for counts in (lay["counts"] for lay in layers):
@@ -488,7 +489,7 @@ class RunDir:
         axes[0].legend(loc="upper right", fontsize=7)
         axes[-1].set_xlabel("log2 |activation gradient|")
         fig.suptitle(title or f"gradient range at step {line['step']} (loss scale {scale:g})", fontsize=9)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / height))  # the title above the first f16 marks
         fig.savefig(out, dpi=100)
         return out
 
