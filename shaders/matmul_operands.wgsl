@@ -1,5 +1,5 @@
-// Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B), 2 (dims) and every override but a
-// core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_run; the variant
+// Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B), 2 (args) and every override but a
+// core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_tile; the variant
 // defines col4, store4.
 // The operands of the matmul kernels: C[M,N] = op(A)[M,K] * op(B)[K,N] with f16 operands (read
 // from packed HW words) and f32 accumulation, for each batch z of the grid's z dimension (one

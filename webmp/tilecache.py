@@ -2,7 +2,9 @@
 
 The matmul kernels take their core (tiles["core"]: "tiled", the default, shaders/matmul.wgsl;
 "reg" and "reg_sg", shaders/matmul_reg.wgsl: see webmp.ops.MATMUL_CORES) and tile shape as
-pipeline-overridable constants (WG_X, WG_Y, TM, TN, and BK for the tiled core). Which a plan
+pipeline-overridable constants (WG_X, WG_Y, TM, TN, and BK for the tiled core); RUNTIME_DIMS: 1
+makes them read the product's sizes and layouts from a uniform at run time instead of taking them
+as constants (one pipeline for every size: SMALL_TILES below). Which a plan
 uses is decided by the caller of `build_plan`, which passes a `TileTable`:
 `TileTable.for_adapter(name)` reads what `webmp bench --tune` (webmp/tune.py) measured for that
 adapter, `TileTable()` is the defaults. Nothing here is process-global.
@@ -21,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-Tiles = dict[str, Any]  # tile-shape constants (int) and, optionally, "core" (webmp.ops.MATMUL_CORES)
+Tiles = dict[str, Any]  # tile-shape constants (int), optionally "core" (webmp.ops.MATMUL_CORES), RUNTIME_DIMS
 
 DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
 # Small products (at most SMALL_MACS multiply-adds: every matmul of the default GPT, whose largest
@@ -35,7 +37,6 @@ DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 
 # pass) picks per class. The same bits on every core.
 SMALL_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "RUNTIME_DIMS": 1}
 SMALL_MACS = 1 << 26
-TILE_KEYS = tuple(DEFAULT_TILES)
 ROWS_KEY = "rows"  # reserved key of an adapter's cache entry: {"form": the row kernels' form}
 DEFAULT_ROWS = "workgroup"
 
