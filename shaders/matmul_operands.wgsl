@@ -1,6 +1,6 @@
-// Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B), 2 (args) and every override but a
-// core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_tile; the variant
-// defines col4, store4.
+// Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B), 2 (args), 3 (B2) and every
+// override but a core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_tile
+// and acc_group; the variant defines col4, store4.
 // The operands of the matmul kernels: C[M,N] = op(A)[M,K] * op(B)[K,N] with f16 operands (read
 // from packed HW words) and f32 accumulation, for each batch z of the grid's z dimension (one
 // batch: the MLP). A core computes the products: matmul.wgsl stages tiles in workgroup memory,
@@ -26,6 +26,10 @@
 
 @group(0) @binding(0) var<storage, read> A: array<HWLoad>;
 @group(0) @binding(1) var<storage, read> B: array<HWLoad>;
+// B again, two words an element: the register core reads op(B)'s rows a pair of words at a time
+// with B_PAIRS (one load where there were two; lavapipe compiles a storage load lane by lane, so
+// the count of loads is what costs). The same buffer, bound twice (webmp.ops.matmul).
+@group(0) @binding(3) var<storage, read> B2: array<HWLoad2>;
 // This product's sizes and operand layouts (RUNTIME_DIMS; the batch constants below, in order).
 struct MatmulArgs {
   dims: vec4<u32>,  // M, N, K, Z_INNER
@@ -64,6 +68,9 @@ override A_ACT: u32 = 0u;    // activation applied to A's values as they are loa
 // Declared here because naga 29 (wgpu-py 0.32) panics on an override declared after the
 // override-sized workgroup arrays of matmul.wgsl.
 override OUT_ACT: u32 = 0u;
+// matmul_reg.wgsl's pair loads of B (see B2), declared here for the same reason: 1 only where
+// TRANS_B is 0 and every pair starts on an even word (webmp.ops.matmul decides).
+override B_PAIRS: u32 = 0u;
 // Batched operands (see the header), declared here for the same reason. Per operand: the offset,
 // the strides per b and per h, the row stride (elements).
 override Z_INNER: u32 = 1u;  // batch index z = b * Z_INNER + h
@@ -138,7 +145,8 @@ fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, TM_MAX
 }
 
 // Called by the variant's entry point: computes this thread's block of C with the core (its
-// mm_tile fills `acc`; out_row and out_col place accumulator row i and column group j) and hands
+// mm_tile fills `acc`; acc_group(j) returns its column group j, row by row; out_row and out_col
+// place accumulator row i and column group j) and hands
 // it to the variant's epilogue, one 4-column group of one row at a time, for the groups that
 // start inside C:
 //   fn col4(c: u32) -> vec4<f32>: what the variant needs of columns c..c+3 (fwd: the bias),
@@ -146,8 +154,8 @@ fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, TM_MAX
 //   fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool: stores the accumulators v
 //     of row r < M, columns c.. (c < N) of batch mm_z (out_index gives where) and says whether a
 //     value overflowed the storage format.
-// Returns whether any did. `acc` is only indexed by constants (an array indexed by a loop
-// variable is kept in memory by lavapipe's compiler, registers are faster).
+// Returns whether any did. `acc` is only indexed by constants, in acc_group (an array indexed by a
+// loop variable is kept in memory by lavapipe's compiler, registers are faster).
 fn mm_run(wg: vec3<u32>, lid: vec3<u32>) -> bool {
   if (RUNTIME_DIMS == 1u) {
     M = args.dims.x;
@@ -167,11 +175,9 @@ fn mm_run(wg: vec3<u32>, lid: vec3<u32>) -> bool {
     c_lay = vec4<u32>(C_OFF, C_SB, C_SH, C_LD);
   }
   mm_tile(wg, lid);
-  var bad = store_group(wg, lid, 0u, array<vec4<f32>, TM_MAX>(
-    acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0], acc[6][0], acc[7][0]));
+  var bad = store_group(wg, lid, 0u, acc_group(0u));
   if (TN > 4u) {
-    let o = store_group(wg, lid, 1u, array<vec4<f32>, TM_MAX>(
-      acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1], acc[6][1], acc[7][1]));
+    let o = store_group(wg, lid, 1u, acc_group(1u));
     bad = bad || o;
   }
   return bad;

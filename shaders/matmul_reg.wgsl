@@ -1,6 +1,6 @@
 // Contract (webmp/wgsl.py): a matmul core, after matmul_operands.wgsl and before the file that
 // loads op(A) (matmul_reg_a.wgsl, or matmul_reg_a_sg.wgsl with subgroups); defines the tile-shape
-// overrides, acc, row_words, a_word, own_a_words, a_rows, mm_tile, out_row, out_col. Expects
+// overrides, acc, row_words, a_word, own_a_words, a_rows, mm_tile, acc_group, out_row, out_col. Expects
 // `fn a_setup(row0: u32)` (called once per thread, before the K loop) and
 // `fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX>` (a_word t of step k for t < TM).
 // No bindings.
@@ -13,9 +13,14 @@
 // Thread (lx, ly) of workgroup (wx, wy) computes the TM x TN block of C at rows
 // (wy * WG_Y + ly) * TM .. and columns (wx * WG_X + lx) * TN .. . K advances a word (two values) at
 // a time: per step TM words of op(A) (k and k + 1 of a row; with TRANS_A, a pair of rows at k or
-// at k + 1) and TN words of op(B), and each accumulator takes its two fmas in k order. Rows and
-// columns beyond C are computed from clamped reads and never stored; values beyond K are zeroed
-// (they would add into stored outputs).
+// at k + 1) and TN words of op(B) (with B_PAIRS, TN / 2 loads of two words), and each accumulator
+// takes its two fmas in k order. Rows and columns beyond C are computed from clamped reads and
+// never stored; values beyond K are zeroed (they would add into stored outputs).
+//
+// Where the time goes on lavapipe: it compiles a storage load lane by lane (a bounds check and a
+// branch per lane and value), so a step's TN words of op(B) cost more than its TM x TN x 2 fmas,
+// which run 8 lanes an instruction. Taller blocks (TM 16) spread each B word over more fmas, the
+// subgroup core shares the A words (matmul_reg_a_sg.wgsl) and B_PAIRS halves the B loads.
 //
 // The loops over TM and TN are written out, with `if (TM > 4u)`-style guards that fold away once
 // the overrides are known: lavapipe's compiler does not unroll them, and an accumulator array
@@ -23,9 +28,9 @@
 
 override WG_X: u32 = 8u;     // threads along N
 override WG_Y: u32 = 4u;     // threads along M
-override TM: u32 = 8u;       // rows per thread: 4 or 8
+override TM: u32 = 8u;       // rows per thread: 4, 8 or 16
 override TN: u32 = 8u;       // columns per thread: 4 or 8
-const TM_MAX: u32 = 8u;      // register arrays need constant sizes
+const TM_MAX: u32 = 16u;     // register arrays need constant sizes
 const TN4_MAX: u32 = 2u;
 
 var<private> acc: array<array<vec4<f32>, TN4_MAX>, TM_MAX>;
@@ -61,6 +66,16 @@ fn own_a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX> {
     w[6] = a_word(row0, k, 6u);
     w[7] = a_word(row0, k, 7u);
   }
+  if (TM > 8u) {
+    w[8] = a_word(row0, k, 8u);
+    w[9] = a_word(row0, k, 9u);
+    w[10] = a_word(row0, k, 10u);
+    w[11] = a_word(row0, k, 11u);
+    w[12] = a_word(row0, k, 12u);
+    w[13] = a_word(row0, k, 13u);
+    w[14] = a_word(row0, k, 14u);
+    w[15] = a_word(row0, k, 15u);
+  }
   return w;
 }
 
@@ -73,21 +88,37 @@ fn a_rows(w: array<vec2<f32>, TM_MAX>, hi: bool) -> array<vec2<f32>, TM_MAX> {
   if (TRANS_A == 0u) {
     return array<vec2<f32>, TM_MAX>(
       a_pair(w[0], w[0].yy, hi), a_pair(w[1], w[1].yy, hi), a_pair(w[2], w[2].yy, hi), a_pair(w[3], w[3].yy, hi),
-      a_pair(w[4], w[4].yy, hi), a_pair(w[5], w[5].yy, hi), a_pair(w[6], w[6].yy, hi), a_pair(w[7], w[7].yy, hi));
+      a_pair(w[4], w[4].yy, hi), a_pair(w[5], w[5].yy, hi), a_pair(w[6], w[6].yy, hi), a_pair(w[7], w[7].yy, hi),
+      a_pair(w[8], w[8].yy, hi), a_pair(w[9], w[9].yy, hi), a_pair(w[10], w[10].yy, hi), a_pair(w[11], w[11].yy, hi),
+      a_pair(w[12], w[12].yy, hi), a_pair(w[13], w[13].yy, hi), a_pair(w[14], w[14].yy, hi), a_pair(w[15], w[15].yy, hi));
   }
+  let z = vec2<f32>(0.0);
   if (TM == 4u) {  // rows 0, 1 from words 0 (k) and 2 (k + 1); rows 2, 3 from words 1 and 3
     return array<vec2<f32>, TM_MAX>(
       a_pair(w[0], w[2], hi), a_pair(w[0].yx, w[2].yx, hi), a_pair(w[1], w[3], hi), a_pair(w[1].yx, w[3].yx, hi),
-      vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0));
+      z, z, z, z, z, z, z, z, z, z, z, z);
   }
-  return array<vec2<f32>, TM_MAX>(
-    a_pair(w[0], w[4], hi), a_pair(w[0].yx, w[4].yx, hi), a_pair(w[1], w[5], hi), a_pair(w[1].yx, w[5].yx, hi),
-    a_pair(w[2], w[6], hi), a_pair(w[2].yx, w[6].yx, hi), a_pair(w[3], w[7], hi), a_pair(w[3].yx, w[7].yx, hi));
+  if (TM == 8u) {
+    return array<vec2<f32>, TM_MAX>(
+      a_pair(w[0], w[4], hi), a_pair(w[0].yx, w[4].yx, hi), a_pair(w[1], w[5], hi), a_pair(w[1].yx, w[5].yx, hi),
+      a_pair(w[2], w[6], hi), a_pair(w[2].yx, w[6].yx, hi), a_pair(w[3], w[7], hi), a_pair(w[3].yx, w[7].yx, hi),
+      z, z, z, z, z, z, z, z);
+  }
+  return array<vec2<f32>, TM_MAX>(  // TM 16: rows 2t, 2t + 1 from words t (k) and t + 8 (k + 1)
+    a_pair(w[0], w[8], hi), a_pair(w[0].yx, w[8].yx, hi), a_pair(w[1], w[9], hi), a_pair(w[1].yx, w[9].yx, hi),
+    a_pair(w[2], w[10], hi), a_pair(w[2].yx, w[10].yx, hi), a_pair(w[3], w[11], hi), a_pair(w[3].yx, w[11].yx, hi),
+    a_pair(w[4], w[12], hi), a_pair(w[4].yx, w[12].yx, hi), a_pair(w[5], w[13], hi), a_pair(w[5].yx, w[13].yx, hi),
+    a_pair(w[6], w[14], hi), a_pair(w[6].yx, w[14].yx, hi), a_pair(w[7], w[15], hi), a_pair(w[7].yx, w[15].yx, hi));
 }
 
 // op(B)[k, c .. c + 3] (k0) and [k + 1, c .. c + 3] (k1, zero when `hi` is false).
 struct BRows { k0: vec4<f32>, k1: vec4<f32> }
 fn b_rows(base: u32, ld: u32, c: u32, k: u32, hi: bool) -> BRows {
+  if (B_PAIRS == 1u) {  // B [K, N], base and ld even: words c / 2 and c / 2 + 1 are pair c / 4
+    let p = min(c / 4u, ((N + 1u) / 2u - 1u) / 2u);  // columns past N: any pair, never stored
+    let k1 = h_load2(B2[(base + min(k + 1u, K - 1u) * ld) / 2u + p]);
+    return BRows(h_load2(B2[(base + k * ld) / 2u + p]), select(vec4<f32>(0.0), k1, hi));
+  }
   if (TRANS_B == 0u) {  // B [K, N]: words hold column pairs
     let cw = (N + 1u) / 2u;
     let j0 = min(c / 2u, cw - 1u);
@@ -137,7 +168,29 @@ fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
       acc_row(6u, a[6], b0, b1);
       acc_row(7u, a[7], b0, b1);
     }
+    if (TM > 8u) {
+      acc_row(8u, a[8], b0, b1);
+      acc_row(9u, a[9], b0, b1);
+      acc_row(10u, a[10], b0, b1);
+      acc_row(11u, a[11], b0, b1);
+      acc_row(12u, a[12], b0, b1);
+      acc_row(13u, a[13], b0, b1);
+      acc_row(14u, a[14], b0, b1);
+      acc_row(15u, a[15], b0, b1);
+    }
   }
+}
+
+// Column group j of `acc`, row by row (mm_run's stores).
+fn acc_group(j: u32) -> array<vec4<f32>, TM_MAX> {
+  if (j == 0u) {
+    return array<vec4<f32>, TM_MAX>(
+      acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0], acc[6][0], acc[7][0],
+      acc[8][0], acc[9][0], acc[10][0], acc[11][0], acc[12][0], acc[13][0], acc[14][0], acc[15][0]);
+  }
+  return array<vec4<f32>, TM_MAX>(
+    acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1], acc[6][1], acc[7][1],
+    acc[8][1], acc[9][1], acc[10][1], acc[11][1], acc[12][1], acc[13][1], acc[14][1], acc[15][1]);
 }
 
 fn out_row(wg: vec3<u32>, lid: vec3<u32>, i: u32) -> u32 { return (wg.y * WG_Y + lid.y) * TM + i; }

@@ -1,8 +1,9 @@
 // Contract (webmp/wgsl.py): after matmul_reg.wgsl; defines a_setup and a_words. No bindings. Needs
 // the `subgroups` feature (a browser's WGSL also needs `enable subgroups;`: see wgsl.SOURCE_FEATURES).
 // The threads of a subgroup that share their rows of C (those along x, when the subgroup is
-// WG_X consecutive invocations and at least TM wide) load the TM words of op(A) a step needs once
-// between them, one each, and hand them out with subgroupBroadcast: TM loads a thread become one.
+// WG_X consecutive invocations and at least min(TM, 8) wide) load the TM words of op(A) a step
+// needs once between them, each its share (one word, two with TM 16), and hand them out with
+// subgroupBroadcast: TM loads a thread become one or two.
 // Elsewhere (another subgroup size or layout) each thread loads all its words, as
 // matmul_reg_a.wgsl does (own_a_words): the values are the same either way.
 
@@ -12,7 +13,7 @@ var<private> sg_shared: bool;
 fn a_setup(row0: u32) {
   sg_lane = subgroupExclusiveAdd(1u);  // the lane index, without entry-point builtins
   let lanes = subgroupAdd(1u);  // every invocation is active here
-  sg_shared = subgroupAll(lanes >= TM && row0 == subgroupBroadcastFirst(row0));
+  sg_shared = subgroupAll(lanes >= min(TM, 8u) && row0 == subgroupBroadcastFirst(row0));
 }
 
 // sg_shared is the same in every lane of a subgroup (subgroupAll), so the broadcasts under it run
@@ -22,7 +23,7 @@ fn a_setup(row0: u32) {
 fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX> {
   var w: array<vec2<f32>, TM_MAX>;
   if (sg_shared) {
-    let mine = a_word(row0, k, sg_lane % TM);
+    let mine = a_word(row0, k, sg_lane % min(TM, 8u));
     // subgroupBroadcast takes a constant lane
     w[0] = subgroupBroadcast(mine, 0u);
     w[1] = subgroupBroadcast(mine, 1u);
@@ -33,6 +34,17 @@ fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX> {
       w[5] = subgroupBroadcast(mine, 5u);
       w[6] = subgroupBroadcast(mine, 6u);
       w[7] = subgroupBroadcast(mine, 7u);
+    }
+    if (TM > 8u) {  // words 8 .. 15
+      let mine2 = a_word(row0, k, 8u + sg_lane % 8u);
+      w[8] = subgroupBroadcast(mine2, 0u);
+      w[9] = subgroupBroadcast(mine2, 1u);
+      w[10] = subgroupBroadcast(mine2, 2u);
+      w[11] = subgroupBroadcast(mine2, 3u);
+      w[12] = subgroupBroadcast(mine2, 4u);
+      w[13] = subgroupBroadcast(mine2, 5u);
+      w[14] = subgroupBroadcast(mine2, 6u);
+      w[15] = subgroupBroadcast(mine2, 7u);
     }
     return w;
   }

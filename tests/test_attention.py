@@ -28,10 +28,14 @@ SMALL_TILES = {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 8}  # 16 x 16 tiles
 # The register-blocked core (no workgroup memory; with subgroups where the adapter has them) reads
 # the batched operands its own way: 8 x 8 blocks of rows and columns.
 REG_TILES = {"WG_X": 8, "WG_Y": 2, "TM": 8, "TN": 8}
+# 16-row blocks reading op(B) two words a load: with d = 8 every batch of qkv and dO starts on an
+# even word, so the non-transposed B operands (V, K, Q, dO) are read in pairs.
+PAIR_TILES = {"WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 8, "B_PAIRS": 1}
 # The small-shape default (tilecache.SMALL_TILES): the register core with the sizes and the batch
 # layouts read from the args uniform at run time (RUNTIME_DIMS).
 PRODUCT_SHAPES = [
-    "2x7x3x6", "2x1x2x4", "2x37x2x6/small", "2x37x2x6/reg", "2x37x2x6/runtime", "2x7x3x6/runtime"
+    "2x7x3x6", "2x1x2x4", "2x37x2x6/small", "2x37x2x6/reg", "2x37x2x6/runtime", "2x7x3x6/runtime",
+    "2x37x2x8/pairs",
 ]  # fmt: skip
 # T = 70 > 64 threads: rows that take each thread twice
 SOFTMAX_SHAPES = ["2x7x3x6", "2x1x2x4", "1x70x2x4"]
@@ -42,8 +46,9 @@ PRODUCTS = ops.ATTENTION_PRODUCTS
 def parse(shape: str):
     dims, *rest = shape.split("/")
     B, T, H, d = map(int, dims.split("x"))
-    if rest == ["reg"]:
-        return B, T, H, d, {"core": "reg_sg" if default_gpu().has_subgroups else "reg", **REG_TILES}
+    if rest in (["reg"], ["pairs"]):
+        tiles = REG_TILES if rest == ["reg"] else PAIR_TILES
+        return B, T, H, d, {"core": "reg_sg" if default_gpu().has_subgroups else "reg", **tiles}
     if rest == ["runtime"]:
         return B, T, H, d, dict(tilecache.SMALL_TILES)
     return B, T, H, d, (SMALL_TILES if rest else None)

@@ -61,13 +61,24 @@ TILE_VARIANTS = {
     "4x4_t4x4_k32": {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 32},
     "reg_8x4_t8x8": {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
     "sg_8x2_t4x4": {"core": "reg_sg", "WG_X": 8, "WG_Y": 2, "TM": 4, "TN": 4},
+    # 16-row blocks, op(B) read two words a load (N = 35: 18 words a row, the last one half padding)
+    "sg_8x2_t16x8_pairs": {"core": "reg_sg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 8, "B_PAIRS": 1},
+    "reg_8x2_t16x4_pairs": {"core": "reg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 4, "B_PAIRS": 1},
 }
+PAIR_VARIANTS = ("sg_8x2_t16x8_pairs", "reg_8x2_t16x4_pairs")
 TILE_NAMES = [
-    f"matmul/{case}/17x33x65/{t}" for t in TILE_VARIANTS for case in ("fwd_gelu", "logits_TT_relu")
+    f"matmul/{case}/17x33x65/{t}"
+    for t in TILE_VARIANTS
+    if t not in PAIR_VARIANTS
+    for case in ("fwd_gelu", "logits_TT_relu")
 ] + [
     f"matmul/{case}/17x33x65/{t}"
     for t in ("reg_8x4_t8x8", "sg_8x2_t4x4")
     for case in ("wgrad_gelu", "dgrad_gelu")
+] + [
+    f"matmul/{case}/17x35x65/{t}"
+    for t in PAIR_VARIANTS
+    for case in ("fwd_gelu", "logits_TT_relu", "wgrad_gelu", "dgrad_gelu")
 ]
 
 
@@ -140,6 +151,8 @@ CORE_TILES = [
     {"core": "reg", "WG_X": 4, "WG_Y": 2, "TM": 4, "TN": 4},
     {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 4},
     {"core": "reg_sg", "WG_X": 8, "WG_Y": 1, "TM": 4, "TN": 8},
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 8, "B_PAIRS": 1},
+    {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 16, "TN": 4, "B_PAIRS": 1},
 ]
 
 
@@ -149,9 +162,10 @@ def test_matmul_cores_give_the_same_bits(case, path):
     are f16 values, exact), so on one adapter each core and tile shape gives the default's bits:
     a tuner's choice never moves a curve. On lavapipe they do; another compiler may fuse the fmas
     of one kernel and not another's, and then test_matmul's bounds are what holds. K is odd
-    (the register cores' last step is half a word), M, N are not multiples of any block."""
+    (the register cores' last step is half a word), M, N are not multiples of any block; N = 47
+    is 24 words a row, so B_PAIRS tiles read a non-transposed B two words a load."""
     variant, ta, tb, a_act, out_act = MATMUL_CASES[case]
-    M, N, K = 37, 45, 67
+    M, N, K = 37, 47, 67
     rng = np.random.default_rng(7)
     A = rand_h(rng, (K, M) if ta else (M, K), path)
     B = rand_h(rng, (N, K) if tb else (K, N), path)
@@ -164,6 +178,37 @@ def test_matmul_cores_give_the_same_bits(case, path):
             continue
         got = run_matmul(variant, A, B, **opts, tiles=tiles, path=path, gpu=gpu)
         assert_same_bits(f"{case} {tiles}", got, want)
+
+
+def test_b_pairs_only_where_every_pair_starts_on_an_even_word():
+    """B_PAIRS reads two words of op(B) a load (shaders/matmul_reg.wgsl): only a register core
+    asking for it, B not transposed, every row and batch of B starting on an even word; else the
+    same tiles read a word a load. The plan carries the choice as the kernel's constant."""
+    from webmp.ops import Layout, b_pairs
+    from webmp.plan import PlanBuilder
+
+    t = {"core": "reg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 4, "B_PAIRS": 1}
+    assert b_pairs(t, 0, 44, None) == 1  # 22 words a row
+    assert b_pairs(t, 0, 47, None) == 1  # 24 words a row, its last half padding
+    assert b_pairs(t, 0, 45, None) == 0  # 23 words: every other row starts on an odd word
+    assert b_pairs(t, 1, 44, None) == 0  # B^T: its words hold k pairs of one column
+    assert b_pairs(t, 0, 44, Layout(off=4, sb=96, sh=8, ld=48)) == 1
+    assert b_pairs(t, 0, 44, Layout(off=2)) == 0  # a batch starting on an odd word
+    assert b_pairs(t, 0, 44, Layout(sh=6, ld=48)) == 0
+    assert b_pairs(t, 0, 44, Layout(ld=46)) == 0  # 23 words between rows
+    assert b_pairs({k: v for k, v in t.items() if k != "B_PAIRS"}, 0, 44, None) == 0
+    assert b_pairs({"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8, "B_PAIRS": 1}, 0, 44, None) == 0
+
+    pb = PlanBuilder("native")
+    pb.u32("flags", (4,), "other")
+    for N in (44, 45):
+        pb.h(f"B{N}", 8, N)
+        pb.h(f"C{N}", 4, N)
+    pb.h("A", 4, 8)
+    for N in (44, 45):
+        ops.matmul(pb, "p", "matmul_plain", A="A", B=f"B{N}", C=f"C{N}", M=4, N=N, K=8, tiles=t)
+    pairs = [k["constants"].get("B_PAIRS", 0) for k in pb.kernels.values()]
+    assert pairs == [1, 0]
 
 
 @kernel_case("matmul/act_on_load/4096")

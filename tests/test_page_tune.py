@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from webmp.config import TrainConfig
 from webmp.matmul_cases import CANDIDATES, candidates, fits, kebab_limits
 from webmp.models import build_plan
+from webmp.ops import b_pairs
 from webmp.page_runs import training_data
 from webmp.page_tune import CaseResult, adapter_key, judge, plan_shape_classes, tuning_plan
 from webmp.server import create_app
@@ -99,9 +100,12 @@ def test_tuning_plan_covers_each_class_with_the_choices_the_device_allows(tuning
         M, N, K, ta, tb = shapes[c.cls]
         k = kernels[timed["kernel"]]["constants"]
         assert (*sizes(timed), k["TRANS_A"], k["TRANS_B"]) == (M, N, K, ta, tb)
-        assert {n: k[n] for n in c.tiles if n != "core"} == {n: v for n, v in c.tiles.items() if n != "core"}
+        shape = {n: v for n, v in c.tiles.items() if n not in ("core", "B_PAIRS")}
+        assert {n: k[n] for n in shape} == shape
+        assert k.get("B_PAIRS", 0) == b_pairs(c.tiles, tb, N, None)  # pairs where B's rows allow
         assert sizes(check) == (min(M, 67), min(N, 35), min(K, 41))
-        assert check["bind"][3] == f"{c.cls}:C"
+        names = [b["name"] for b in kernels[check["kernel"]]["bindings"]]
+        assert check["bind"][names.index("C")] == f"{c.cls}:C"
 
 
 @pytest.mark.slow

@@ -82,7 +82,22 @@ def core_constants(tiles: Tiles) -> tuple[str, dict[str, int]]:
     missing = [n for n in names if n not in tiles]
     if missing:
         raise ValueError(f"matmul core {core!r} needs the tile constants {missing} (got {dict(tiles)})")
+    rows = (4, 8) if core == "tiled" else (4, 8, 16)  # the cores' register arrays (TM_MAX)
+    if tiles["TM"] not in rows or tiles["TN"] not in (4, 8):
+        raise ValueError(f"matmul core {core!r} takes TM in {rows} and TN in (4, 8) (got {dict(tiles)})")
     return core, {n: int(tiles[n]) for n in names}
+
+
+def b_pairs(tiles: Tiles, trans_b: int, N: int, b_layout: Layout | None) -> int:
+    """The B_PAIRS constant of a product (matmul_reg.wgsl): 1 where the tiles ask for it (a register
+    core's "B_PAIRS": 1) and every pair of op(B)'s words it reads starts on an even word: B not
+    transposed, its rows an even count of words apart, every batch starting on an even word. Else 0,
+    the single-word loads (the same values)."""
+    if not tiles.get("B_PAIRS") or tiles.get("core", "tiled") == "tiled" or trans_b:
+        return 0
+    lay = b_layout or Layout()
+    row_words = lay.ld // 2 if lay.ld else (N + 1) // 2
+    return int(row_words % 2 == 0 and all(v % 4 == 0 for v in (lay.off, lay.sb, lay.sh)))
 
 
 def matmul(
@@ -121,6 +136,8 @@ def matmul(
     core, shape = core_constants(tiles)
     consts: dict[str, Any] = {"TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
     consts.update(shape)
+    if b_pairs(tiles, trans_b, N, b_layout):
+        consts["B_PAIRS"] = 1
     if not 1 <= batch <= MAX_WORKGROUPS_PER_DIM or z_inner < 1:
         raise ValueError(
             f"batch {batch} (z_inner {z_inner}): 1 .. {MAX_WORKGROUPS_PER_DIM} products a dispatch"
@@ -151,7 +168,8 @@ def matmul(
     product: MatmulShape = {"M": M, "N": N, "K": K, "trans_a": trans_a, "trans_b": trans_b}
     if product not in pb.matmuls:
         pb.matmuls.append(product)
-    binds = {"A": A, "B": B, "C": C, "args": matmul_args(pb, M, N, K, z_inner, a_layout, b_layout, c_layout)}
+    args = matmul_args(pb, M, N, K, z_inner, a_layout, b_layout, c_layout)
+    binds = {"A": A, "B": B, "B2": B, "C": C, "args": args}  # B2: B's pair view (B_PAIRS)
     if variant in ("matmul_fwd", "matmul_logits"):
         binds["bias"] = _given(bias, "bias", variant)
     if variant == "matmul_dgrad":

@@ -4,7 +4,9 @@ The matmul kernels take their core (tiles["core"]: "tiled", the default, shaders
 "reg" and "reg_sg", shaders/matmul_reg.wgsl: see webmp.ops.MATMUL_CORES) and tile shape as
 pipeline-overridable constants (WG_X, WG_Y, TM, TN, and BK for the tiled core); RUNTIME_DIMS: 1
 makes them read the product's sizes and layouts from a uniform at run time instead of taking them
-as constants (one pipeline for every size: SMALL_TILES below). Which a plan
+as constants (one pipeline for every size: SMALL_TILES below); B_PAIRS: 1 makes the register cores
+read op(B) two words a load where its layout allows (webmp.ops.b_pairs; elsewhere the same tiles
+read one word a load: the same values). Which a plan
 uses is decided by the caller of `build_plan`, which passes a `TileTable`:
 `TileTable.for_adapter(name)` reads what `webmp bench --tune` (webmp/tune.py) measured for that
 adapter, `TileTable()` is the defaults. Nothing here is process-global.
@@ -23,7 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-Tiles = dict[str, Any]  # tile-shape constants (int), optionally "core" (webmp.ops.MATMUL_CORES), RUNTIME_DIMS
+# tile-shape constants (int), optionally "core" (webmp.ops.MATMUL_CORES), RUNTIME_DIMS, B_PAIRS
+Tiles = dict[str, Any]
 
 DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
 # Small products (at most SMALL_MACS multiply-adds: every matmul of the default GPT, whose largest
