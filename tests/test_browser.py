@@ -912,8 +912,8 @@ def test_page_refuses_a_plan_beyond_the_adapter_limits(server, browser):
 
 def matmul_forms_plan(path: str):
     """A plan with one kernel of every matmul form a plan can use on `path`: each variant on each
-    core, with fixed and run-time sizes, in the transposes and activations the models use (tiny
-    sizes: it is compiled, not run)."""
+    core (and the register cores with 16-row blocks and B_PAIRS), with fixed and run-time sizes, in
+    the transposes and activations the models use (tiny sizes: it is compiled, not run)."""
     from webmp import ops
     from webmp.plan import PlanBuilder
 
@@ -925,10 +925,13 @@ def matmul_forms_plan(path: str):
     pb.f32("C_f32", (n, n), "other")
     pb.u32("flags", (4,), "other")
     forms = 0
+    shapes = [{"core": core, "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 8} for core in ops.MATMUL_CORES]
+    # the register cores' 16-row blocks with B read two words a load (B's rows are 4 words here)
+    shapes += [{"core": c, "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 8, "B_PAIRS": 1} for c in ("reg", "reg_sg")]
     for variant in ops.MATMUL_VARIANTS:
-        for core in ops.MATMUL_CORES:
+        for shape in shapes:
             for runtime_dims in (0, 1):
-                tiles = {"core": core, "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "BK": 8}
+                tiles = dict(shape)
                 if runtime_dims:
                     tiles["RUNTIME_DIMS"] = 1
                 for trans_a, trans_b, act in ((0, 0, 2), (1, 0, 0), (0, 1, 1)):
