@@ -1,7 +1,7 @@
 // Contract (webmp/wgsl.py): no bindings; the variant declares C (array<HW>) and flags; after matmul.wgsl.
 // The f16 (h) output of matmul_fwd, matmul_dgrad and matmul_plain: stores and the overflow flag.
 // The variant owns the bindings C: array<HW> and flags: array<atomic<u32>> because their numbers
-// differ (4 and 5 after fwd's bias or dgrad's Zprev, 3 and 4 in matmul_plain).
+// differ (5 and 6 after fwd's bias or dgrad's Zprev, 4 and 5 in matmul_plain).
 
 fn h_overflows4(v: vec4<f32>) -> bool {
   return h_overflows(v.x) || h_overflows(v.y) || h_overflows(v.z) || h_overflows(v.w);

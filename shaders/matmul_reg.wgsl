@@ -1,8 +1,9 @@
 // Contract (webmp/wgsl.py): a matmul core, after matmul_operands.wgsl and before the file that
 // loads op(A) (matmul_reg_a.wgsl, or matmul_reg_a_sg.wgsl with subgroups); defines the tile-shape
-// overrides, acc, row_words, a_word, own_a_words, a_rows, mm_tile, acc_group, out_row, out_col. Expects
-// `fn a_setup(row0: u32)` (called once per thread, before the K loop) and
-// `fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX>` (a_word t of step k for t < TM).
+// overrides, acc, row_words, a_word, own_a_words, a_rows, k_loop, mm_tile, acc_group, out_row,
+// out_col. Expects `fn k_loops(row0: u32, col0: u32)` (runs k_loop) and
+// `fn a_words(row0: u32, k: u32, sg_ok: bool) -> array<vec2<f32>, TM_MAX>` (a_word t of step k
+// for t < TM).
 // No bindings.
 //
 // Register-blocked core without workgroup memory or barriers: each thread reads its operands
@@ -148,8 +149,13 @@ fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
   mm_z = wg.z;
   let row0 = (wg.y * WG_Y + lid.y) * TM;
   let col0 = (wg.x * WG_X + lid.x) * TN;
-  a_setup(row0);
   acc = array<array<vec4<f32>, TN4_MAX>, TM_MAX>();
+  k_loops(row0, col0);
+}
+
+// The K loop, its op(A) words from a_words(row0, k, sg_ok). `sg_ok` is a constant at each call in
+// k_loops, so each call compiles to a loop of its own with no branch on it.
+fn k_loop(row0: u32, col0: u32, sg_ok: bool) {
   let b_base = batch_start(b_lay) / 2u;
   let b_ld = row_words(b_lay.w, select(N, K, TRANS_B == 1u));
   var b1 = BRows(vec4<f32>(0.0), vec4<f32>(0.0));
@@ -157,7 +163,7 @@ fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
     let hi = k + 1u < K;
     let b0 = b_rows(b_base, b_ld, col0, k, hi);
     if (TN > 4u) { b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi); }
-    let a = a_rows(a_words(row0, k), hi);
+    let a = a_rows(a_words(row0, k, sg_ok), hi);
     acc_row(0u, a[0], b0, b1);
     acc_row(1u, a[1], b0, b1);
     acc_row(2u, a[2], b0, b1);

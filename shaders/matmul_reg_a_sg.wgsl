@@ -1,4 +1,4 @@
-// Contract (webmp/wgsl.py): after matmul_reg.wgsl; defines a_setup and a_words. No bindings. Needs
+// Contract (webmp/wgsl.py): after matmul_reg.wgsl; defines k_loops and a_words. No bindings. Needs
 // the `subgroups` feature (a browser's WGSL also needs `enable subgroups;`: see wgsl.SOURCE_FEATURES).
 // The threads of a subgroup that share their rows of C (those along x, when the subgroup is
 // WG_X consecutive invocations and at least min(TM, 8) wide) load the TM words of op(A) a step
@@ -8,21 +8,29 @@
 // matmul_reg_a.wgsl does (own_a_words): the values are the same either way.
 
 var<private> sg_lane: u32;
-var<private> sg_shared: bool;
 
-fn a_setup(row0: u32) {
+// The verdict is the same for a whole subgroup and for every step, so it picks one of two K loops
+// once, rather than a branch in every step. lavapipe runs the arithmetic under an `if` on every
+// lane whatever the lane's mask (only loads and stores are masked), but leaves a loop whose mask
+// is empty at once: in the loop the per-thread loads' work (an activation per value with A_ACT)
+// is not done at all. GELU on load: 23 -> 45 GFLOP/s at 1024 x 128 x 512 (docs/benchmarks.md).
+fn k_loops(row0: u32, col0: u32) {
   sg_lane = subgroupExclusiveAdd(1u);  // the lane index, without entry-point builtins
   let lanes = subgroupAdd(1u);  // every invocation is active here
-  sg_shared = subgroupAll(lanes >= min(TM, 8u) && row0 == subgroupBroadcastFirst(row0));
+  if (subgroupAll(lanes >= min(TM, 8u) && row0 == subgroupBroadcastFirst(row0))) {
+    k_loop(row0, col0, true);
+  } else {
+    k_loop(row0, col0, false);
+  }
 }
 
-// sg_shared is the same in every lane of a subgroup (subgroupAll), so the broadcasts under it run
+// sg_ok is the same in every lane of a subgroup (subgroupAll), so the broadcasts under it run
 // with the whole subgroup. WGSL's uniformity analysis cannot see that: Tint refuses the module
 // unless it starts with `diagnostic(off, subgroup_uniformity);`, which web/runner.js puts there
 // with `enable subgroups;` (naga does not check, and prints an error for the rule's name).
-fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX> {
+fn a_words(row0: u32, k: u32, sg_ok: bool) -> array<vec2<f32>, TM_MAX> {
   var w: array<vec2<f32>, TM_MAX>;
-  if (sg_shared) {
+  if (sg_ok) {
     let mine = a_word(row0, k, sg_lane % min(TM, 8u));
     // subgroupBroadcast takes a constant lane
     w[0] = subgroupBroadcast(mine, 0u);

@@ -691,6 +691,17 @@ def bench_readbacks(
 # --- per-kernel GPU time ---------------------------------------------------------------------------
 
 
+def _matmul_shape(kernel, dispatch) -> str:
+    """MxNxK (T when an operand is transposed) of a matmul dispatch: its size constants, or with
+    RUNTIME_DIMS its args buffer's name (webmp.ops.matmul_args names it by the sizes)."""
+    c = kernel["constants"]
+    if "SIZE_M" in c:
+        mnk = f"{c['SIZE_M']}x{c['SIZE_N']}x{c['SIZE_K']}"
+    else:
+        mnk = next(b for b in dispatch["bind"] if b.startswith("matmul_args_"))[len("matmul_args_") :]
+    return mnk + ("T" if c.get("TRANS_A") else "N") + ("T" if c.get("TRANS_B") else "N")
+
+
 def profile_program(rt, program="train_step", steps: int = 3) -> dict | None:
     """GPU time per kernel from timestamp queries (one pass per dispatch); None without the feature."""
     import wgpu
@@ -725,12 +736,7 @@ def profile_program(rt, program="train_step", steps: int = 3) -> dict | None:
         ticks = np.frombuffer(rt.device.queue.read_buffer(resolved), np.uint64).reshape(-1, 2)
         for d, (t0, t1) in zip(ds, ticks, strict=True):
             k = kernels[d["kernel"]]
-            c = k["constants"]
-            shape = (
-                "x".join(str(c[s]) for s in ("M", "N", "K") if s in c)
-                if k["entry"].startswith("matmul")
-                else ""
-            )
+            shape = _matmul_shape(k, d) if k["entry"].startswith("matmul") else ""
             key = (k["entry"], shape)
             total[key] = total.get(key, 0.0) + max(0, int(t1) - int(t0)) / 1e3 / steps  # ns -> us
     step_us = sum(total.values())
