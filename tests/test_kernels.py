@@ -66,20 +66,24 @@ TILE_VARIANTS = {
     "reg_8x2_t16x4_pairs": {"core": "reg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 4, "B_PAIRS": 1},
 }
 PAIR_VARIANTS = ("sg_8x2_t16x8_pairs", "reg_8x2_t16x4_pairs")
-TILE_NAMES = [
-    f"matmul/{case}/17x33x65/{t}"
-    for t in TILE_VARIANTS
-    if t not in PAIR_VARIANTS
-    for case in ("fwd_gelu", "logits_TT_relu")
-] + [
-    f"matmul/{case}/17x33x65/{t}"
-    for t in ("reg_8x4_t8x8", "sg_8x2_t4x4")
-    for case in ("wgrad_gelu", "dgrad_gelu")
-] + [
-    f"matmul/{case}/17x35x65/{t}"
-    for t in PAIR_VARIANTS
-    for case in ("fwd_gelu", "logits_TT_relu", "wgrad_gelu", "dgrad_gelu")
-]
+TILE_NAMES = (
+    [
+        f"matmul/{case}/17x33x65/{t}"
+        for t in TILE_VARIANTS
+        if t not in PAIR_VARIANTS
+        for case in ("fwd_gelu", "logits_TT_relu")
+    ]
+    + [
+        f"matmul/{case}/17x33x65/{t}"
+        for t in ("reg_8x4_t8x8", "sg_8x2_t4x4")
+        for case in ("wgrad_gelu", "dgrad_gelu")
+    ]
+    + [
+        f"matmul/{case}/17x35x65/{t}"
+        for t in PAIR_VARIANTS
+        for case in ("fwd_gelu", "logits_TT_relu", "wgrad_gelu", "dgrad_gelu")
+    ]
+)
 
 
 def _matmul_case(name, path):
