@@ -187,6 +187,38 @@ fn k_loop(row0: u32, col0: u32, sg_ok: bool) {
   }
 }
 
+// op(A)[row0 + i, k] and [row0 + i, k + 1] of any row i < TM, from its own loads (a_rows' pairing
+// for one row: with TRANS_A its two words, k and k + 1).
+fn a_row(row0: u32, k: u32, i: u32, hi: bool) -> vec2<f32> {
+  if (TRANS_A == 0u) {
+    let w = a_word(row0, k, i);
+    return a_pair(w, w.yy, hi);
+  }
+  let lo = a_word(row0, k, i / 2u);
+  let hi_word = a_word(row0, k, i / 2u + TM / 2u);
+  return select(a_pair(lo.yx, hi_word.yx, hi), a_pair(lo, hi_word, hi), i % 2u == 0u);
+}
+
+// k_loop's products and order with its rows in a loop: compact code for a fallback path (its
+// accumulators, indexed by the loop, live in memory; `acc` is written once, at the end, so it
+// stays in registers in k_loop).
+fn k_loop_compact(row0: u32, col0: u32) {
+  let b_base = batch_start(b_lay) / 2u;
+  let b_ld = row_words(b_lay.w, select(N, K, TRANS_B == 1u));
+  var sums: array<array<vec4<f32>, TN4_MAX>, TM_MAX>;
+  for (var k = 0u; k < K; k += 2u) {
+    let hi = k + 1u < K;
+    let b0 = b_rows(b_base, b_ld, col0, k, hi);
+    let b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi);
+    for (var i = 0u; i < TM; i++) {
+      let a = a_row(row0, k, i, hi);
+      sums[i][0] = fma(vec4<f32>(a.y), b0.k1, fma(vec4<f32>(a.x), b0.k0, sums[i][0]));
+      if (TN > 4u) { sums[i][1] = fma(vec4<f32>(a.y), b1.k1, fma(vec4<f32>(a.x), b1.k0, sums[i][1])); }
+    }
+  }
+  acc = sums;
+}
+
 // Column group j of `acc`, row by row (mm_run's stores).
 fn acc_group(j: u32) -> array<vec4<f32>, TM_MAX> {
   if (j == 0u) {

@@ -24,15 +24,17 @@ from .tilecache import DEFAULT_TILES, Tiles
 # Tile shapes to try, most promising first (the tuner stops when its time is up): the default,
 # then the register-blocked cores (no workgroup memory or barriers: what a CPU adapter runs best;
 # with subgroups, op(A) loaded once per subgroup; 16-row blocks and B read two words a load, which
-# cut the loads per fma, first), then tiled 64x64 and 128x128 tiles with 8x8 register blocks,
-# smaller blocks and deeper K slices for small or skinny problems. Filtered by the device's limits
-# and features.
+# cut the loads per fma, first, with their sizes read at run time: as fast on lavapipe, and one
+# pipeline then serves every product of a variant with those tiles, so a tuned plan compiles
+# fewer kernels before its first step), then tiled 64x64 and 128x128 tiles with 8x8 register
+# blocks, smaller blocks and deeper K slices for small or skinny problems. Filtered by the
+# device's limits and features.
 CANDIDATES: list[Tiles] = [
-    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 16, "TN": 8, "B_PAIRS": 1},
-    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 16, "TN": 4, "B_PAIRS": 1},
-    {"core": "reg_sg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 8, "B_PAIRS": 1},
-    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8, "B_PAIRS": 1},
-    {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 16, "TN": 4, "B_PAIRS": 1},
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 16, "TN": 8, "B_PAIRS": 1, "RUNTIME_DIMS": 1},
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 16, "TN": 4, "B_PAIRS": 1, "RUNTIME_DIMS": 1},
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 8, "B_PAIRS": 1, "RUNTIME_DIMS": 1},
+    {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8, "B_PAIRS": 1, "RUNTIME_DIMS": 1},
+    {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 16, "TN": 4, "B_PAIRS": 1, "RUNTIME_DIMS": 1},
     {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
     {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 4},
     {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
