@@ -1,9 +1,9 @@
 // Contract (webmp/wgsl.py): a matmul core, after matmul_operands.wgsl and before the file that
 // loads op(A) (matmul_reg_a.wgsl, or matmul_reg_a_sg.wgsl with subgroups); defines the tile-shape
 // overrides, acc, row_words, a_word, own_a_words, a_rows, k_loop, mm_tile, acc_group, out_row,
-// out_col. Expects `fn k_loops(row0: u32, col0: u32)` (runs k_loop) and
-// `fn a_words(row0: u32, k: u32, sg_ok: bool) -> array<vec2<f32>, TM_MAX>` (a_word t of step k
-// for t < TM).
+// out_col, k_loop_compact. Expects `fn k_loops(row0: u32, col0: u32)` (runs k_loop or
+// k_loop_compact) and `fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX>` (a_word t of
+// step k for t < TM), which k_loop calls.
 // No bindings.
 //
 // Register-blocked core without workgroup memory or barriers: each thread reads its operands
@@ -153,9 +153,8 @@ fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
   k_loops(row0, col0);
 }
 
-// The K loop, its op(A) words from a_words(row0, k, sg_ok). `sg_ok` is a constant at each call in
-// k_loops, so each call compiles to a loop of its own with no branch on it.
-fn k_loop(row0: u32, col0: u32, sg_ok: bool) {
+// The K loop, its op(A) words from a_words.
+fn k_loop(row0: u32, col0: u32) {
   let b_base = batch_start(b_lay) / 2u;
   let b_ld = row_words(b_lay.w, select(N, K, TRANS_B == 1u));
   var b1 = BRows(vec4<f32>(0.0), vec4<f32>(0.0));
@@ -163,7 +162,7 @@ fn k_loop(row0: u32, col0: u32, sg_ok: bool) {
     let hi = k + 1u < K;
     let b0 = b_rows(b_base, b_ld, col0, k, hi);
     if (TN > 4u) { b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi); }
-    let a = a_rows(a_words(row0, k, sg_ok), hi);
+    let a = a_rows(a_words(row0, k), hi);
     acc_row(0u, a[0], b0, b1);
     acc_row(1u, a[1], b0, b1);
     acc_row(2u, a[2], b0, b1);

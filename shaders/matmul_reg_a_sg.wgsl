@@ -19,7 +19,7 @@ fn k_loops(row0: u32, col0: u32) {
   sg_lane = subgroupExclusiveAdd(1u);  // the lane index, without entry-point builtins
   let lanes = subgroupAdd(1u);  // every invocation is active here
   if (subgroupAll(lanes >= min(TM, 8u) && row0 == subgroupBroadcastFirst(row0))) {
-    k_loop(row0, col0, true);
+    k_loop(row0, col0);
   } else {
     k_loop_compact(row0, col0);
   }
@@ -30,7 +30,7 @@ fn k_loops(row0: u32, col0: u32) {
 // see that: Tint refuses the module unless it starts with `diagnostic(off, subgroup_uniformity);`,
 // which web/runner.js puts there with `enable subgroups;` (naga does not check, and prints an
 // error for the rule's name).
-fn a_words(row0: u32, k: u32, _sg_ok: bool) -> array<vec2<f32>, TM_MAX> {
+fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX> {
   var w: array<vec2<f32>, TM_MAX>;
   let mine = a_word(row0, k, sg_lane % min(TM, 8u));
   // subgroupBroadcast takes a constant lane

@@ -49,7 +49,7 @@ after it to define):
 - The cores (webmp.ops.MATMUL_CORES, chosen by tiles["core"]): matmul.wgsl ("tiled": workgroup
   memory tiles; overrides WG_X, WG_Y, TM, TN, BK); matmul_reg.wgsl ("reg", "reg_sg": register
   blocks read straight from storage; overrides WG_X, WG_Y, TM, TN; reads B_PAIRS), which expects
-  `fn k_loops(row0, col0)` (runs its K loop, k_loop) and `fn a_words(row0, k, sg_ok)` from
+  `fn k_loops(row0, col0)` (runs its K loop, k_loop or k_loop_compact) and `fn a_words(row0, k)` from
   matmul_reg_a.wgsl ("reg") or matmul_reg_a_sg.wgsl ("reg_sg", subgroup builtins: see
   SOURCE_FEATURES). No bindings.
 - matmul_h_out.wgsl (between the core and matmul_fwd / matmul_dgrad / matmul_plain): no
