@@ -64,10 +64,8 @@ TILE_VARIANTS = {
     # 16-row blocks, op(B) read two words a load (N = 35: 18 words a row, the last one half padding)
     "sg_8x2_t16x8_pairs": {"core": "reg_sg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 8, "B_PAIRS": 1},
     "reg_8x2_t16x4_pairs": {"core": "reg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 4, "B_PAIRS": 1},
-    # a subgroup wider than WG_X: the subgroup core's compact per-thread K loop
-    "sg_4x4_t16x8_compact": {"core": "reg_sg", "WG_X": 4, "WG_Y": 4, "TM": 16, "TN": 8, "B_PAIRS": 1},
 }
-PAIR_VARIANTS = ("sg_8x2_t16x8_pairs", "reg_8x2_t16x4_pairs", "sg_4x4_t16x8_compact")
+PAIR_VARIANTS = ("sg_8x2_t16x8_pairs", "reg_8x2_t16x4_pairs")  # (the compact loop: CORE_TILES)
 TILE_NAMES = (
     [
         f"matmul/{case}/17x33x65/{t}"
