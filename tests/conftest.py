@@ -9,6 +9,14 @@ from webmp.runtime import default_gpu
 PATHS = ["native", "emulated", "fp32"]
 F16_PATHS = ["native", "emulated"]
 NO_F16 = "this adapter lacks 'shader-f16': native f16 cases skipped (emulated and fp32 still run)"
+# The longest files first: `make check` hands whole files to its two workers in collection order,
+# and one of these arriving last kept the other worker idle for ~10 s.
+HEAVY_FILES = ["test_server.py", "test_train.py", "test_kernels.py", "test_sample.py", "test_attention.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(HEAVY_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FILES)))  # stable: order within kept
 
 
 @pytest.fixture(scope="session")

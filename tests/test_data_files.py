@@ -301,6 +301,7 @@ def test_default_corpus_cap():
 # --- training on a file --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # two trainings; the loaders are checked file by file in the fast tier
 def test_train_on_csv_and_npz_end_to_end(tmp_path, gpu, capsys):
     x, y = blobs(n=200)
     csv = write_csv(tmp_path / "blobs.csv", x, y)

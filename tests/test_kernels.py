@@ -81,7 +81,7 @@ TILE_NAMES = (
     + [
         f"matmul/{case}/17x35x65/{t}"
         for t in PAIR_VARIANTS
-        for case in ("fwd_gelu", "logits_TT_relu", "wgrad_gelu", "dgrad_gelu")
+        for case in ("fwd_gelu", "wgrad_gelu")  # B not transposed: read in pairs
     ]
 )
 
@@ -160,7 +160,6 @@ CORE_TILES = [
     # 4 threads along x: a subgroup of 8 spans two rows of threads, so the subgroup core takes its
     # compact per-thread K loop (k_loop_compact)
     {"core": "reg_sg", "WG_X": 4, "WG_Y": 4, "TM": 16, "TN": 8, "B_PAIRS": 1},
-    {"core": "reg_sg", "WG_X": 4, "WG_Y": 2, "TM": 4, "TN": 4},
 ]
 
 

@@ -786,6 +786,7 @@ def test_malformed_or_oversized_messages_are_answered_and_dropped(client):
     leave(ws)
 
 
+@pytest.mark.slow  # ~1.3 s; test_reliability floods a real server in the slow tier too
 def test_a_flooding_socket_is_closed_and_others_are_still_served(client):
     run_id = create(client)["id"]
     ws = connect(client, run_id)
@@ -1396,6 +1397,7 @@ def test_deep_json_and_implausible_page_messages_are_refused(client):
     leave(ws)
 
 
+@pytest.mark.slow  # whole runs and their curves.png (~2 s)
 def test_runs_finishing_at_once_plot_their_curves(tmp_path):
     """Found by scripts/reliability.py: pages finishing together plot on the server's worker threads,
     and matplotlib's mathtext parser (log-axis tick labels) is not thread-safe: without

@@ -406,6 +406,7 @@ def test_resume_is_exact(tmp_path, precision):
     assert ma == mb
 
 
+@pytest.mark.slow  # two runs; test_resume_is_exact resumes in the fast tier
 def test_resume_from_an_older_checkpoint(tmp_path):
     """A run that checkpointed at step 20 and logged through step 26 before it stopped without a
     final checkpoint (as after a crash): resuming from its run directory starts at step 20, drops
@@ -513,6 +514,7 @@ def test_loss_scaling_matters(tmp_path):
     assert abs(r["mixed"]["test_accuracy"] - r["fp32"]["test_accuracy"]) <= 0.02
 
 
+@pytest.mark.slow  # two runs; test_resume_is_exact resumes in the fast tier
 def test_resume_continues_the_runs_own_config(tmp_path, capsys):
     """`--resume DIR` without flags keeps the run's config (not the CLI defaults); a flag given
     changes only that field and says what it does to the schedule; a resume that cannot go on
