@@ -205,10 +205,11 @@ fn k_loop_compact(row0: u32, col0: u32) {
   let b_base = batch_start(b_lay) / 2u;
   let b_ld = row_words(b_lay.w, select(N, K, TRANS_B == 1u));
   var sums: array<array<vec4<f32>, TN4_MAX>, TM_MAX>;
+  var b1 = BRows(vec4<f32>(0.0), vec4<f32>(0.0));
   for (var k = 0u; k < K; k += 2u) {
     let hi = k + 1u < K;
     let b0 = b_rows(b_base, b_ld, col0, k, hi);
-    let b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi);
+    if (TN > 4u) { b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi); }
     for (var i = 0u; i < TM; i++) {
       let a = a_row(row0, k, i, hi);
       sums[i][0] = fma(vec4<f32>(a.y), b0.k1, fma(vec4<f32>(a.x), b0.k0, sums[i][0]));
