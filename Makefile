@@ -9,7 +9,8 @@ train:
 test:
 	@bash scripts/setup.sh test && . scripts/env.sh && $(MAKE) --no-print-directory lint && python3 -m pytest $(ARGS)
 
-# before every commit: linters, types, and the tests that are neither slow nor browser, on two
+# before every commit: linters, types, and the tests that are neither slow nor browser (the
+# emulated f16 path's cases are slow where the adapter has shader-f16: tests/conftest.py), on two
 # processes (pytest-xdist; each has its own WebGPU device): under a minute here. The files whose
 # every test is slow are not even collected: importing schemathesis and hypothesis costs each
 # process ~2 s.
