@@ -112,8 +112,14 @@ def test_model_matmul_shapes(result, plans, gpu):
     assert list(result["model_matmuls"]) == ["gpt"]
     for name in ["gpt"]:
         mm = result["model_matmuls"][name]
-        shapes = {s[1:] for s in plan_shapes(plans[(name, "mixed")])}
+        plan = plans[(name, "mixed")]
+        shapes = {s[1:6] for s in plan_shapes(plan)}
         assert {(r["M"], r["N"], r["K"], r["trans_a"], r["trans_b"]) for r in mm["shapes"]} == shapes
+        # each product timed with the batch the plan dispatches it with (attention: its batch-heads)
+        assert {tuple(r[k] for k in ("M", "N", "K", "trans_a", "trans_b", "batch")) for r in mm["shapes"]} == {
+            tuple(m.values()) for m in plan["matmuls"]
+        }
+        assert any(r["batch"] > 1 for r in mm["shapes"])
         for p in paths:
             gf = [r["gflops"][p] for r in mm["shapes"]]
             assert all(positive(g) for g in gf)
@@ -303,6 +309,20 @@ def test_matmul_check_detects_wrong_operands(gpu):
     assert case.check() > 1
 
 
+@pytest.mark.parametrize("variant", ["matmul_wgrad", "matmul_dgrad"])
+def test_batched_matmul_case_checks_every_batch(gpu, variant):
+    """A batched case (as the bench times attention's products) computes each batch on its own
+    copy of the operands; the check judges all of them: one batch's B changed fails it."""
+    path = "native" if gpu.has_f16 else "emulated"
+    case = tune.MatmulCase(gpu, path, 10, 6, 14, variant, 1, 1, batch=3)
+    assert case.flops == 2 * 10 * 6 * 14 * 3
+    assert case.check() <= 1 and case.result().shape == (3, 10, 6)
+    b = np.tile(case.b, (3, 1))
+    b[6:12] = b[6:12][::-1]  # batch 1's B: its rows reversed
+    case.rt.write("B", pack_h(b, path))
+    assert case.check() > 1
+
+
 def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
     shape = ("fp32", 24, 20, 16, 1, 0)
     report = tune.tune_shapes(gpu, [shape], budget_s=0.5, log=lambda *a: None)
@@ -325,8 +345,8 @@ def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
 def test_plan_shapes_lists_each_matmul(digits):
     plan, _ = build_plan(TrainConfig(), digits, "emulated")
     shapes = tune.plan_shapes(plan)
-    assert ("emulated", 64, 256, 64, 0, 0) in shapes  # first layer forward: batch x out x in
-    assert ("emulated", 64, 256, 64, 1, 0) in shapes  # its weight gradient: in x out x batch
+    assert ("emulated", 64, 256, 64, 0, 0, 1) in shapes  # first layer forward: batch x out x in
+    assert ("emulated", 64, 256, 64, 1, 0, 1) in shapes  # its weight gradient: in x out x batch
     assert all(s[0] == "emulated" for s in shapes) and len(set(shapes)) == len(shapes)
 
 

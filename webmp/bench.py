@@ -245,27 +245,30 @@ def core_gflops(gpu, path, M, N, K, variant, ta, tb, target_s) -> dict[str, floa
 def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
     """GFLOP/s of every distinct matmul shape of the GPT's mixed plan, with the tiles the plan uses
     (the tune cache's, else the defaults), per path, and their median per path. Attention's
-    batched products are timed as one batch-head's product (the same tiles)."""
+    batched products are timed batched as the model dispatches them (`batch` batch-heads a
+    dispatch; operands one batch after another rather than interleaved by head: the same
+    arithmetic, tiles and grid)."""
     table = TileTable.for_adapter(gpu.name)
     out: dict[str, Any] = {}
     for (name, precision), (plan, _, _) in plans.items():
         if precision != "mixed" or name != "gpt":  # the GPT's shapes are the ones at stake
             continue
-        shapes = list(dict.fromkeys(s[1:] for s in tune.plan_shapes(plan)))
+        products = list(dict.fromkeys(tuple(m.values()) for m in plan["matmuls"]))
         rows: list[dict] = []
-        for M, N, K, ta, tb in shapes:
+        for M, N, K, ta, tb, batch in products:
             row: dict[str, Any] = {
                 "M": M,
                 "N": N,
                 "K": K,
                 "trans_a": ta,
                 "trans_b": tb,
+                "batch": batch,
                 "gflops": {},
                 "tiles": {},
             }
             for path in paths:
                 tiles = table.for_shape(path, M, N, K, ta, tb)
-                case = tune.MatmulCase(gpu, path, M, N, K, "matmul_wgrad", ta, tb, tiles=tiles)
+                case = tune.MatmulCase(gpu, path, M, N, K, "matmul_wgrad", ta, tb, tiles=tiles, batch=batch)
                 if case.check() > 1.0:
                     raise RuntimeError(f"matmul {M}x{N}x{K} ({ta}{tb}) with {tiles} on {path} is wrong")
                 row["gflops"][path] = case.gflops(target_s, batches=3)

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .ops import matmul
+from .ops import Layout, matmul
 from .plan import PlanBuilder, pack_h, unpack_h
 from .tilecache import DEFAULT_TILES, Tiles
 
@@ -119,7 +119,9 @@ def _products(M, N, K, trans_a, trans_b, seed):
 class MatmulSpec:
     """A single matmul dispatch of one variant on random data (see _operands), laid out as the
     variant reads it (A [K, M] when trans_a, B [N, K] when trans_b), with its numpy reference.
-    matmul_dgrad runs with OUT_ACT = relu."""
+    matmul_dgrad runs with OUT_ACT = relu. With `batch` > 1 the dispatch computes that many
+    products (the grid's z, as attention's batch-heads), each on its own copy of the operands, one
+    after another in their buffers: every batch's result must match the one reference."""
 
     def __init__(
         self,
@@ -132,26 +134,33 @@ class MatmulSpec:
         trans_b: int = 0,
         tiles: Tiles | None = None,
         seed: int = 0,
+        batch: int = 1,
     ):
         self.path, self.M, self.N, self.K, self.variant = path, M, N, K, variant
-        self.trans_a, self.trans_b, self.seed = trans_a, trans_b, seed
+        self.trans_a, self.trans_b, self.seed, self.batch = trans_a, trans_b, seed, batch
         self.tiles = dict(tiles or DEFAULT_TILES)
         self.a, self.b, self.bias, self.z = _operands(M, N, K, trans_a, trans_b, seed)
         self.out_h = variant in ("matmul_fwd", "matmul_dgrad")
-        self.flops = 2.0 * M * N * K
+        self.flops = 2.0 * M * N * K * batch
+
+    def _layout(self, rows: int, cols: int, h: bool) -> Layout | None:
+        """Batch b of a [rows, cols] operand starts b whole matrices into its buffer (rows of an h
+        matrix rounded up to whole words); None for one product."""
+        return None if self.batch == 1 else Layout(sb=rows * (cols + cols % 2 if h else cols))
 
     def add_buffers(self, pb: PlanBuilder, prefix: str = "") -> str:
         """Adds the operands and the output (`prefix` + A, B, bias, Zprev, C) to pb; returns the
         output's name."""
-        p, path, (M, N) = prefix, self.path, (self.M, self.N)
-        pb.h(p + "A", self.a.shape[0], self.a.shape[1], init=pack_h(self.a, path))
-        pb.h(p + "B", self.b.shape[0], self.b.shape[1], init=pack_h(self.b, path))
+        p, path, (M, N), nb = prefix, self.path, (self.M, self.N), self.batch
+        a, b, z = (np.tile(x, (nb, 1)) for x in (self.a, self.b, self.z))
+        pb.h(p + "A", a.shape[0], a.shape[1], init=pack_h(a, path))
+        pb.h(p + "B", b.shape[0], b.shape[1], init=pack_h(b, path))
         pb.f32(p + "bias", (N,), "other", self.bias)
-        pb.h(p + "Zprev", M, N, init=pack_h(self.z, path))
+        pb.h(p + "Zprev", nb * M, N, init=pack_h(z, path))
         if self.out_h:
-            pb.h(p + "C", M, N)
+            pb.h(p + "C", nb * M, N)
         else:
-            pb.f32(p + "C", (M, N), "activations")
+            pb.f32(p + "C", (nb * M, N), "activations")
         return p + "C"
 
     def dispatch(self, pb: PlanBuilder, program: str, prefix: str = "", flags: str = "flags") -> None:
@@ -175,6 +184,10 @@ class MatmulSpec:
             out_act=1,
             flags=flags,
             tiles=self.tiles,
+            batch=self.batch,
+            a_layout=self._layout(*self.a.shape, h=True),
+            b_layout=self._layout(*self.b.shape, h=True),
+            c_layout=self._layout(self.M, self.N, h=self.out_h),
         )
 
     def reference(self) -> np.ndarray:
@@ -186,10 +199,13 @@ class MatmulSpec:
         return c
 
     def decode(self, raw: bytes) -> np.ndarray:
-        """The output buffer's bytes as an [M, N] float32 array."""
+        """The output buffer's bytes as an [M, N] float32 array ([batch, M, N] when batched)."""
+        rows = self.batch * self.M
         if self.out_h:
-            return unpack_h(raw, self.M, self.N, self.path)
-        return np.frombuffer(raw, np.float32)[: self.M * self.N].reshape(self.M, self.N)
+            c = unpack_h(raw, rows, self.N, self.path)
+        else:
+            c = np.frombuffer(raw, np.float32)[: rows * self.N].reshape(rows, self.N)
+        return c if self.batch == 1 else c.reshape(self.batch, self.M, self.N)
 
     def error_ratio(self, result: np.ndarray) -> float:
         """The worst error of `result` as a multiple of its tolerance (<= 1 passes).

@@ -165,7 +165,7 @@ def matmul(
         consts["RUNTIME_DIMS"] = 1
     else:
         consts.update(sizes)
-    product: MatmulShape = {"M": M, "N": N, "K": K, "trans_a": trans_a, "trans_b": trans_b}
+    product: MatmulShape = {"M": M, "N": N, "K": K, "trans_a": trans_a, "trans_b": trans_b, "batch": batch}
     if product not in pb.matmuls:
         pb.matmuls.append(product)
     args = matmul_args(pb, M, N, K, z_inner, a_layout, b_layout, c_layout)

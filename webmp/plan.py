@@ -66,14 +66,16 @@ class MetricsSpec(WordsSpec):
 
 
 class MatmulShape(TypedDict):
-    """One distinct matmul product of a plan (one batch-head's, for batched ones): what the tuners
-    tune. The kernels' constants do not say it when the sizes are read at run time."""
+    """One distinct matmul product of a plan (one batch-head's, for batched ones) and how many a
+    dispatch computes: what the tuners tune (M .. trans_b) and the bench times. The kernels'
+    constants do not say it when the sizes are read at run time."""
 
     M: int
     N: int
     K: int
     trans_a: int
     trans_b: int
+    batch: int
 
 
 class KernelPlan(TypedDict):

@@ -174,9 +174,10 @@ def tune_rows(gpu, path: str, log=print) -> dict:
 
 
 def plan_shapes(plan: Plan) -> list[tuple]:
-    """The distinct (path, M, N, K, trans_a, trans_b) of a plan's matmul kernels."""
+    """The distinct (path, M, N, K, trans_a, trans_b, batch) of a plan's matmul kernels (batch: the
+    products one dispatch computes, attention's batch-heads)."""
     path = plan["f16_path"] or "fp32"
-    return [(path, m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"]) for m in plan["matmuls"]]
+    return [(path, m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"], m["batch"]) for m in plan["matmuls"]]
 
 
 def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
@@ -185,17 +186,20 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     keeps the fastest that passes its correctness check and stores it in the cache under gpu.name.
     Classes with the most work go first, and time one class leaves unused goes to the next. Then
     the row kernels' form (tune_rows, on the first shape's path), stored under ROWS_KEY.
+    A shape is (path, M, N, K, trans_a, trans_b) or plan_shapes' with its batch: a batched product
+    is timed batched, as the plan dispatches it (one batch-head alone is bound by the dispatch).
     Returns {class: {"tiles", "gflops", "default_gflops", "tried"}, ROWS_KEY: tune_rows's}."""
     by_class: dict[str, tuple] = {}
     for s in shapes:
-        by_class.setdefault(shape_class(*s), s)
-    order = sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3])
+        s = tuple(s) if len(s) == 7 else (*s, 1)
+        by_class.setdefault(shape_class(*s[:6]), s)
+    order = sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3] * kv[1][6])
     allowed = candidates(gpu.device.limits, gpu.has_subgroups)
     cache = load_cache()
     mine = cache.setdefault(gpu.name, {})
     report = {}
     t_budget_end = time.perf_counter() + budget_s
-    for i, (cls, (path, M, N, K, ta, tb)) in enumerate(order):
+    for i, (cls, (path, M, N, K, ta, tb, batch)) in enumerate(order):
         t_end = time.perf_counter() + (t_budget_end - time.perf_counter()) / (len(order) - i)
         results: list[tuple[float, Tiles]] = []
         default = default_tiles(M, N, K)  # what the class gets untuned: tried first
@@ -209,7 +213,7 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
             if small.check() > 1.0:
                 log(f"tune {cls}: {tiles} gives wrong results; skipped")
                 continue
-            case = MatmulCase(gpu, path, M, N, K, trans_a=ta, trans_b=tb, tiles=tiles)
+            case = MatmulCase(gpu, path, M, N, K, trans_a=ta, trans_b=tb, tiles=tiles, batch=batch)
             results.append((case.gflops(target_s=0.05, batches=2), tiles))
         if not results:
             continue
