@@ -185,8 +185,8 @@ class MatmulSpec:
             flags=flags,
             tiles=self.tiles,
             batch=self.batch,
-            a_layout=self._layout(*self.a.shape, h=True),
-            b_layout=self._layout(*self.b.shape, h=True),
+            a_layout=self._layout(self.a.shape[0], self.a.shape[1], h=True),
+            b_layout=self._layout(self.b.shape[0], self.b.shape[1], h=True),
             c_layout=self._layout(self.M, self.N, h=self.out_h),
         )
 
