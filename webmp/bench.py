@@ -244,7 +244,8 @@ def core_gflops(gpu, path, M, N, K, variant, ta, tb, target_s) -> dict[str, floa
 
 def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
     """GFLOP/s of every distinct matmul shape of the GPT's mixed plan, with the tiles the plan uses
-    (the tune cache's, else the defaults), per path, and their median per path. Attention's
+    (the tune cache's, else the defaults), per path, and their median per path: the fastest of 5
+    rounds over all the shapes and paths (tune.interleaved_gflops). Attention's
     batched products are timed batched as the model dispatches them (`batch` batch-heads a
     dispatch; operands one batch after another rather than interleaved by head: the same
     arithmetic, tiles and grid)."""
@@ -255,6 +256,7 @@ def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
             continue
         products = list(dict.fromkeys(tuple(m.values()) for m in plan["matmuls"]))
         rows: list[dict] = []
+        timed: list[tuple[dict, str, tune.MatmulCase]] = []
         for M, N, K, ta, tb, batch in products:
             row: dict[str, Any] = {
                 "M": M,
@@ -271,9 +273,12 @@ def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
                 case = tune.MatmulCase(gpu, path, M, N, K, "matmul_wgrad", ta, tb, tiles=tiles, batch=batch)
                 if case.check() > 1.0:
                     raise RuntimeError(f"matmul {M}x{N}x{K} ({ta}{tb}) with {tiles} on {path} is wrong")
-                row["gflops"][path] = case.gflops(target_s, batches=3)
+                timed.append((row, path, case))
                 row["tiles"][path] = tiles
             rows.append(row)
+        gflops = tune.interleaved_gflops([case for _, _, case in timed], target_s, rounds=5)
+        for (row, path, _), gf in zip(timed, gflops, strict=True):
+            row["gflops"][path] = gf
         median = {path: float(np.median([r["gflops"][path] for r in rows])) for path in paths}
         out[name] = {"shapes": rows, "median_gflops": median}
         log(

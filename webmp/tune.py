@@ -9,6 +9,7 @@ dispatches in one encoder and one wait) is shared with webmp/bench.py.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -94,6 +95,19 @@ class MatmulCase(MatmulSpec):
         once = max(self.run(1), 1e-6)
         reps = int(min(max_reps, max(2, target_s / once)))
         return self.flops * reps / min(self.run(reps) for _ in range(batches)) / 1e9
+
+
+def interleaved_gflops(cases: list[MatmulCase], target_s: float = 0.2, rounds: int = 3) -> list[float]:
+    """GFLOP/s of each case: the fastest of `rounds` batches (each about target_s), the rounds
+    going through all the cases in turn. A CPU adapter's speed drifts with what else its host runs
+    (2x over minutes, docs/benchmarks.md): batches of one case taken back to back can all fall in a
+    slow minute, batches spread over the whole run rarely do, and every case meets the same ones."""
+    reps = [int(min(200, max(2, target_s / max(c.run(1), 1e-6)))) for c in cases]
+    best = [math.inf] * len(cases)
+    for _ in range(rounds):
+        for i, c in enumerate(cases):
+            best[i] = min(best[i], c.run(reps[i]))
+    return [c.flops * n / t / 1e9 for c, n, t in zip(cases, reps, best, strict=True)]
 
 
 # --- the row kernels' forms ----------------------------------------------------------------------
@@ -201,10 +215,10 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     t_budget_end = time.perf_counter() + budget_s
     for i, (cls, (path, M, N, K, ta, tb, batch)) in enumerate(order):
         t_end = time.perf_counter() + (t_budget_end - time.perf_counter()) / (len(order) - i)
-        results: list[tuple[float, Tiles]] = []
+        tried: list[tuple[Tiles, MatmulCase]] = []
         default = default_tiles(M, N, K)  # what the class gets untuned: tried first
         for tiles in [default] + [c for c in allowed if c != default]:
-            if results and time.perf_counter() > t_end:
+            if tried and time.perf_counter() + 0.12 * len(tried) > t_end:  # leave time to time them
                 break
             # correctness on a small shape with ragged edges, speed on the real one
             small = MatmulCase(
@@ -214,9 +228,13 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
                 log(f"tune {cls}: {tiles} gives wrong results; skipped")
                 continue
             case = MatmulCase(gpu, path, M, N, K, trans_a=ta, trans_b=tb, tiles=tiles, batch=batch)
-            results.append((case.gflops(target_s=0.05, batches=2), tiles))
-        if not results:
+            case.run(1)  # compiles it
+            tried.append((tiles, case))
+        if not tried:
             continue
+        # the candidates timed in turn, twice round: a slow minute of the host then slows them all
+        gflops = interleaved_gflops([case for _, case in tried], target_s=0.05, rounds=2)
+        results = [(gf, tiles) for gf, (tiles, _) in zip(gflops, tried, strict=True)]
         best_gf, best = max(results, key=lambda r: r[0])
         default_gf = next((gf for gf, t in results if t == default), None)
         mine[cls] = best
