@@ -2,7 +2,7 @@
 // loads op(A) (matmul_reg_a.wgsl, or matmul_reg_a_sg.wgsl with subgroups); defines the tile-shape
 // overrides, acc, row_words, a_word, own_a_words, a_rows, k_loop, mm_tile, acc_group, out_row,
 // out_col, k_loop_compact. Expects `fn k_loops(row0: u32, col0: u32)` (runs k_loop or
-// k_loop_compact over K) and `fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX>` (a_word t of
+// k_loop_compact) and `fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX>` (a_word t of
 // step k for t < TM), which k_loop calls.
 // No bindings.
 //
@@ -153,12 +153,12 @@ fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
   k_loops(row0, col0);
 }
 
-// The K loop over steps k < k_end (K, or 0 to skip it), its op(A) words from a_words.
-fn k_loop(row0: u32, col0: u32, k_end: u32) {
+// The K loop, its op(A) words from a_words.
+fn k_loop(row0: u32, col0: u32) {
   let b_base = batch_start(b_lay) / 2u;
   let b_ld = row_words(b_lay.w, select(N, K, TRANS_B == 1u));
   var b1 = BRows(vec4<f32>(0.0), vec4<f32>(0.0));
-  for (var k = 0u; k < k_end; k += 2u) {
+  for (var k = 0u; k < K; k += 2u) {
     let hi = k + 1u < K;
     let b0 = b_rows(b_base, b_ld, col0, k, hi);
     if (TN > 4u) { b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi); }
@@ -200,14 +200,13 @@ fn a_row(row0: u32, k: u32, i: u32, hi: bool) -> vec2<f32> {
 
 // k_loop's products and order with its rows in a loop: compact code for a fallback path (its
 // accumulators, indexed by the loop, live in memory; `acc` is written once, at the end, so it
-// stays in registers in k_loop). k_end 0: no steps, and `acc` keeps what k_loop left there.
-fn k_loop_compact(row0: u32, col0: u32, k_end: u32) {
-  if (k_end == 0u) { return; }
+// stays in registers in k_loop).
+fn k_loop_compact(row0: u32, col0: u32) {
   let b_base = batch_start(b_lay) / 2u;
   let b_ld = row_words(b_lay.w, select(N, K, TRANS_B == 1u));
   var sums: array<array<vec4<f32>, TN4_MAX>, TM_MAX>;
   var b1 = BRows(vec4<f32>(0.0), vec4<f32>(0.0));
-  for (var k = 0u; k < k_end; k += 2u) {
+  for (var k = 0u; k < K; k += 2u) {
     let hi = k + 1u < K;
     let b0 = b_rows(b_base, b_ld, col0, k, hi);
     if (TN > 4u) { b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi); }

@@ -13,20 +13,20 @@ var<private> sg_lane: u32;
 // lane whatever the lane's mask (only loads and stores are masked), but leaves a loop whose mask
 // is empty at once: in the loop the per-thread loads' work (an activation per value with A_ACT)
 // is not done at all (GELU on load: 23.7 -> 37.2 GFLOP/s at 1024 x 128 x 512, docs/benchmarks.md).
-// So the verdict sets the loops' lengths (one runs K steps, the other none) instead of choosing
-// between them with an `if`, which cost ~5 % at K = 128. The other loop, for subgroups laid out
-// otherwise, is the compact one: it costs little to compile, and the tuner, which times each
-// choice, does not pick this core where it runs.
+// The other loop, for subgroups laid out otherwise, is the compact one: it costs little to
+// compile, and the tuner, which times each choice, does not pick this core where it runs.
 fn k_loops(row0: u32, col0: u32) {
   sg_lane = subgroupExclusiveAdd(1u);  // the lane index, without entry-point builtins
   let lanes = subgroupAdd(1u);  // every invocation is active here
-  let sg_shares = subgroupAll(lanes >= min(TM, 8u) && row0 == subgroupBroadcastFirst(row0));
-  k_loop(row0, col0, select(0u, K, sg_shares));
-  k_loop_compact(row0, col0, select(K, 0u, sg_shares));
+  if (subgroupAll(lanes >= min(TM, 8u) && row0 == subgroupBroadcastFirst(row0))) {
+    k_loop(row0, col0);
+  } else {
+    k_loop_compact(row0, col0);
+  }
 }
 
-// Called only from the K loop that k_loops' verdict runs, which is the same in every lane of a
-// subgroup (subgroupAll), so the broadcasts run with the whole subgroup. WGSL's uniformity analysis cannot
+// Called only from the K loop under k_loops' verdict, which is the same in every lane of a subgroup
+// (subgroupAll), so the broadcasts run with the whole subgroup. WGSL's uniformity analysis cannot
 // see that: Tint refuses the module unless it starts with `diagnostic(off, subgroup_uniformity);`,
 // which web/runner.js puts there with `enable subgroups;` (naga does not check, and prints an
 // error for the rule's name).

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .ops import Layout, matmul
+from .ops import H_OUT_VARIANTS, Layout, matmul
 from .plan import PlanBuilder, pack_h, unpack_h
 from .tilecache import DEFAULT_TILES, Tiles
 
@@ -140,7 +140,7 @@ class MatmulSpec:
         self.trans_a, self.trans_b, self.seed, self.batch = trans_a, trans_b, seed, batch
         self.tiles = dict(tiles or DEFAULT_TILES)
         self.a, self.b, self.bias, self.z = _operands(M, N, K, trans_a, trans_b, seed)
-        self.out_h = variant in ("matmul_fwd", "matmul_dgrad")
+        self.out_h = variant in H_OUT_VARIANTS
         self.flops = 2.0 * M * N * K * batch
 
     def _layout(self, rows: int, cols: int, h: bool) -> Layout | None:
