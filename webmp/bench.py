@@ -254,7 +254,8 @@ def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
     for (name, precision), (plan, _, _) in plans.items():
         if precision != "mixed" or name != "gpt":  # the GPT's shapes are the ones at stake
             continue
-        products = list(dict.fromkeys(tuple(m.values()) for m in plan["matmuls"]))
+        keys = ("M", "N", "K", "trans_a", "trans_b", "batch")
+        products = list(dict.fromkeys(tuple(m[k] for k in keys) for m in plan["matmuls"]))
         rows: list[dict] = []
         timed: list[tuple[dict, str, tune.MatmulCase]] = []
         for M, N, K, ta, tb, batch in products:

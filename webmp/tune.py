@@ -194,6 +194,9 @@ def plan_shapes(plan: Plan) -> list[tuple]:
     return [(path, m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"], m["batch"]) for m in plan["matmuls"]]
 
 
+KEEP_FOR_SECOND_ROUND = 5  # candidates per class timed twice (tune_shapes)
+
+
 def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     """For each shape class (represented by the first of its shapes given), times the candidates
     that fit the device, most promising first, until the class's share of the budget is spent;
@@ -215,10 +218,11 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     t_budget_end = time.perf_counter() + budget_s
     for i, (cls, (path, M, N, K, ta, tb, batch)) in enumerate(order):
         t_end = time.perf_counter() + (t_budget_end - time.perf_counter()) / (len(order) - i)
-        tried: list[tuple[Tiles, MatmulCase]] = []
+        # [GFLOP/s, tiles, case]; the cases of the fastest few are kept for a second round
+        tried: list[list[Any]] = []
         default = default_tiles(M, N, K)  # what the class gets untuned: tried first
         for tiles in [default] + [c for c in allowed if c != default]:
-            if tried and time.perf_counter() + 0.12 * len(tried) > t_end:  # leave time to time them
+            if tried and time.perf_counter() > t_end:
                 break
             # correctness on a small shape with ragged edges, speed on the real one
             small = MatmulCase(
@@ -228,13 +232,17 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
                 log(f"tune {cls}: {tiles} gives wrong results; skipped")
                 continue
             case = MatmulCase(gpu, path, M, N, K, trans_a=ta, trans_b=tb, tiles=tiles, batch=batch)
-            case.run(1)  # compiles it
-            tried.append((tiles, case))
+            tried.append([case.gflops(target_s=0.05), tiles, case])
+            tried.sort(key=lambda t: -t[0])
+            for t in tried[KEEP_FOR_SECOND_ROUND:]:
+                t[2] = None  # its buffers go
         if not tried:
             continue
-        # the candidates timed in turn, twice round: a slow minute of the host then slows them all
-        gflops = interleaved_gflops([case for _, case in tried], target_s=0.05, rounds=2)
-        results = [(gf, tiles) for gf, (tiles, _) in zip(gflops, tried, strict=True)]
+        # the fastest few timed again, in turn, after all were tried: a slow minute of the host
+        # during the first round then no longer decides between them
+        for t in tried[:KEEP_FOR_SECOND_ROUND]:
+            t[0] = max(t[0], t[2].gflops(target_s=0.05))
+        results: list[tuple[float, Tiles]] = [(gf, tiles) for gf, tiles, _ in tried]
         best_gf, best = max(results, key=lambda r: r[0])
         default_gf = next((gf for gf, t in results if t == default), None)
         mine[cls] = best
