@@ -6,7 +6,7 @@
 // comes from the value's f32 bits (the prelude's h_load_bits: integer decoding, subnormals kept),
 // never from float compares, which may assume Inf and NaN never occur.
 // grad_hist_clear.wgsl zeroes the counters first.
-@group(0) @binding(0) var<storage, read> X: array<HWWord>;
+@group(0) @binding(0) var<storage, read> X: array<HWLoad>;
 @group(0) @binding(1) var<storage, read_write> counts: array<atomic<u32>>;
 
 override ROWS: u32 = 1u;

@@ -101,14 +101,11 @@ fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
 }
 
 // Column group j of `acc`, row by row (mm_run's stores).
-fn acc_group(j: u32) -> array<vec4<f32>, GROUP_ROWS> {
-  let z = vec4<f32>(0.0);  // rows past TM_MAX: never stored
+fn acc_group(j: u32) -> array<vec4<f32>, TM_MAX> {
   if (j == 0u) {
-    return array<vec4<f32>, GROUP_ROWS>(acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0],
-                                        acc[6][0], acc[7][0], z, z, z, z, z, z, z, z);
+    return array<vec4<f32>, TM_MAX>(acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0], acc[6][0], acc[7][0]);
   }
-  return array<vec4<f32>, GROUP_ROWS>(acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1],
-                                      acc[6][1], acc[7][1], z, z, z, z, z, z, z, z);
+  return array<vec4<f32>, TM_MAX>(acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1], acc[6][1], acc[7][1]);
 }
 
 // Row of accumulator row i (0 <= i < TM) and first column of accumulator group j (0 <= j < TN/4).

@@ -1,9 +1,6 @@
-// Contract (webmp/wgsl.py): no bindings; the variant declares C (array<HWWord>) and flags; after matmul.wgsl.
+// Contract (webmp/wgsl.py): no bindings; the variant declares C (array<HW>) and flags; after matmul.wgsl.
 // The f16 (h) output of matmul_fwd, matmul_dgrad and matmul_plain: stores and the overflow flag.
-// C is written a 32-bit word at a time (h_store): lavapipe writes a vec2<f16> as two 16-bit stores,
-// each a bounds-checked store per lane (matmul_fwd at 1024 x 384 x 128 with the written-out
-// epilogue of matmul_operands.wgsl: 29.7 GFLOP/s storing vec2<f16>, 40.2 storing words).
-// The variant owns the bindings C: array<HWWord> and flags: array<atomic<u32>> because their numbers
+// The variant owns the bindings C: array<HW> and flags: array<atomic<u32>> because their numbers
 // differ (5 and 6 after fwd's bias or dgrad's Zprev, 4 and 5 in matmul_plain).
 
 fn h_overflows4(v: vec4<f32>) -> bool {
@@ -16,8 +13,8 @@ fn h_overflows4(v: vec4<f32>) -> bool {
 // (another head's) are never written.
 fn store_h4(r: u32, c: u32, v: vec4<f32>) -> bool {
   let w = out_index(r, c, N + (N & 1u)) / 2u;
-  C[w] = h_store(v.xy);
-  if (c + 2u < N) { C[w + 1u] = h_store(v.zw); }
+  C[w] = h_pack(v.xy);
+  if (c + 2u < N) { C[w + 1u] = h_pack(v.zw); }
   return h_overflows4(v);
 }
 

@@ -24,12 +24,12 @@
 // Every core accumulates each output in k order, one fma per k from zero, on f32 values (f16
 // values are exact in f32): the cores compute the same values on one adapter.
 
-@group(0) @binding(0) var<storage, read> A: array<HWWord>;
-@group(0) @binding(1) var<storage, read> B: array<HWWord>;
+@group(0) @binding(0) var<storage, read> A: array<HWLoad>;
+@group(0) @binding(1) var<storage, read> B: array<HWLoad>;
 // B again, two words an element: the register core reads op(B)'s rows a pair of words at a time
 // with B_PAIRS (one load where there were two; lavapipe compiles a storage load lane by lane, so
 // the count of loads is what costs). The same buffer, bound twice (webmp.ops.matmul).
-@group(0) @binding(3) var<storage, read> B2: array<HWWord2>;
+@group(0) @binding(3) var<storage, read> B2: array<HWLoad2>;
 // This product's sizes and operand layouts (RUNTIME_DIMS; the batch constants below, in order).
 struct MatmulArgs {
   dims: vec4<u32>,  // M, N, K, Z_INNER
@@ -128,45 +128,18 @@ fn mask_cols(v: vec4<f32>, c: u32) -> vec4<f32> {
   return select(vec4<f32>(0.0), v, vec4<u32>(c, c + 1u, c + 2u, c + 3u) < vec4<u32>(N));
 }
 
-// Accumulator row i of a column group (v, columns c..), stored through the variant's epilogue when
-// the row lies inside C; whether a value overflowed.
-fn store_row(wg: vec3<u32>, lid: vec3<u32>, i: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool {
-  let r = out_row(wg, lid, i);
-  if (r >= M) { return false; }
-  return store4(r, c, v, col);
-}
-
-// acc_group's rows: the register core's TM_MAX (the tiled core pads its 8 with zeros).
-const GROUP_ROWS: u32 = 16u;
-
 // Stores accumulator column group j of this thread (g[i]: its row i) through the variant's
-// epilogue; whether a value overflowed. The rows are written out, like the cores' K loops: an array
-// indexed by a loop variable is kept in memory by lavapipe, and each g[i] became a pass over all 16
-// rows (that loop was half the time of a 1024 x 384 x 128 product's setup and stores).
-fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, GROUP_ROWS>) -> bool {
+// epilogue; whether a value overflowed.
+fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, TM_MAX>) -> bool {
   let c = out_col(wg, lid, j);
   if (c >= N) { return false; }
   let col = col4(c);
-  // store_row first in each line: `bad || store_row(...)` would skip the store
-  var bad = store_row(wg, lid, 0u, c, g[0], col);
-  bad = store_row(wg, lid, 1u, c, g[1], col) || bad;
-  bad = store_row(wg, lid, 2u, c, g[2], col) || bad;
-  bad = store_row(wg, lid, 3u, c, g[3], col) || bad;
-  if (TM > 4u) {
-    bad = store_row(wg, lid, 4u, c, g[4], col) || bad;
-    bad = store_row(wg, lid, 5u, c, g[5], col) || bad;
-    bad = store_row(wg, lid, 6u, c, g[6], col) || bad;
-    bad = store_row(wg, lid, 7u, c, g[7], col) || bad;
-  }
-  if (TM > 8u) {
-    bad = store_row(wg, lid, 8u, c, g[8], col) || bad;
-    bad = store_row(wg, lid, 9u, c, g[9], col) || bad;
-    bad = store_row(wg, lid, 10u, c, g[10], col) || bad;
-    bad = store_row(wg, lid, 11u, c, g[11], col) || bad;
-    bad = store_row(wg, lid, 12u, c, g[12], col) || bad;
-    bad = store_row(wg, lid, 13u, c, g[13], col) || bad;
-    bad = store_row(wg, lid, 14u, c, g[14], col) || bad;
-    bad = store_row(wg, lid, 15u, c, g[15], col) || bad;
+  var bad = false;
+  for (var i = 0u; i < TM; i++) {
+    let r = out_row(wg, lid, i);
+    if (r >= M) { break; }
+    let o = store4(r, c, g[i], col);  // not `bad || store4(...)`: that would skip the store
+    bad = bad || o;
   }
   return bad;
 }
@@ -181,8 +154,8 @@ fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, GROUP_
 //   fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool: stores the accumulators v
 //     of row r < M, columns c.. (c < N) of batch mm_z (out_index gives where) and says whether a
 //     value overflowed the storage format.
-// Returns whether any did. `acc` is only indexed by constants, in acc_group, and so is each group
-// (an array indexed by a loop variable is kept in memory by lavapipe's compiler).
+// Returns whether any did. `acc` is only indexed by constants, in acc_group (an array indexed by a
+// loop variable is kept in memory by lavapipe's compiler, registers are faster).
 fn mm_run(wg: vec3<u32>, lid: vec3<u32>) -> bool {
   if (RUNTIME_DIMS == 1u) {
     M = args.dims.x;

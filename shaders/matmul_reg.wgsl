@@ -220,13 +220,13 @@ fn k_loop_compact(row0: u32, col0: u32) {
 }
 
 // Column group j of `acc`, row by row (mm_run's stores).
-fn acc_group(j: u32) -> array<vec4<f32>, GROUP_ROWS> {
+fn acc_group(j: u32) -> array<vec4<f32>, TM_MAX> {
   if (j == 0u) {
-    return array<vec4<f32>, GROUP_ROWS>(
+    return array<vec4<f32>, TM_MAX>(
       acc[0][0], acc[1][0], acc[2][0], acc[3][0], acc[4][0], acc[5][0], acc[6][0], acc[7][0],
       acc[8][0], acc[9][0], acc[10][0], acc[11][0], acc[12][0], acc[13][0], acc[14][0], acc[15][0]);
   }
-  return array<vec4<f32>, GROUP_ROWS>(
+  return array<vec4<f32>, TM_MAX>(
     acc[0][1], acc[1][1], acc[2][1], acc[3][1], acc[4][1], acc[5][1], acc[6][1], acc[7][1],
     acc[8][1], acc[9][1], acc[10][1], acc[11][1], acc[12][1], acc[13][1], acc[14][1], acc[15][1]);
 }

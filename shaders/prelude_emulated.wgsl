@@ -8,12 +8,11 @@ const H_OVERFLOW_BITS: u32 = 0x477fe000u;  // |x| >= 65504 (f16 max), Inf or NaN
 
 fn h_unpack(w: HW) -> vec2<f32> { return unpack2x16float(w); }
 fn h_pack(v: vec2<f32>) -> HW { return pack2x16float(v); }
-// A word of h values as the matmuls read and write it (the same bits as HW).
-alias HWWord = u32;
-fn h_load(w: HWWord) -> vec2<f32> { return unpack2x16float(w); }
-fn h_store(v: vec2<f32>) -> HWWord { return pack2x16float(v); }
-alias HWWord2 = vec2<u32>;  // two consecutive words in one load (matmul_reg.wgsl's B_PAIRS)
-fn h_load2(w: HWWord2) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }
+// A word of h values as read by the matmuls' operand loads (the same bits as HW).
+alias HWLoad = u32;
+fn h_load(w: HWLoad) -> vec2<f32> { return unpack2x16float(w); }
+alias HWLoad2 = vec2<u32>;  // two consecutive words in one load (matmul_reg.wgsl's B_PAIRS)
+fn h_load2(w: HWLoad2) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }
 fn h_round(x: f32) -> f32 { return f16_round(x); }  // see common.wgsl
 // The f32 bit patterns of a word's two values, exactly (webmp grad_hist reads them).
-fn h_load_bits(w: HWWord) -> vec2<u32> { return vec2<u32>(f16_bits_to_f32(w & 0xffffu), f16_bits_to_f32(w >> 16u)); }
+fn h_load_bits(w: HWLoad) -> vec2<u32> { return vec2<u32>(f16_bits_to_f32(w & 0xffffu), f16_bits_to_f32(w >> 16u)); }

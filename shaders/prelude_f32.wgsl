@@ -7,12 +7,11 @@ const H_OVERFLOW_BITS: u32 = 0x7f800000u;  // Inf or NaN
 
 fn h_unpack(w: HW) -> vec2<f32> { return w; }
 fn h_pack(v: vec2<f32>) -> HW { return v; }
-// A word of h values as the matmuls read and write it (the same bits as HW).
-alias HWWord = vec2<f32>;
-fn h_load(w: HWWord) -> vec2<f32> { return w; }
-fn h_store(v: vec2<f32>) -> HWWord { return v; }
-alias HWWord2 = vec4<f32>;  // two consecutive words in one load (matmul_reg.wgsl's B_PAIRS)
-fn h_load2(w: HWWord2) -> vec4<f32> { return w; }
+// A word of h values as read by the matmuls' operand loads (the same bits as HW).
+alias HWLoad = vec2<f32>;
+fn h_load(w: HWLoad) -> vec2<f32> { return w; }
+alias HWLoad2 = vec4<f32>;  // two consecutive words in one load (matmul_reg.wgsl's B_PAIRS)
+fn h_load2(w: HWLoad2) -> vec4<f32> { return w; }
 fn h_round(x: f32) -> f32 { return x; }
 // The f32 bit patterns of a word's two values, exactly (webmp grad_hist reads them).
-fn h_load_bits(w: HWWord) -> vec2<u32> { return bitcast<vec2<u32>>(w); }
+fn h_load_bits(w: HWLoad) -> vec2<u32> { return bitcast<vec2<u32>>(w); }

@@ -13,10 +13,9 @@ The contract between the files of a kernel (what a shared file owns, and what it
 after it to define):
 
 - prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, H_OVERFLOW_BITS, h_unpack,
-  h_pack, h_round, and HWWord / h_load / h_store: the same words as the matmuls read and write
-  them (u32 and unpack2x16float / pack2x16float on both f16 paths: lavapipe reads a vec2<f16> as
-  two 16-bit loads, which made the native matmuls ~1.4x slower than the emulated ones, and writes
-  one as two 16-bit stores; the values are the same), HWWord2 /
+  h_pack, h_round, and HWLoad / h_load: the same words as the matmul operands read them (u32 and
+  unpack2x16float on both f16 paths: lavapipe reads a vec2<f16> as two 16-bit loads, which made
+  the native matmuls ~1.4x slower than the emulated ones; the values are the same), HWLoad2 /
   h_load2 (two such words in one load), and
   h_load_bits (a word's two values as f32 bit patterns, exactly). The f16 preludes' h_round uses
   common.wgsl's f16_round, their h_load_bits its f16_bits_to_f32.
@@ -54,7 +53,7 @@ after it to define):
   matmul_reg_a.wgsl ("reg") or matmul_reg_a_sg.wgsl ("reg_sg", subgroup builtins: see
   SOURCE_FEATURES). No bindings.
 - matmul_h_out.wgsl (between the core and matmul_fwd / matmul_dgrad / matmul_plain): no
-  bindings. Defines h_overflows4, store_h4, mm_run_h. Expects the bindings `C: array<HWWord>` and
+  bindings. Defines h_overflows4, store_h4, mm_run_h. Expects the bindings `C: array<HW>` and
   `flags: array<atomic<u32>>` from the variant (their numbers differ between variants).
 - matmul_f32_out.wgsl (between the core and matmul_logits / matmul_wgrad): no bindings. Defines
   store_f32x4. Expects the binding `C: array<f32>` from the variant.
@@ -80,7 +79,7 @@ after it to define):
   4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags), sample_window.wgsl (sample_window: 0 seq,
   1 seq_len, 2 idx), sample_next.wgsl (sample_next: 0 logits (f32), 1 seq, 2 seq_len).
 - The gradient-range lens: grad_hist_clear.wgsl (grad_hist_clear: 0 counts, u32) and
-  grad_hist.wgsl (grad_hist: 0 X (h, as HWWord), 1 counts (atomic u32)).
+  grad_hist.wgsl (grad_hist: 0 X (h, as HWLoad), 1 counts (atomic u32)).
 - round_h.wgsl (round_h: 0 x, 1 out, both f32): an inspection kernel no model dispatches, the
   prelude's h_round on any f32 input (tests check its ties to even).
 
@@ -147,15 +146,14 @@ UNIFORM_STRUCTS = {"MatmulArgs": "u32"}
 def element_kind(wgsl_type: str) -> str:
     """'h' for activation-format words, else the scalar type ('f32', 'u32', 'atomic', 'State')."""
     t = wgsl_type.replace(" ", "")
-    if t in ("array<HW>", "array<HWWord>", "array<HWWord2>"):
+    if t in ("array<HW>", "array<HWLoad>", "array<HWLoad2>"):
         return "h"
     if t.startswith("array<atomic<"):
         return "atomic"
     if t in UNIFORM_STRUCTS:
         return UNIFORM_STRUCTS[t]
-    # an array of scalars or of vectors (a vec4 view of f32 data is f32), a uniform's vector
-    m = re.fullmatch(r"(?:array<vec[234]<(\w+)>>|(?:array|vec\d)<(\w+)>)", t)
-    return (m.group(1) or m.group(2)) if m else t
+    m = re.fullmatch(r"(?:array|vec\d)<(\w+)>", t)  # a uniform's vector: its scalar type
+    return m.group(1) if m else t
 
 
 BindingType = Literal["read-only-storage", "storage", "uniform"]
