@@ -254,8 +254,7 @@ def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
     for (name, precision), (plan, _, _) in plans.items():
         if precision != "mixed" or name != "gpt":  # the GPT's shapes are the ones at stake
             continue
-        keys = ("M", "N", "K", "trans_a", "trans_b", "batch")
-        products = list(dict.fromkeys(tuple(m[k] for k in keys) for m in plan["matmuls"]))
+        products = list(dict.fromkeys(s[1:] for s in tune.plan_shapes(plan)))
         rows: list[dict] = []
         timed: list[tuple[dict, str, tune.MatmulCase]] = []
         for M, N, K, ta, tb, batch in products:

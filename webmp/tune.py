@@ -88,20 +88,19 @@ class MatmulCase(MatmulSpec):
         """Seconds for `reps` dispatches in one pass (time_dispatches)."""
         return time_dispatches(self.rt, self.rt.programs["mm"], reps, self.out)
 
-    def gflops(self, target_s: float = 0.2, max_reps: int = 200, batches: int = 1) -> float:
+    def gflops(self, target_s: float = 0.2, batches: int = 1) -> float:
         """GFLOP/s of the fastest of `batches` batches of dispatches, each lasting about target_s
         (after a warm-up). The fastest, not the mean: on a shared CPU the same kernel's batches
         differ by up to 2x with what else runs, and the fastest is what the kernel can do."""
-        once = max(self.run(1), 1e-6)
-        reps = int(min(max_reps, max(2, target_s / once)))
-        return self.flops * reps / min(self.run(reps) for _ in range(batches)) / 1e9
+        return interleaved_gflops([self], target_s, rounds=batches)[0]
 
 
 def interleaved_gflops(cases: list[MatmulCase], target_s: float = 0.2, rounds: int = 3) -> list[float]:
-    """GFLOP/s of each case: the fastest of `rounds` batches (each about target_s), the rounds
-    going through all the cases in turn. A CPU adapter's speed drifts with what else its host runs
-    (2x over minutes, docs/benchmarks.md): batches of one case taken back to back can all fall in a
-    slow minute, batches spread over the whole run rarely do, and every case meets the same ones."""
+    """GFLOP/s of each case: the fastest of `rounds` batches (each about target_s, at most 200
+    dispatches, after a one-dispatch warm-up), the rounds going through all the cases in turn. A
+    CPU adapter's speed drifts with what else its host runs (2x over minutes, docs/benchmarks.md):
+    batches of one case taken back to back can all fall in a slow minute, batches spread over the
+    whole run rarely do, and every case meets the same ones."""
     reps = [int(min(200, max(2, target_s / max(c.run(1), 1e-6)))) for c in cases]
     best = [math.inf] * len(cases)
     for _ in range(rounds):
