@@ -1,5 +1,5 @@
 // Contract (webmp/wgsl.py): a matmul core, after matmul_operands.wgsl; defines the tile-shape
-// overrides, mm_run, out_row, out_col. No bindings.
+// overrides, mm_tile, acc_group, out_row, out_col, rows_in_c. No bindings.
 // Workgroup-memory tiled core.
 //
 // Blocking: a workgroup of WG_X x WG_Y threads computes a BM x BN tile of C (BM = WG_Y * TM,
@@ -114,4 +114,10 @@ fn out_row(wg: vec3<u32>, lid: vec3<u32>, i: u32) -> u32 {
 }
 fn out_col(wg: vec3<u32>, lid: vec3<u32>, j: u32) -> u32 {
   return 4u * (wg.x * BN4 + lid.x + j * WG_X);
+}
+// How many of this thread's rows lie inside C: out_row grows with i, so they are the first ones.
+fn rows_in_c(wg: vec3<u32>, lid: vec3<u32>) -> u32 {
+  var n = 0u;
+  while (n < TM && out_row(wg, lid, n) < M) { n++; }
+  return n;
 }

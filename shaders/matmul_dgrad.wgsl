@@ -3,7 +3,7 @@
 // The product is accumulated in f32, multiplied by act' in f32 and rounded to f16 once.
 // Values that do not fit the storage format raise the overflow flag.
 @group(0) @binding(4) var<storage, read> Zprev: array<HW>;
-@group(0) @binding(5) var<storage, read_write> C: array<HW>;
+@group(0) @binding(5) var<storage, read_write> C: array<HWOut>;
 @group(0) @binding(6) var<storage, read_write> flags: array<atomic<u32>>;
 
 fn act_grad2(z: vec2<f32>) -> vec2<f32> { return vec2<f32>(act_grad(z.x, OUT_ACT), act_grad(z.y, OUT_ACT)); }

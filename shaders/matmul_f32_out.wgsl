@@ -1,5 +1,8 @@
-// Contract (webmp/wgsl.py): no bindings; the variant declares C (array<f32>); after the core.
-// The f32 output of matmul_logits and matmul_wgrad: a 4-column group's stores.
+// Contract (webmp/wgsl.py): no bindings; the variant declares C (array<F32Out>); after the core.
+// The f32 output of matmul_logits and matmul_wgrad: a 4-column group's stores, any N and layout
+// (matmul_f32_out4.wgsl: C in whole 4-column groups).
+
+alias F32Out = f32;
 
 // Stores the 4-column group v of row r from column c (of batch mm_z), the columns before N. Written
 // out rather than looped over v[t]: indexing a vector by a loop variable made the kernel compile

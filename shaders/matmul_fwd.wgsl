@@ -1,7 +1,7 @@
 // Forward linear layer: C = act_in(A) * W + bias, stored as f16 (h). A_ACT applies the previous
 // layer's activation on load, so only pre-activations are kept for the backward pass.
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
-@group(0) @binding(5) var<storage, read_write> C: array<HW>;
+@group(0) @binding(5) var<storage, read_write> C: array<HWOut>;
 @group(0) @binding(6) var<storage, read_write> flags: array<atomic<u32>>;
 
 fn col4(c: u32) -> vec4<f32> {

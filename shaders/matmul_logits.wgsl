@@ -1,6 +1,6 @@
 // Output layer: logits = act_in(A) * W + bias, kept in f32 because they feed the f32 softmax.
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
-@group(0) @binding(5) var<storage, read_write> C: array<f32>;
+@group(0) @binding(5) var<storage, read_write> C: array<F32Out>;
 
 fn col4(c: u32) -> vec4<f32> {
   return vec4<f32>(bias[c], bias[min(c + 1u, N - 1u)], bias[min(c + 2u, N - 1u)], bias[min(c + 3u, N - 1u)]);

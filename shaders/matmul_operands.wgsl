@@ -1,6 +1,6 @@
 // Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B), 2 (args), 3 (B2) and every
-// override but a core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_tile
-// and acc_group; the variant defines col4, store4.
+// override but a core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_tile,
+// acc_group, out_row, out_col and rows_in_c; the variant defines col4, store4.
 // The operands of the matmul kernels: C[M,N] = op(A)[M,K] * op(B)[K,N] with f16 operands (read
 // from packed HW words) and f32 accumulation, for each batch z of the grid's z dimension (one
 // batch: the MLP). A core computes the products: matmul.wgsl stages tiles in workgroup memory,
@@ -85,9 +85,14 @@ fn batch_start(lay: vec4<u32>) -> u32 {
   return lay.x + (mm_z / z_inner) * lay.y + (mm_z % z_inner) * lay.z;
 }
 
+// C's first element in batch mm_z, set once by mm_run before the stores: batch_start's division
+// and remainder ran per stored row otherwise (with matmul_reg.wgsl's a_base, the fixed cost of a
+// 1024 x 384 x 2 product went 0.51 -> 0.39 ms on lavapipe).
+var<private> c_base: u32;
+
 // Element index of C(r, c) in batch mm_z; `natural_ld` is the row stride when C_LD is 0.
 fn out_index(r: u32, c: u32, natural_ld: u32) -> u32 {
-  return batch_start(c_lay) + r * select(c_lay.w, natural_ld, c_lay.w == 0u) + c;
+  return c_base + r * select(c_lay.w, natural_ld, c_lay.w == 0u) + c;
 }
 
 // A_ACT applied to values of A as they are loaded, rounded to f16 as a stored activation is.
@@ -128,17 +133,25 @@ fn mask_cols(v: vec4<f32>, c: u32) -> vec4<f32> {
   return select(vec4<f32>(0.0), v, vec4<u32>(c, c + 1u, c + 2u, c + 3u) < vec4<u32>(N));
 }
 
-// Stores accumulator column group j of this thread (g[i]: its row i) through the variant's
-// epilogue; whether a value overflowed.
-fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, TM_MAX>) -> bool {
+// One accumulator column group of this thread, row by row: store_group's loop indexes this copy.
+// lavapipe turns a loop-indexed read of a function's array (a parameter, a local) into a pass over
+// every row with a compare and a blend each, but reads a private array like this one directly; the
+// loop, not written out row by row, keeps the kernels as quick to compile (docs/benchmarks.md
+// "fourth pass").
+var<private> out_rows: array<vec4<f32>, TM_MAX>;
+
+// Stores accumulator column group j of this thread through the variant's epilogue, its rows that
+// lie inside C (the core's rows_in_c: a prefix of them); whether a value overflowed. The loop's
+// length is that count rather than a check and a break per row: both cost on every lane.
+fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32) -> bool {
   let c = out_col(wg, lid, j);
   if (c >= N) { return false; }
+  out_rows = acc_group(j);
   let col = col4(c);
   var bad = false;
-  for (var i = 0u; i < TM; i++) {
-    let r = out_row(wg, lid, i);
-    if (r >= M) { break; }
-    let o = store4(r, c, g[i], col);  // not `bad || store4(...)`: that would skip the store
+  let rows = rows_in_c(wg, lid);
+  for (var i = 0u; i < rows; i++) {
+    let o = store4(out_row(wg, lid, i), c, out_rows[i], col);  // not `bad || store4(...)`: that would skip the store
     bad = bad || o;
   }
   return bad;
@@ -146,7 +159,7 @@ fn store_group(wg: vec3<u32>, lid: vec3<u32>, j: u32, g: array<vec4<f32>, TM_MAX
 
 // Called by the variant's entry point: computes this thread's block of C with the core (its
 // mm_tile fills `acc`; acc_group(j) returns its column group j, row by row; out_row and out_col
-// place accumulator row i and column group j) and hands
+// place accumulator row i and column group j; rows_in_c counts the rows inside C) and hands
 // it to the variant's epilogue, one 4-column group of one row at a time, for the groups that
 // start inside C:
 //   fn col4(c: u32) -> vec4<f32>: what the variant needs of columns c..c+3 (fwd: the bias),
@@ -175,9 +188,10 @@ fn mm_run(wg: vec3<u32>, lid: vec3<u32>) -> bool {
     c_lay = vec4<u32>(C_OFF, C_SB, C_SH, C_LD);
   }
   mm_tile(wg, lid);
-  var bad = store_group(wg, lid, 0u, acc_group(0u));
+  c_base = batch_start(c_lay);
+  var bad = store_group(wg, lid, 0u);
   if (TN > 4u) {
-    let o = store_group(wg, lid, 1u, acc_group(1u));
+    let o = store_group(wg, lid, 1u);
     bad = bad || o;
   }
   return bad;

@@ -2,7 +2,7 @@
 // With the batch constants of matmul.wgsl it computes the attention products with an h output
 // (O = P V, dV = P^T dO, dQ = dS K, dK = dS^T Q: see webmp/ops.py). Values that do not fit the
 // storage format raise the overflow flag.
-@group(0) @binding(4) var<storage, read_write> C: array<HW>;
+@group(0) @binding(4) var<storage, read_write> C: array<HWOut>;
 @group(0) @binding(5) var<storage, read_write> flags: array<atomic<u32>>;
 
 fn col4(c: u32) -> vec4<f32> { return vec4<f32>(0.0); }  // no per-column values

@@ -1,7 +1,7 @@
 // Contract (webmp/wgsl.py): a matmul core, after matmul_operands.wgsl and before the file that
 // loads op(A) (matmul_reg_a.wgsl, or matmul_reg_a_sg.wgsl with subgroups); defines the tile-shape
 // overrides, acc, row_words, a_word, own_a_words, a_rows, k_loop, mm_tile, acc_group, out_row,
-// out_col, k_loop_compact. Expects `fn k_loops(row0: u32, col0: u32)` (runs k_loop or
+// out_col, rows_in_c, k_loop_compact. Expects `fn k_loops(row0: u32, col0: u32)` (runs k_loop or
 // k_loop_compact) and `fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX>` (a_word t of
 // step k for t < TM), which k_loop calls.
 // No bindings.
@@ -35,6 +35,9 @@ const TM_MAX: u32 = 16u;     // register arrays need constant sizes
 const TN4_MAX: u32 = 2u;
 
 var<private> acc: array<array<vec4<f32>, TN4_MAX>, TM_MAX>;
+// A's first word in this workgroup's batch, set once by mm_tile rather than computed (a division
+// and a remainder) for every load of op(A): see c_base.
+var<private> a_base: u32;
 
 // Words per stored row of an operand whose rows hold `cols` values (X_LD, or whole words).
 fn row_words(ld: u32, cols: u32) -> u32 { return select(ld, cols + (cols & 1u), ld == 0u) / 2u; }
@@ -44,14 +47,13 @@ fn row_words(ld: u32, cols: u32) -> u32 { return select(ld, cols + (cols & 1u), 
 // row0 + 2t, row0 + 2t + 1 at k for t < TM / 2, and the word of rows row0 + 2(t - TM/2) .. at
 // k + 1 for the others. Activation applied; reads clamped into the operand.
 fn a_word(row0: u32, k: u32, t: u32) -> vec2<f32> {
-  let base = batch_start(a_lay) / 2u;
   if (TRANS_A == 0u) {
-    return act2(h_load(A[base + min(row0 + t, M - 1u) * row_words(a_lay.w, K) + k / 2u]));
+    return act2(h_load(A[a_base + min(row0 + t, M - 1u) * row_words(a_lay.w, K) + k / 2u]));
   }
   let half = TM / 2u;
   let kk = min(k + select(0u, 1u, t >= half), K - 1u);
   let j = min(row0 / 2u + t % half, (M + 1u) / 2u - 1u);
-  return act2(h_load(A[base + kk * row_words(a_lay.w, M) + j]));
+  return act2(h_load(A[a_base + kk * row_words(a_lay.w, M) + j]));
 }
 
 // All the a_words of step k, each loaded by this thread.
@@ -147,6 +149,7 @@ fn acc_row(i: u32, a: vec2<f32>, b0: BRows, b1: BRows) {
 // Accumulates this thread's TM x TN block of C into `acc`.
 fn mm_tile(wg: vec3<u32>, lid: vec3<u32>) {
   mm_z = wg.z;
+  a_base = batch_start(a_lay) / 2u;
   let row0 = (wg.y * WG_Y + lid.y) * TM;
   let col0 = (wg.x * WG_X + lid.x) * TN;
   acc = array<array<vec4<f32>, TN4_MAX>, TM_MAX>();
@@ -232,4 +235,8 @@ fn acc_group(j: u32) -> array<vec4<f32>, TM_MAX> {
 }
 
 fn out_row(wg: vec3<u32>, lid: vec3<u32>, i: u32) -> u32 { return (wg.y * WG_Y + lid.y) * TM + i; }
+fn rows_in_c(wg: vec3<u32>, lid: vec3<u32>) -> u32 {
+  let r0 = out_row(wg, lid, 0u);
+  return select(0u, min(TM, M - r0), r0 < M);
+}
 fn out_col(wg: vec3<u32>, lid: vec3<u32>, j: u32) -> u32 { return (wg.x * WG_X + lid.x) * TN + 4u * j; }

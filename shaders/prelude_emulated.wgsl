@@ -8,6 +8,9 @@ const H_OVERFLOW_BITS: u32 = 0x477fe000u;  // |x| >= 65504 (f16 max), Inf or NaN
 
 fn h_unpack(w: HW) -> vec2<f32> { return unpack2x16float(w); }
 fn h_pack(v: vec2<f32>) -> HW { return pack2x16float(v); }
+// Four values, two words, stored at once (matmul_h_store4.wgsl).
+alias HW4 = vec2<u32>;
+fn h_pack4(v: vec4<f32>) -> HW4 { return vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw)); }
 // A word of h values as read by the matmuls' operand loads (the same bits as HW).
 alias HWLoad = u32;
 fn h_load(w: HWLoad) -> vec2<f32> { return unpack2x16float(w); }

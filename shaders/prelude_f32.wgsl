@@ -7,6 +7,9 @@ const H_OVERFLOW_BITS: u32 = 0x7f800000u;  // Inf or NaN
 
 fn h_unpack(w: HW) -> vec2<f32> { return w; }
 fn h_pack(v: vec2<f32>) -> HW { return v; }
+// Four values, two words, stored at once (matmul_h_store4.wgsl).
+alias HW4 = vec4<f32>;
+fn h_pack4(v: vec4<f32>) -> HW4 { return v; }
 // A word of h values as read by the matmuls' operand loads (the same bits as HW).
 alias HWLoad = vec2<f32>;
 fn h_load(w: HWLoad) -> vec2<f32> { return w; }

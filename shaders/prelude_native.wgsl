@@ -9,6 +9,11 @@ const H_OVERFLOW_BITS: u32 = 0x477fe000u;  // |x| >= 65504 (f16 max), Inf or NaN
 
 fn h_unpack(w: HW) -> vec2<f32> { return vec2<f32>(w); }
 fn h_pack(v: vec2<f32>) -> HW { return HW(v); }
+// Four values, two words, stored at once (matmul_h_store4.wgsl): u32 words, because lavapipe
+// stores a vec2<f16> as two 16-bit stores (naga cannot bitcast f16 vectors to u32, so the words are
+// packed by pack2x16float, as the emulated path stores every h value: the same bits).
+alias HW4 = vec2<u32>;
+fn h_pack4(v: vec4<f32>) -> HW4 { return vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw)); }
 // A word of h values as read by the matmuls' operand loads (the same bits as HW).
 alias HWLoad = u32;
 fn h_load(w: HWLoad) -> vec2<f32> { return unpack2x16float(w); }

@@ -34,7 +34,8 @@ RUNS, kernel_case, run = CASES.runs, CASES.case, CASES.run
 
 # --- matmuls -----------------------------------------------------------------------------------
 
-MATMUL_SHAPES = [(1, 1, 1), (17, 33, 65), (130, 7, 257)]  # (M, N, K)
+# (M, N, K); N = 44: C in whole 4-column groups, stored a group at once (webmp.ops.c_quads)
+MATMUL_SHAPES = [(1, 1, 1), (17, 33, 65), (130, 7, 257), (19, 44, 65)]
 # (variant, trans_a, trans_b, a_act, out_act). Pipelines compile slowly on a CPU adapter, so the
 # cases are chosen to cover each code path once: the four variants as training uses them (with
 # both transposes via matmul_logits) at every shape, the remaining activation and transpose
@@ -185,6 +186,58 @@ def test_matmul_cores_give_the_same_bits(case, path):
             continue
         got = run_matmul(variant, A, B, **opts, tiles=tiles, path=path, gpu=gpu)
         assert_same_bits(f"{case} {tiles}", got, want)
+
+
+@pytest.mark.parametrize("case", ["fwd_gelu", "logits_TT_relu", "wgrad_gelu", "dgrad_gelu"])
+def test_matmul_c_quads_store_the_same_bits(case, path, monkeypatch):
+    """Where C is in whole 4-column groups (N = 44) the matmuls store a group at once
+    (matmul_f32_out4.wgsl, matmul_h_store4.wgsl); the values and places are those of the
+    per-word stores, with every core's rows."""
+    variant, ta, tb, a_act, out_act = MATMUL_CASES[case]
+    M, N, K = 37, 44, 67
+    rng = np.random.default_rng(11)
+    A = rand_h(rng, (K, M) if ta else (M, K), path)
+    B = rand_h(rng, (N, K) if tb else (K, N), path)
+    bias, zprev = rng.standard_normal(N).astype(np.float32), rand_h(rng, (M, N), path, 2.0)
+    opts = dict(bias=bias, zprev=zprev, trans_a=ta, trans_b=tb, a_act=a_act, out_act=out_act)
+    gpu = default_gpu()
+    for tiles in (CORE_TILES[0], CORE_TILES[5], CORE_TILES[6]):
+        if tiles["core"] == "reg_sg" and not gpu.has_subgroups:
+            continue
+        quads = run_matmul(variant, A, B, **opts, tiles=tiles, path=path, gpu=gpu)
+        with monkeypatch.context() as m:
+            m.setattr(ops, "c_quads", lambda *a: False)
+            words = run_matmul(variant, A, B, **opts, tiles=tiles, path=path, gpu=gpu)
+        assert_same_bits(f"{case} {tiles}", quads, words)
+
+
+def test_c_quads_only_where_every_group_is_whole():
+    """A matmul stores C a 4-column group at once only where N and C's offsets and row stride are
+    multiples of 4; the plan carries the choice as the kernel's store file."""
+    from webmp.ops import Layout, c_quads
+    from webmp.plan import PlanBuilder
+
+    assert c_quads(44, None) and c_quads(44, Layout(off=8, sb=176, sh=44, ld=88))
+    assert not c_quads(46, None)  # 23 words a row
+    assert not c_quads(47, None)
+    assert not c_quads(44, Layout(off=2))  # a batch starting mid-group
+    assert not c_quads(44, Layout(sh=6))
+    assert not c_quads(44, Layout(ld=90))
+    for variant, store in (("matmul_plain", "matmul_h_store"), ("matmul_wgrad", "matmul_f32_out")):
+        pb = PlanBuilder("native")
+        pb.u32("flags", (4,), "other")
+        for N in (44, 46):
+            pb.h(f"A{N}", 8, 8)
+            pb.h(f"B{N}", 8, N)
+            if variant == "matmul_plain":
+                pb.h(f"C{N}", 8, N)
+            else:
+                pb.f32(f"C{N}", (8, N), "other")
+            ops.matmul(pb, "p", variant, A=f"A{N}", B=f"B{N}", C=f"C{N}", M=8, N=N, K=8)
+        by_name = {k["name"]: k["sources"] for k in pb.kernels.values()}
+        got = [by_name[d["kernel"]] for d in pb.programs["p"]]
+        assert f"{store}4.wgsl" in got[0] and f"{store}.wgsl" not in got[0]
+        assert f"{store}.wgsl" in got[1] and f"{store}4.wgsl" not in got[1]
 
 
 def test_b_pairs_only_where_every_pair_starts_on_an_even_word():

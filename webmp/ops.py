@@ -64,12 +64,23 @@ MATMUL_CORES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def matmul_sources(variant: str, core: str = "tiled") -> list[str]:
+def matmul_sources(variant: str, core: str = "tiled", c_quads: bool = False) -> list[str]:
     """The shader files of a matmul variant after the prelude and common.wgsl: the operands, the
-    core, the shared output stores (f16 for the variants that store h, else f32), the variant's own
-    file."""
-    out = "matmul_h_out.wgsl" if variant in H_OUT_VARIANTS else "matmul_f32_out.wgsl"
-    return ["matmul_operands.wgsl", *MATMUL_CORES[core][0], out, f"{variant}.wgsl"]
+    core, the shared output stores (f16 for the variants that store h, else f32; with c_quads one
+    store per 4-column group: see `c_quads`), the variant's own file."""
+    if variant in H_OUT_VARIANTS:
+        out = ["matmul_h_out.wgsl", "matmul_h_store4.wgsl" if c_quads else "matmul_h_store.wgsl"]
+    else:
+        out = ["matmul_f32_out4.wgsl" if c_quads else "matmul_f32_out.wgsl"]
+    return ["matmul_operands.wgsl", *MATMUL_CORES[core][0], *out, f"{variant}.wgsl"]
+
+
+def c_quads(N: int, c_layout: Layout | None) -> bool:
+    """Whether every 4-column group of C (N columns, placed by c_layout) is one aligned 4-value
+    element of its buffer: N, the offsets and the row stride all multiples of 4. Then the matmul
+    stores a group at once (matmul_f32_out4.wgsl, matmul_h_store4.wgsl: the same values in the same
+    places)."""
+    return N % 4 == 0 and all(v % 4 == 0 for v in (c_layout or Layout()))
 
 
 def core_constants(tiles: Tiles) -> tuple[str, dict[str, int]]:
@@ -178,7 +189,8 @@ def matmul(
     if c_is_h:
         binds["flags"] = flags
     workgroups = [cdiv(N, tiles["WG_X"] * tiles["TN"]), cdiv(M, tiles["WG_Y"] * tiles["TM"]), batch]
-    pb.dispatch(program, matmul_sources(variant, core), variant, consts, binds, workgroups)
+    sources = matmul_sources(variant, core, c_quads(N, c_layout))
+    pb.dispatch(program, sources, variant, consts, binds, workgroups)
 
 
 def matmul_args(

@@ -13,7 +13,8 @@ The contract between the files of a kernel (what a shared file owns, and what it
 after it to define):
 
 - prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, H_OVERFLOW_BITS, h_unpack,
-  h_pack, h_round, and HWLoad / h_load: the same words as the matmul operands read them (u32 and
+  h_pack, h_round, HW4 / h_pack4 (four values stored at once: u32 words on both f16 paths), and
+  HWLoad / h_load: the same words as the matmul operands read them (u32 and
   unpack2x16float on both f16 paths: lavapipe reads a vec2<f16> as two 16-bit loads, which made
   the native matmuls ~1.4x slower than the emulated ones; the values are the same), HWLoad2 /
   h_load2 (two such words in one load), and
@@ -42,21 +43,24 @@ after it to define):
   OUT_ACT, B_PAIRS, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}), the private M, N, K, z_inner,
   a_lay, b_lay, c_lay (set by mm_run), uniform_k, mm_z,
   batch_start, out_index, act2, act4, operand_word,
-  load_word, mask_cols, store_group, mm_run. Expects a core (the tile-shape overrides, TM_MAX,
-  TN4_MAX, `acc`, mm_tile filling it, acc_group, out_row, out_col), then `fn col4(c: u32) -> vec4<f32>`,
-  `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool` (storing at out_index) and an
-  entry point that calls mm_run (see mm_run).
+  load_word, mask_cols, out_rows, store_group, mm_run. Expects a core (the tile-shape overrides,
+  TM_MAX, TN4_MAX, `acc`, mm_tile filling it, acc_group, out_row, out_col, rows_in_c), then
+  `fn col4(c: u32) -> vec4<f32>`, `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool`
+  (storing at out_index) and an entry point that calls mm_run (see mm_run).
 - The cores (webmp.ops.MATMUL_CORES, chosen by tiles["core"]): matmul.wgsl ("tiled": workgroup
   memory tiles; overrides WG_X, WG_Y, TM, TN, BK); matmul_reg.wgsl ("reg", "reg_sg": register
   blocks read straight from storage; overrides WG_X, WG_Y, TM, TN; reads B_PAIRS), which expects
   `fn k_loops(row0, col0)` (runs its K loop, k_loop or k_loop_compact) and `fn a_words(row0, k)` from
   matmul_reg_a.wgsl ("reg") or matmul_reg_a_sg.wgsl ("reg_sg", subgroup builtins: see
   SOURCE_FEATURES). No bindings.
-- matmul_h_out.wgsl (between the core and matmul_fwd / matmul_dgrad / matmul_plain): no
-  bindings. Defines h_overflows4, store_h4, mm_run_h. Expects the bindings `C: array<HW>` and
+- matmul_h_out.wgsl (between the core and matmul_fwd / matmul_dgrad / matmul_plain), then one
+  store file, matmul_h_store.wgsl (any N) or matmul_h_store4.wgsl (C in aligned 4-column groups:
+  webmp.ops.c_quads): no bindings. They define h_overflows4, mm_run_h, and HWOut (C's element:
+  HW, or the prelude's HW4) and store_h4. Expect the bindings `C: array<HWOut>` and
   `flags: array<atomic<u32>>` from the variant (their numbers differ between variants).
-- matmul_f32_out.wgsl (between the core and matmul_logits / matmul_wgrad): no bindings. Defines
-  store_f32x4. Expects the binding `C: array<f32>` from the variant.
+- matmul_f32_out.wgsl or matmul_f32_out4.wgsl (the same choice; between the core and
+  matmul_logits / matmul_wgrad): no bindings. Define F32Out (f32 or vec4<f32>) and store_f32x4.
+  Expect the binding `C: array<F32Out>` from the variant.
 - attn_softmax.wgsl (after reduce.wgsl, before attn_softmax_fwd / attn_softmax_bwd): no bindings;
   overrides T, SCALE. Defines WG and RedT (for reduce.wgsl), causal_word and causal_store. Expects
   `fn causal_value(j: u32) -> f32` (the output at visible column j of the current row),
@@ -91,8 +95,8 @@ Rules:
   names are unique across the files of a kernel.
 - Every function in the module is validated, called or not, so a shared file may only use names
   that every kernel including it defines. That is why each matmul variant defines col4 even when
-  it has no per-column values, and why the stores live in matmul_h_out.wgsl and
-  matmul_f32_out.wgsl (C is h in fwd, dgrad and plain, f32 in logits and wgrad).
+  it has no per-column values, and why the stores live in the h and f32 store files (C is h in
+  fwd, dgrad and plain, f32 in logits and wgrad).
 - naga 29 (wgpu-py 0.32) panics (handlevec.rs, in process_overrides) on an `override` declared
   after a workgroup array sized by an override expression (matmul's tile_a, tile_b). Hence every
   override of the matmul kernels, OUT_ACT (matmul_dgrad's) included, is declared in
@@ -146,8 +150,10 @@ UNIFORM_STRUCTS = {"MatmulArgs": "u32"}
 def element_kind(wgsl_type: str) -> str:
     """'h' for activation-format words, else the scalar type ('f32', 'u32', 'atomic', 'State')."""
     t = wgsl_type.replace(" ", "")
-    if t in ("array<HW>", "array<HWLoad>", "array<HWLoad2>"):
+    if t in ("array<HW>", "array<HWLoad>", "array<HWLoad2>", "array<HWOut>"):
         return "h"
+    if t == "array<F32Out>":  # f32 values, one or four an element (matmul_f32_out*.wgsl)
+        return "f32"
     if t.startswith("array<atomic<"):
         return "atomic"
     if t in UNIFORM_STRUCTS:
