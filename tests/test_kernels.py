@@ -164,6 +164,17 @@ CORE_TILES = [
 ]
 
 
+def _bits_case(case, path, M, N, K, seed):
+    """A MATMUL_CASES case's variant, random operands and run_matmul options at M x N x K."""
+    variant, ta, tb, a_act, out_act = MATMUL_CASES[case]
+    rng = np.random.default_rng(seed)
+    A = rand_h(rng, (K, M) if ta else (M, K), path)
+    B = rand_h(rng, (N, K) if tb else (K, N), path)
+    bias, zprev = rng.standard_normal(N).astype(np.float32), rand_h(rng, (M, N), path, 2.0)
+    opts = dict(bias=bias, zprev=zprev, trans_a=ta, trans_b=tb, a_act=a_act, out_act=out_act, padded=True)
+    return variant, A, B, opts
+
+
 @pytest.mark.parametrize("case", ["fwd_gelu", "logits_TT_relu", "wgrad_gelu", "dgrad_gelu"])
 def test_matmul_cores_give_the_same_bits(case, path):
     """Every core accumulates each output in k order, one fma per k from zero (f32 operands that
@@ -172,13 +183,7 @@ def test_matmul_cores_give_the_same_bits(case, path):
     of one kernel and not another's, and then test_matmul's bounds are what holds. K is odd
     (the register cores' last step is half a word), M, N are not multiples of any block; N = 47
     is 24 words a row, so B_PAIRS tiles read a non-transposed B two words a load."""
-    variant, ta, tb, a_act, out_act = MATMUL_CASES[case]
-    M, N, K = 37, 47, 67
-    rng = np.random.default_rng(7)
-    A = rand_h(rng, (K, M) if ta else (M, K), path)
-    B = rand_h(rng, (N, K) if tb else (K, N), path)
-    bias, zprev = rng.standard_normal(N).astype(np.float32), rand_h(rng, (M, N), path, 2.0)
-    opts = dict(bias=bias, zprev=zprev, trans_a=ta, trans_b=tb, a_act=a_act, out_act=out_act, padded=True)
+    variant, A, B, opts = _bits_case(case, path, 37, 47, 67, seed=7)
     gpu = default_gpu()
     want = run_matmul(variant, A, B, **opts, path=path, gpu=gpu)
     for tiles in CORE_TILES:
@@ -193,13 +198,7 @@ def test_matmul_c_quads_store_the_same_bits(case, path, monkeypatch):
     """Where C is in whole 4-column groups (N = 44) the matmuls store a group at once
     (matmul_f32_out4.wgsl, matmul_h_store4.wgsl); the values and places are those of the
     per-word stores, with every core's rows."""
-    variant, ta, tb, a_act, out_act = MATMUL_CASES[case]
-    M, N, K = 37, 44, 67
-    rng = np.random.default_rng(11)
-    A = rand_h(rng, (K, M) if ta else (M, K), path)
-    B = rand_h(rng, (N, K) if tb else (K, N), path)
-    bias, zprev = rng.standard_normal(N).astype(np.float32), rand_h(rng, (M, N), path, 2.0)
-    opts = dict(bias=bias, zprev=zprev, trans_a=ta, trans_b=tb, a_act=a_act, out_act=out_act)
+    variant, A, B, opts = _bits_case(case, path, 37, 44, 67, seed=11)
     gpu = default_gpu()
     for tiles in (CORE_TILES[0], CORE_TILES[5], CORE_TILES[6]):
         if tiles["core"] == "reg_sg" and not gpu.has_subgroups:
