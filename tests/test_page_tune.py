@@ -97,9 +97,10 @@ def test_tuning_plan_covers_each_class_with_the_choices_the_device_allows(tuning
     for c in tuning.cases:
         (check,) = tuning.plan["programs"][f"check_{c.index}"]
         (timed,) = tuning.plan["programs"][f"time_{c.index}"]
-        M, N, K, ta, tb = shapes[c.cls]
+        M, N, K, ta, tb, batch = shapes[c.cls]
         k = kernels[timed["kernel"]]["constants"]
         assert (*sizes(timed), k["TRANS_A"], k["TRANS_B"]) == (M, N, K, ta, tb)
+        assert timed["workgroups"][2] == batch and c.flops == 2.0 * M * N * K * batch
         shape = {n: v for n, v in c.tiles.items() if n not in ("core", "B_PAIRS")}
         assert {n: k[n] for n in shape} == shape
         assert k.get("B_PAIRS", 0) == b_pairs(c.tiles, tb, N, None)  # pairs where B's rows allow
@@ -239,6 +240,48 @@ def test_the_tuning_plan_runs_natively_and_every_choice_passes(gpu):
                 results.append(CaseResult(c["case"], seconds, 3, rt.read(c["output"])))
             verdict = judge(tuning, cls["class"], results)
             assert verdict["wrong"] == [] and verdict["tiles"] is not None, (path, verdict)
+
+
+@pytest.mark.slow  # compiles the batched classes' kernels on lavapipe
+def test_batched_classes_are_timed_batched_and_pass(gpu):
+    """Attention's products are one dispatch over the GPT's batch-heads: the page times them so
+    (each batch-head on its own operands in the scratch buffers, GFLOP/s counted over all of
+    them), not as one batch-head, which the dispatch alone bounds; run natively, every choice
+    passes the judge and the batched time programs run."""
+    from webmp.runtime import Runtime
+    from webmp.tune import time_dispatches
+
+    cfg = TrainConfig(model="gpt", batch_size=2, d_model=32, n_head=2, context=16, val_tokens=0)
+    path = "native" if gpu.has_f16 else "emulated"
+    tuning = tuning_plan(cfg, training_data(cfg), path, dict(gpu.device.limits), gpu.has_subgroups, 2)
+    train_plan, _ = build_plan(cfg, training_data(cfg), path)
+    shapes = dict(plan_shape_classes(train_plan))
+    batched = {cls for cls, s in shapes.items() if s[5] > 1}
+    assert batched, "the GPT's attention products are batched"
+    kernels = {k["name"]: k for k in tuning.plan["kernels"]}
+    buffers = {b["name"]: b for b in tuning.plan["buffers"]}
+    rt = Runtime(tuning.plan, tuning.blob, gpu)
+    for c in tuning.cases:
+        M, N, K, ta, tb, batch = shapes[c.cls]
+        (timed,) = tuning.plan["programs"][f"time_{c.index}"]
+        assert timed["workgroups"][2] == batch and c.flops == 2.0 * M * N * K * batch
+        if c.cls in batched:  # batch b's operands start b whole matrices into the scratch buffers
+            k = kernels[timed["kernel"]]["constants"]
+            if k.get("RUNTIME_DIMS"):  # MatmulArgs: dims, then A's, B's, C's (off, sb, sh, ld)
+                args = buffers[timed["bind"][2]]["init"]
+                words = np.frombuffer(tuning.blob, np.uint32, 16, args["offset"])
+                a_sb, c_sb = int(words[5]), int(words[13])
+            else:
+                a_sb, c_sb = k["A_SB"], k["C_SB"]
+            assert a_sb == (K * (M + M % 2) if ta else M * (K + K % 2)) and c_sb == M * N
+    for cls in tuning.describe():
+        results = []
+        for c in cls["cases"]:
+            time_dispatches(rt, rt.programs[c["check"]], 1, c["output"])
+            seconds = time_dispatches(rt, rt.programs[c["time"]], 2, "time:C")
+            results.append(CaseResult(c["case"], seconds, 2, rt.read(c["output"])))
+        verdict = judge(tuning, cls["class"], results)
+        assert verdict["wrong"] == [] and verdict["tiles"] is not None, verdict
 
 
 @pytest.mark.slow

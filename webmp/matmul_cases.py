@@ -116,6 +116,23 @@ def _products(M, N, K, trans_a, trans_b, seed):
     return a @ b, np.abs(a) @ np.abs(b)
 
 
+def batch_layouts(
+    M: int, N: int, K: int, trans_a: int, trans_b: int, batch: int, out_h: bool
+) -> tuple[Layout | None, Layout | None, Layout | None]:
+    """webmp.ops.matmul's a_layout, b_layout, c_layout for `batch` products one after another in
+    their buffers: batch b of a [rows, cols] operand starts b whole matrices in (the rows of an h
+    matrix rounded up to whole words). None each for one product."""
+
+    def layout(rows: int, cols: int, h: bool) -> Layout | None:
+        return None if batch == 1 else Layout(sb=rows * (cols + cols % 2 if h else cols))
+
+    return (
+        layout(*((K, M) if trans_a else (M, K)), h=True),
+        layout(*((N, K) if trans_b else (K, N)), h=True),
+        layout(M, N, h=out_h),
+    )
+
+
 class MatmulSpec:
     """A single matmul dispatch of one variant on random data (see _operands), laid out as the
     variant reads it (A [K, M] when trans_a, B [N, K] when trans_b), with its numpy reference.
@@ -143,11 +160,6 @@ class MatmulSpec:
         self.out_h = variant in H_OUT_VARIANTS
         self.flops = 2.0 * M * N * K * batch
 
-    def _layout(self, rows: int, cols: int, h: bool) -> Layout | None:
-        """Batch b of a [rows, cols] operand starts b whole matrices into its buffer (rows of an h
-        matrix rounded up to whole words); None for one product."""
-        return None if self.batch == 1 else Layout(sb=rows * (cols + cols % 2 if h else cols))
-
     def add_buffers(self, pb: PlanBuilder, prefix: str = "") -> str:
         """Adds the operands and the output (`prefix` + A, B, bias, Zprev, C) to pb; returns the
         output's name."""
@@ -167,6 +179,9 @@ class MatmulSpec:
         """The matmul with this spec's tiles as `program`, on the buffers add_buffers made with the
         same prefix (and `flags`, which must exist)."""
         p = prefix
+        a_layout, b_layout, c_layout = batch_layouts(
+            self.M, self.N, self.K, self.trans_a, self.trans_b, self.batch, self.out_h
+        )
         matmul(
             pb,
             program,
@@ -185,9 +200,9 @@ class MatmulSpec:
             flags=flags,
             tiles=self.tiles,
             batch=self.batch,
-            a_layout=self._layout(self.a.shape[0], self.a.shape[1], h=True),
-            b_layout=self._layout(self.b.shape[0], self.b.shape[1], h=True),
-            c_layout=self._layout(self.M, self.N, h=self.out_h),
+            a_layout=a_layout,
+            b_layout=b_layout,
+            c_layout=c_layout,
         )
 
     def reference(self) -> np.ndarray:

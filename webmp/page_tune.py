@@ -32,7 +32,7 @@ from typing import Any
 from .config import TrainConfig
 from .corpus import TextCorpus
 from .data import Dataset
-from .matmul_cases import MatmulSpec, candidates, kebab_limits
+from .matmul_cases import MatmulSpec, batch_layouts, candidates, kebab_limits
 from .models import build_plan
 from .ops import matmul
 from .plan import KernelPlan, PlanBuilder, h_bytes
@@ -54,15 +54,16 @@ def tuned_classes(key: str) -> dict[str, Tiles]:
     return {c: t for c, t in load_cache().get(key, {}).items() if c != ROWS_KEY}
 
 
-def plan_shape_classes(plan: Mapping[str, Any]) -> list[tuple[str, tuple[int, int, int, int, int]]]:
-    """(class, (M, N, K, trans_a, trans_b)) of a training plan's matmuls, one shape per class (the
-    first met), classes with the most work first."""
+def plan_shape_classes(plan: Mapping[str, Any]) -> list[tuple[str, tuple[int, int, int, int, int, int]]]:
+    """(class, (M, N, K, trans_a, trans_b, batch)) of a training plan's matmuls, one shape per class
+    (the first met), classes with the most work first. batch: the products one dispatch computes
+    (attention's batch-heads), timed as the plan dispatches them, as the native tuner does."""
     path = plan["f16_path"] or "fp32"
-    first: dict[str, tuple[int, int, int, int, int]] = {}
+    first: dict[str, tuple[int, int, int, int, int, int]] = {}
     for m in plan["matmuls"]:
         shape = (m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"])
-        first.setdefault(shape_class(path, *shape), shape)
-    return sorted(first.items(), key=lambda kv: -kv[1][0] * kv[1][1] * kv[1][2])
+        first.setdefault(shape_class(path, *shape), (*shape, m["batch"]))
+    return sorted(first.items(), key=lambda kv: -kv[1][0] * kv[1][1] * kv[1][2] * kv[1][5])
 
 
 @dataclass
@@ -116,19 +117,20 @@ def tuning_plan(
     pb.u32("flags", (4,), "other")
     # scratch operands for the timing dispatches, large enough for every class (zeros: the
     # kernels' work does not depend on the values)
+    # (each batch of a batched class on its own operands, one after another: MatmulSpec's layout)
     big = {"A": 0, "B": 0, "Zprev": 0, "C": 0, "bias": 0}
-    for _, (M, N, K, ta, tb) in classes:
-        big["A"] = max(big["A"], h_bytes(K, M, path) if ta else h_bytes(M, K, path))
-        big["B"] = max(big["B"], h_bytes(N, K, path) if tb else h_bytes(K, N, path))
+    for _, (M, N, K, ta, tb, batch) in classes:
+        big["A"] = max(big["A"], batch * (h_bytes(K, M, path) if ta else h_bytes(M, K, path)))
+        big["B"] = max(big["B"], batch * (h_bytes(N, K, path) if tb else h_bytes(K, N, path)))
         big["Zprev"] = max(big["Zprev"], h_bytes(M, N, path))
-        big["C"] = max(big["C"], 4 * M * N)
+        big["C"] = max(big["C"], 4 * M * N * batch)
         big["bias"] = max(big["bias"], 4 * N)
     for name in ("A", "B", "Zprev"):
         pb.buffer(f"time:{name}", big[name], "activations", "h", (big[name] // 4,))
     pb.buffer("time:C", big["C"], "activations", "f32", (big["C"] // 4,))
     pb.buffer("time:bias", big["bias"], "other", "f32", (big["bias"] // 4,))
     cases: list[TuneCase] = []
-    for cls, (M, N, K, ta, tb) in classes:
+    for cls, (M, N, K, ta, tb, batch) in classes:
         small = (min(M, CHECK_SHAPE[0]), min(N, CHECK_SHAPE[1]), min(K, CHECK_SHAPE[2]))
         MatmulSpec(path, *small, trans_a=ta, trans_b=tb).add_buffers(pb, prefix=f"{cls}:")
         default = default_tiles(M, N, K)  # what the class gets untuned: tried first
@@ -136,6 +138,7 @@ def tuning_plan(
             i = len(cases)
             spec = MatmulSpec(path, *small, trans_a=ta, trans_b=tb, tiles=tiles)
             spec.dispatch(pb, f"check_{i}", prefix=f"{cls}:")
+            a_layout, b_layout, c_layout = batch_layouts(M, N, K, ta, tb, batch, spec.out_h)
             matmul(
                 pb,
                 f"time_{i}",
@@ -152,8 +155,12 @@ def tuning_plan(
                 Zprev="time:Zprev",
                 out_act=1,
                 tiles=tiles,
+                batch=batch,
+                a_layout=a_layout,
+                b_layout=b_layout,
+                c_layout=c_layout,
             )
-            cases.append(TuneCase(i, cls, dict(tiles), spec, 2.0 * M * N * K, tiles == default))
+            cases.append(TuneCase(i, cls, dict(tiles), spec, 2.0 * M * N * K * batch, tiles == default))
     return Tuning(path, pb.kernel_plan(state="flags", metrics="flags"), bytes(pb.blob), cases)
 
 
