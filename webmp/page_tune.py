@@ -117,7 +117,7 @@ def tuning_plan(
     pb.u32("flags", (4,), "other")
     # scratch operands for the timing dispatches, large enough for every class (zeros: the
     # kernels' work does not depend on the values)
-    # (each batch of a batched class on its own operands, one after another: MatmulSpec's layout)
+    # (each batch of a batched class on its own operands, one after another: batch_layouts)
     big = {"A": 0, "B": 0, "Zprev": 0, "C": 0, "bias": 0}
     for _, (M, N, K, ta, tb, batch) in classes:
         big["A"] = max(big["A"], batch * (h_bytes(K, M, path) if ta else h_bytes(M, K, path)))
