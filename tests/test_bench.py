@@ -320,56 +320,6 @@ def test_batched_matmul_case_checks_every_batch(gpu, variant):
     assert case.check() > 1
 
 
-@pytest.mark.slow  # compiles a few kernels twice
-def test_tune_times_each_kernel_of_a_class_on_its_own_code(gpu, tune_cache):
-    """With the kernels computing a shape (plan_kernels' eighth field), the tuner times the class's
-    best tiles on each kernel's own code and caches a choice per class and kernel, which a plan's
-    lookup for that kernel prefers to the class's."""
-    from webmp.ops import kernel_key
-    from webmp.tilecache import kernel_class
-
-    fwd, dgrad = kernel_key("matmul_fwd", 2, 0), kernel_key("matmul_dgrad", 0, 2)
-    assert fwd == "matmul_fwd/a2/o0" and dgrad == "matmul_dgrad/a0/o2"
-    shape = ("fp32", 24, 20, 16, 0, 0, 1)
-    report = tune.tune_shapes(gpu, [(*shape, fwd), (*shape, dgrad)], budget_s=30, log=lambda *a: None)
-    cls = tune.shape_class(*shape[:6])
-    assert set(report) == {cls, kernel_class(cls, fwd), kernel_class(cls, dgrad), ROWS_KEY}
-    assert 1 <= report[kernel_class(cls, fwd)]["tried"] <= tune.KERNEL_CANDIDATES
-    cached = json.loads(tune_cache.read_text())[gpu.name]
-    table = TileTable.for_adapter(gpu.name)
-    assert table.for_shape(*shape[:6], kernel=fwd) == cached[kernel_class(cls, fwd)]
-    assert table.for_shape(*shape[:6], kernel=kernel_key("matmul_plain")) == cached[cls]  # not tuned
-    assert table.for_shape(*shape[:6]) == cached[cls]
-    assert "per-kernel choices" in table.describe()
-
-
-def test_plan_records_the_kernel_of_each_product(digits):
-    """plan["matmuls"] says which kernel computes each product (the tuner's per-kernel round);
-    plan_shapes lists each shape once however many kernels compute it."""
-    from webmp.ops import parse_kernel_key
-
-    plan, _ = build_plan(TrainConfig(), digits, "emulated")
-    kernels = tune.plan_kernels(plan)
-    assert ("emulated", 64, 256, 64, 0, 0, 1, "matmul_fwd/a0/o0") in kernels  # first layer forward
-    assert ("emulated", 64, 256, 64, 1, 0, 1, "matmul_wgrad/a0/o0") in kernels  # its weight gradient
-    assert all(parse_kernel_key(k[7]) for k in kernels)
-    assert tune.plan_shapes(plan) == list(dict.fromkeys(k[:7] for k in kernels))
-    with pytest.raises(ValueError, match="kernel key"):
-        parse_kernel_key("matmul_nope/a0/o0")
-    # a table's choice for one kernel of a class reaches that kernel's dispatches only
-    from webmp.tilecache import kernel_class
-
-    cls = tune.shape_class("emulated", 64, 256, 64, 0, 0)
-    mine = {"core": "reg", "WG_X": 4, "WG_Y": 2, "TM": 4, "TN": 4}
-    tuned, _ = build_plan(
-        TrainConfig(), digits, "emulated", TileTable({kernel_class(cls, "matmul_fwd/a0/o0"): mine})
-    )
-    chosen = [
-        k for k in tuned["kernels"] if k["constants"].get("WG_Y") == 2 and k["constants"].get("TM") == 4
-    ]
-    assert chosen and all(k["sources"][-1] == "matmul_fwd.wgsl" for k in chosen)
-
-
 def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
     shape = ("fp32", 24, 20, 16, 1, 0)
     report = tune.tune_shapes(gpu, [shape], budget_s=0.5, log=lambda *a: None)

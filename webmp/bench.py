@@ -856,7 +856,7 @@ def _run_bench(gpu, size, profile, tune_first, paths, log, tune_budget, models) 
             for path in paths
             for (_, ta, tb) in [PRODUCTS[product]]
         ]
-        shapes += [s for plan, _, _ in plans.values() for s in tune.plan_kernels(plan)]  # each kernel too
+        shapes += [s for plan, _, _ in plans.values() for s in tune.plan_shapes(plan)]
         result["tune"]["report"] = tune.tune_shapes(gpu, shapes, budget_s=tune_budget, log=log)
         plans = build_plans()  # the plans pick their tiles from the fresh cache
 

@@ -12,7 +12,6 @@ only.
 from __future__ import annotations
 
 import math
-import re
 import struct
 from typing import Any, NamedTuple
 
@@ -74,23 +73,6 @@ def matmul_sources(variant: str, core: str = "tiled", c_quads: bool = False) -> 
     else:
         out = ["matmul_f32_out4.wgsl" if c_quads else "matmul_f32_out.wgsl"]
     return ["matmul_operands.wgsl", *MATMUL_CORES[core][0], *out, f"{variant}.wgsl"]
-
-
-def kernel_key(variant: str, a_act: int = 0, out_act: int = 0) -> str:
-    """What, besides the tiles and transposes, makes a matmul's code: the variant, the activation
-    applied on load, and (matmul_dgrad's) the derivative it multiplies by; e.g. 'matmul_fwd/a2/o0'.
-    The tile table may hold a choice per class and kernel (webmp.tilecache.TileTable.for_shape):
-    on lavapipe a kernel's speed depends on where LLVM lays out its K loop, which each kernel's
-    code decides for itself (docs/benchmarks.md "fourth pass")."""
-    return f"{variant}/a{a_act}/o{out_act if variant == 'matmul_dgrad' else 0}"
-
-
-def parse_kernel_key(key: str) -> tuple[str, int, int]:
-    """kernel_key's (variant, a_act, out_act); ValueError for anything else."""
-    m = re.fullmatch(r"(\w+)/a(\d+)/o(\d+)", key)
-    if not m or m.group(1) not in MATMUL_VARIANTS:
-        raise ValueError(f"not a matmul kernel key: {key!r} (e.g. 'matmul_fwd/a2/o0')")
-    return m.group(1), int(m.group(2)), int(m.group(3))
 
 
 def c_quads(N: int, c_layout: Layout | None) -> bool:
@@ -194,10 +176,7 @@ def matmul(
         consts["RUNTIME_DIMS"] = 1
     else:
         consts.update(sizes)
-    product: MatmulShape = {
-        "M": M, "N": N, "K": K, "trans_a": trans_a, "trans_b": trans_b, "batch": batch,
-        "kernel": kernel_key(variant, a_act, out_act),
-    }  # fmt: skip
+    product: MatmulShape = {"M": M, "N": N, "K": K, "trans_a": trans_a, "trans_b": trans_b, "batch": batch}
     if product not in pb.matmuls:
         pb.matmuls.append(product)
     args = matmul_args(pb, M, N, K, z_inner, a_layout, b_layout, c_layout)

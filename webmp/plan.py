@@ -68,9 +68,7 @@ class MetricsSpec(WordsSpec):
 class MatmulShape(TypedDict):
     """One distinct matmul product of a plan (one batch-head's, for batched ones) and how many a
     dispatch computes: what the tuners tune (M .. trans_b) and the bench times. The kernels'
-    constants do not say it when the sizes are read at run time. kernel: which kernel computes it
-    (webmp.ops.kernel_key: the variant and its activations), what the native tuner's second round
-    tunes per class."""
+    constants do not say it when the sizes are read at run time."""
 
     M: int
     N: int
@@ -78,7 +76,6 @@ class MatmulShape(TypedDict):
     trans_a: int
     trans_b: int
     batch: int
-    kernel: str
 
 
 class KernelPlan(TypedDict):

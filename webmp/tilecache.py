@@ -82,12 +82,6 @@ def shape_class(path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: in
     return f"{path}/{t}/{_bucket(M)}x{_bucket(N)}x{_bucket(K)}"
 
 
-def kernel_class(cls: str, kernel: str) -> str:
-    """The table key of a class's choice for one kernel (webmp.ops.kernel_key), e.g.
-    'native/NN/1024x1024x256|matmul_fwd/a2/o0'."""
-    return f"{cls}|{kernel}"
-
-
 def default_tiles(M: int, N: int, K: int) -> Tiles:
     """The tiles of a shape nobody tuned: SMALL_TILES for small products, else DEFAULT_TILES."""
     return dict(SMALL_TILES if M * N * K <= SMALL_MACS else DEFAULT_TILES)
@@ -109,21 +103,12 @@ class TileTable:
         """The cached choices for this adapter (none cached, or adapter None: the defaults)."""
         return cls(load_cache().get(adapter, {}) if adapter else {}, adapter)
 
-    def for_shape(
-        self, path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0, kernel: str | None = None
-    ) -> Tiles:
-        """The tiles for a product: the class's choice for this kernel (webmp.ops.kernel_key) when
-        the table has one (kernel_class), else the class's, else default_tiles."""
+    def for_shape(self, path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> Tiles:
         cls = shape_class(path, M, N, K, trans_a, trans_b)
-        for key in ([kernel_class(cls, kernel)] if kernel else []) + [cls]:
-            if key in self.by_class:
-                return dict(self.by_class[key])
-        return default_tiles(M, N, K)
+        return dict(self.by_class[cls]) if cls in self.by_class else default_tiles(M, N, K)
 
     def describe(self) -> str:
         """For summaries: 'default', or how many shape classes are tuned."""
-        n = sum("|" not in key for key in self.by_class)
-        kernels = len(self.by_class) - n
+        n = len(self.by_class)
         rows = "" if self.row_kernels == DEFAULT_ROWS else f", {self.row_kernels}-per-row row kernels"
-        per_kernel = f", {kernels} per-kernel choices" if kernels else ""
-        return (f"tuned ({n} shape classes cached{per_kernel})" if n else "default") + rows
+        return (f"tuned ({n} shape classes cached)" if n else "default") + rows

@@ -19,7 +19,7 @@ from .config import TrainConfig
 from .data import load_digits
 from .matmul_cases import MatmulSpec, candidates
 from .models import build_plan
-from .ops import ROW_FORMS, attn_softmax_bwd, attn_softmax_fwd, layernorm_bwd, layernorm_fwd, parse_kernel_key
+from .ops import ROW_FORMS, attn_softmax_bwd, attn_softmax_fwd, layernorm_bwd, layernorm_fwd
 from .plan import Plan, PlanBuilder, pack_h, resolve_f16_path
 from .runtime import Runtime, default_gpu
 from .tilecache import (
@@ -28,7 +28,6 @@ from .tilecache import (
     Tiles,
     cache_path,
     default_tiles,
-    kernel_class,
     load_cache,
     save_cache,
     shape_class,
@@ -190,22 +189,11 @@ def tune_rows(gpu, path: str, log=print) -> dict:
 def plan_shapes(plan: Plan) -> list[tuple]:
     """The distinct (path, M, N, K, trans_a, trans_b, batch) of a plan's matmul kernels (batch: the
     products one dispatch computes, attention's batch-heads)."""
-    return list(dict.fromkeys(s[:7] for s in plan_kernels(plan)))
-
-
-def plan_kernels(plan: Plan) -> list[tuple]:
-    """plan_shapes with the kernel that computes each (webmp.ops.kernel_key) as an eighth field:
-    a shape several kernels compute is listed once for each."""
     path = plan["f16_path"] or "fp32"
-    return [
-        (path, m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"], m["batch"], m["kernel"])
-        for m in plan["matmuls"]
-    ]
+    return [(path, m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"], m["batch"]) for m in plan["matmuls"]]
 
 
 KEEP_FOR_SECOND_ROUND = 5  # candidates per class timed twice (tune_shapes)
-KERNEL_CANDIDATES = 3  # of those, the ones each of the class's kernels times (tune_kernel)
-KERNEL_SHARE = 0.4  # of a class's time, what its kernels' rounds get
 
 
 def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
@@ -216,18 +204,11 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     the row kernels' form (tune_rows, on the first shape's path), stored under ROWS_KEY.
     A shape is (path, M, N, K, trans_a, trans_b) or plan_shapes' with its batch: a batched product
     is timed batched, as the plan dispatches it (one batch-head alone is bound by the dispatch).
-    With plan_kernels' eighth field, the kernel computing it, each kernel of a class then times the
-    class's best KERNEL_CANDIDATES tiles on its own code (tune_kernel), stored under kernel_class
-    (while the budget lasts; a kernel without a choice takes the class's).
-    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}, kernel class: tune_kernel's,
-    ROWS_KEY: tune_rows's}."""
+    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}, ROWS_KEY: tune_rows's}."""
     by_class: dict[str, tuple] = {}
-    kernels: dict[str, dict[str, tuple]] = {}  # class -> {kernel: its first shape}
     for s in shapes:
-        s = tuple(s) if len(s) >= 7 else (*s, 1)
-        by_class.setdefault(shape_class(*s[:6]), s[:7])
-        if len(s) == 8:
-            kernels.setdefault(shape_class(*s[:6]), {}).setdefault(s[7], s[:7])
+        s = tuple(s) if len(s) == 7 else (*s, 1)
+        by_class.setdefault(shape_class(*s[:6]), s)
     order = sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3] * kv[1][6])
     allowed = candidates(gpu.device.limits, gpu.has_subgroups)
     cache = load_cache()
@@ -235,9 +216,7 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     report = {}
     t_budget_end = time.perf_counter() + budget_s
     for i, (cls, (path, M, N, K, ta, tb, batch)) in enumerate(order):
-        share_end = time.perf_counter() + (t_budget_end - time.perf_counter()) / (len(order) - i)
-        # with kernels to time on their own code, the class's round leaves them KERNEL_SHARE
-        t_end = share_end - (share_end - time.perf_counter()) * (KERNEL_SHARE if kernels.get(cls) else 0.0)
+        t_end = time.perf_counter() + (t_budget_end - time.perf_counter()) / (len(order) - i)
         # [GFLOP/s, tiles, case]; the cases of the fastest few are kept for a second round
         tried: list[list[Any]] = []
         default = default_tiles(M, N, K)  # what the class gets untuned: tried first
@@ -268,47 +247,11 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
         mine[cls] = best
         report[cls] = {"tiles": best, "gflops": best_gf, "default_gflops": default_gf, "tried": len(results)}
         log(f"tune {cls}: {best} {best_gf:.2f} GFLOP/s (default {default_gf or 0:.2f}, {len(results)} tried)")
-        ranked = [tiles for _, tiles in sorted(results, key=lambda r: -r[0])][:KERNEL_CANDIDATES]
-        for kernel, shape in kernels.get(cls, {}).items():
-            if time.perf_counter() > share_end:
-                log(f"tune {cls}: no time left for its other kernels; they take the class's tiles")
-                break
-            choice = tune_kernel(gpu, shape, kernel, ranked, log)
-            if choice is not None:
-                mine[kernel_class(cls, kernel)] = choice["tiles"]
-                report[kernel_class(cls, kernel)] = choice
     rows = tune_rows(gpu, order[0][1][0] if order else "fp32", log)
     mine[ROWS_KEY] = {"form": rows["form"]}
     report[ROWS_KEY] = rows
     save_cache(cache)
     return report
-
-
-def tune_kernel(gpu, shape: tuple, kernel: str, ranked: list[Tiles], log=print) -> dict | None:
-    """The class's best few tiles (`ranked`, from tune_shapes' round on matmul_wgrad) timed on the
-    plan's own kernel for the class: its variant and activations (webmp.ops.kernel_key). Each
-    kernel's code gets its own layout from lavapipe's compiler, and the same tiles can run at 34 or
-    48 GFLOP/s depending on it (docs/benchmarks.md "fourth pass"). Every choice is checked first
-    with that variant on a small ragged shape (its activations off: the reference has none; the
-    tests cover them on every core). Returns {"tiles", "gflops", "tried"}, or None when none
-    passed."""
-    path, M, N, K, ta, tb, batch = shape
-    variant, a_act, out_act = parse_kernel_key(kernel)
-    timed: list[tuple[float, Tiles]] = []
-    for tiles in ranked:
-        small = MatmulCase(gpu, path, min(M, 67), min(N, 35), min(K, 41), variant, ta, tb, tiles=tiles)
-        if small.check() > 1.0:
-            log(f"tune {kernel}: {tiles} gives wrong results; skipped")
-            continue
-        case = MatmulCase(
-            gpu, path, M, N, K, variant, ta, tb, tiles=tiles, batch=batch, a_act=a_act, out_act=out_act
-        )
-        timed.append((case.gflops(target_s=0.05, batches=2), tiles))
-    if not timed:
-        return None
-    gf, best = max(timed, key=lambda t: t[0])
-    log(f"tune {shape_class(*shape[:6])} {kernel}: {best} {gf:.2f} GFLOP/s ({len(timed)} tried)")
-    return {"tiles": best, "gflops": gf, "tried": len(timed)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             hidden=[int(x) for x in args.hidden.split(",")], batch_size=args.batch_size, precision=prec
         )
         plan, _ = build_plan(cfg, load_digits(), resolve_f16_path(prec, "auto", gpu.has_f16))
-        shapes += plan_kernels(plan)
+        shapes += plan_shapes(plan)
     tune_shapes(gpu, shapes, args.budget)
     print(f"cache: {cache_path()}")
     return 0

@@ -149,10 +149,9 @@ class ModelBuilder:
         return entry
 
     def matmul(self, program: str, variant: str, **kw: Any) -> None:
-        """ops.matmul with the tile shape the table gives this shape and kernel."""
+        """ops.matmul with the tile shape the table gives this shape."""
         shape = (self.path, kw["M"], kw["N"], kw["K"], kw.get("trans_a", 0), kw.get("trans_b", 0))
-        kernel = ops.kernel_key(variant, kw.get("a_act", 0), kw.get("out_act", 0))
-        ops.matmul(self.pb, program, variant, tiles=self.tiles.for_shape(*shape, kernel=kernel), **kw)
+        ops.matmul(self.pb, program, variant, tiles=self.tiles.for_shape(*shape), **kw)
 
     def attention_matmul(self, program: str, variant: str, **kw: Any) -> None:
         """ops.attention_matmul with the tile shape the table gives one batch-head's product."""
