@@ -1,4 +1,4 @@
-// Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B), 2 (args), 3 (B2) and every
+// Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B), 2 (args) and every
 // override but a core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_tile,
 // acc_group, out_row, out_col and rows_in_c; the variant defines col4, store4.
 // The operands of the matmul kernels: C[M,N] = op(A)[M,K] * op(B)[K,N] with f16 operands (read
@@ -26,10 +26,8 @@
 
 @group(0) @binding(0) var<storage, read> A: array<HWLoad>;
 @group(0) @binding(1) var<storage, read> B: array<HWLoad>;
-// B again, two words an element: the register core reads op(B)'s rows a pair of words at a time
-// with B_PAIRS (one load where there were two; lavapipe compiles a storage load lane by lane, so
-// the count of loads is what costs). The same buffer, bound twice (webmp.ops.matmul).
-@group(0) @binding(3) var<storage, read> B2: array<HWLoad2>;
+// Binding 3, B2 (B again, several words an element, for the register core's B_PAIRS loads), is
+// declared by matmul_b_pairs.wgsl or matmul_b_quads.wgsl, whichever webmp.ops.matmul includes.
 // This product's sizes and operand layouts (RUNTIME_DIMS; the batch constants below, in order).
 struct MatmulArgs {
   dims: vec4<u32>,  // M, N, K, Z_INNER

@@ -117,10 +117,10 @@ fn a_rows(w: array<vec2<f32>, TM_MAX>, hi: bool) -> array<vec2<f32>, TM_MAX> {
 // op(B)[k, c .. c + 3] (k0) and [k + 1, c .. c + 3] (k1, zero when `hi` is false).
 struct BRows { k0: vec4<f32>, k1: vec4<f32> }
 fn b_rows(base: u32, ld: u32, c: u32, k: u32, hi: bool) -> BRows {
-  if (B_PAIRS == 1u) {  // B [K, N], base and ld even: words c / 2 and c / 2 + 1 are pair c / 4
+  if (B_PAIRS >= 1u) {  // B [K, N], base and ld even: words c / 2 and c / 2 + 1 are pair c / 4
     let p = min(c / 4u, ((N + 1u) / 2u - 1u) / 2u);  // columns past N: any pair, never stored
-    let k1 = h_load2(B2[(base + min(k + 1u, K - 1u) * ld) / 2u + p]);
-    return BRows(h_load2(B2[(base + k * ld) / 2u + p]), select(vec4<f32>(0.0), k1, hi));
+    let k1 = b2_pair((base + min(k + 1u, K - 1u) * ld) / 2u + p);
+    return BRows(b2_pair((base + k * ld) / 2u + p), select(vec4<f32>(0.0), k1, hi));
   }
   if (TRANS_B == 0u) {  // B [K, N]: words hold column pairs
     let cw = (N + 1u) / 2u;
@@ -163,8 +163,18 @@ fn k_loop(row0: u32, col0: u32) {
   var b1 = BRows(vec4<f32>(0.0), vec4<f32>(0.0));
   for (var k = 0u; k < K; k += 2u) {
     let hi = k + 1u < K;
-    let b0 = b_rows(b_base, b_ld, col0, k, hi);
-    if (TN > 4u) { b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi); }
+    var b0: BRows;
+    if (TN > 4u && B_PAIRS == 2u) {  // base and ld whole quads: columns col0 .. col0 + 7 are quad q
+      let q = min(col0 / 8u, b_ld / 4u - 1u);  // columns past N: any quad of the row, never stored
+      let k0 = b2_quad((b_base + k * b_ld) / 4u + q);
+      let k1 = b2_quad((b_base + min(k + 1u, K - 1u) * b_ld) / 4u + q);
+      let z = vec4<f32>(0.0);
+      b0 = BRows(k0.lo, select(z, k1.lo, hi));
+      b1 = BRows(k0.hi, select(z, k1.hi, hi));
+    } else {
+      b0 = b_rows(b_base, b_ld, col0, k, hi);
+      if (TN > 4u) { b1 = b_rows(b_base, b_ld, col0 + 4u, k, hi); }
+    }
     let a = a_rows(a_words(row0, k), hi);
     acc_row(0u, a[0], b0, b1);
     acc_row(1u, a[1], b0, b1);

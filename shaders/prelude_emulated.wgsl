@@ -15,6 +15,7 @@ fn h_pack4(v: vec4<f32>) -> HW4 { return vec2<u32>(pack2x16float(v.xy), pack2x16
 alias HWLoad = u32;
 fn h_load(w: HWLoad) -> vec2<f32> { return unpack2x16float(w); }
 alias HWLoad2 = vec2<u32>;  // two consecutive words in one load (matmul_reg.wgsl's B_PAIRS)
+alias HWLoad4 = vec4<u32>;  // four (matmul_b_quads.wgsl; none on the fp32 path)
 fn h_load2(w: HWLoad2) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }
 fn h_round(x: f32) -> f32 { return f16_round(x); }  // see common.wgsl
 // The f32 bit patterns of a word's two values, exactly (webmp grad_hist reads them).

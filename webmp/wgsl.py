@@ -17,7 +17,7 @@ after it to define):
   HWLoad / h_load: the same words as the matmul operands read them (u32 and
   unpack2x16float on both f16 paths: lavapipe reads a vec2<f16> as two 16-bit loads, which made
   the native matmuls ~1.4x slower than the emulated ones; the values are the same), HWLoad2 /
-  h_load2 (two such words in one load), and
+  h_load2 (two such words in one load), HWLoad4 (four, on the f16 paths), and
   h_load_bits (a word's two values as f32 bit patterns, exactly). The f16 preludes' h_round uses
   common.wgsl's f16_round, their h_load_bits its f16_bits_to_f32.
 - common.wgsl: no bindings. Defines State, FLAG_*, NO_LABEL, f32_nonfinite, h_overflows,
@@ -37,8 +37,7 @@ after it to define):
   workgroup, rows past the end return at once; the thread computes every lane's partial in turn
   and reduces with serial_reduce). Lane partials and per-element stores are functions both call.
 - matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B, 2 args (a uniform MatmulArgs: the
-  sizes and operand layouts, read at run time with RUNTIME_DIMS), 3 B2 (B again, two words an
-  element: the register core's B_PAIRS loads). Defines every override of the
+  sizes and operand layouts, read at run time with RUNTIME_DIMS). Defines every override of the
   matmul kernels but the tile shape (SIZE_M, SIZE_N, SIZE_K, RUNTIME_DIMS, TRANS_A, TRANS_B, A_ACT,
   OUT_ACT, B_PAIRS, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}), the private M, N, K, z_inner,
   a_lay, b_lay, c_lay (set by mm_run), uniform_k, mm_z,
@@ -47,6 +46,9 @@ after it to define):
   TM_MAX, TN4_MAX, `acc`, mm_tile filling it, acc_group, out_row, out_col, rows_in_c), then
   `fn col4(c: u32) -> vec4<f32>`, `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool`
   (storing at out_index) and an entry point that calls mm_run (see mm_run).
+- matmul_b_pairs.wgsl or matmul_b_quads.wgsl (webmp.ops.b_pairs: 2 for quads): binding 3 B2 (B
+  again, two or four words an element, HWLoad2 or HWLoad4: the register core's B_PAIRS loads).
+  Define BQuad, b2_pair (four values) and b2_quad (eight).
 - The cores (webmp.ops.MATMUL_CORES, chosen by tiles["core"]): matmul.wgsl ("tiled": workgroup
   memory tiles; overrides WG_X, WG_Y, TM, TN, BK); matmul_reg.wgsl ("reg", "reg_sg": register
   blocks read straight from storage; overrides WG_X, WG_Y, TM, TN; reads B_PAIRS), which expects
@@ -150,7 +152,7 @@ UNIFORM_STRUCTS = {"MatmulArgs": "u32"}
 def element_kind(wgsl_type: str) -> str:
     """'h' for activation-format words, else the scalar type ('f32', 'u32', 'atomic', 'State')."""
     t = wgsl_type.replace(" ", "")
-    if t in ("array<HW>", "array<HWLoad>", "array<HWLoad2>", "array<HWOut>"):
+    if t in ("array<HW>", "array<HWLoad>", "array<HWLoad2>", "array<HWLoad4>", "array<HWOut>"):
         return "h"
     if t == "array<F32Out>":  # f32 values, one or four an element (matmul_f32_out*.wgsl)
         return "f32"
