@@ -223,23 +223,28 @@ def test_tuned_tiles_reach_the_runs_plan(tmp_path):
 def test_the_tuning_plan_runs_natively_and_every_choice_passes(gpu):
     """The tuning plan run through wgpu-py as the page runs it: each check program's output passes
     the judge, on the device's f16 path and on fp32."""
-    from webmp.runtime import Runtime
-    from webmp.tune import time_dispatches
-
     cfg = TrainConfig(**CFG)
     limits = dict(gpu.device.limits)
     for path in ("native" if gpu.has_f16 else "emulated", "fp32"):
         run_cfg = TrainConfig(**CFG, precision="fp32") if path == "fp32" else cfg
         tuning = tuning_plan(run_cfg, training_data(run_cfg), path, limits, gpu.has_subgroups, 4)
-        rt = Runtime(tuning.plan, tuning.blob, gpu)
-        for cls in tuning.describe():
-            results = []
-            for c in cls["cases"]:
-                time_dispatches(rt, rt.programs[c["check"]], 1, c["output"])
-                seconds = time_dispatches(rt, rt.programs[c["time"]], 3, "time:C")
-                results.append(CaseResult(c["case"], seconds, 3, rt.read(c["output"])))
-            verdict = judge(tuning, cls["class"], results)
-            assert verdict["wrong"] == [] and verdict["tiles"] is not None, (path, verdict)
+        _run_and_judge_every_class(tuning, gpu, reps=3)
+
+
+def _run_and_judge_every_class(tuning, gpu, reps):
+    """Runs a tuning plan through wgpu-py as the page does; every class's choices pass the judge."""
+    from webmp.runtime import Runtime
+    from webmp.tune import time_dispatches
+
+    rt = Runtime(tuning.plan, tuning.blob, gpu)
+    for cls in tuning.describe():
+        results = []
+        for c in cls["cases"]:
+            time_dispatches(rt, rt.programs[c["check"]], 1, c["output"])
+            seconds = time_dispatches(rt, rt.programs[c["time"]], reps, "time:C")
+            results.append(CaseResult(c["case"], seconds, reps, rt.read(c["output"])))
+        verdict = judge(tuning, cls["class"], results)
+        assert verdict["wrong"] == [] and verdict["tiles"] is not None, (tuning.path, verdict)
 
 
 @pytest.mark.slow  # compiles the batched classes' kernels on lavapipe
@@ -248,9 +253,6 @@ def test_batched_classes_are_timed_batched_and_pass(gpu):
     (each batch-head on its own operands in the scratch buffers, GFLOP/s counted over all of
     them), not as one batch-head, which the dispatch alone bounds; run natively, every choice
     passes the judge and the batched time programs run."""
-    from webmp.runtime import Runtime
-    from webmp.tune import time_dispatches
-
     cfg = TrainConfig(model="gpt", batch_size=2, d_model=32, n_head=2, context=16, val_tokens=0)
     path = "native" if gpu.has_f16 else "emulated"
     tuning = tuning_plan(cfg, training_data(cfg), path, dict(gpu.device.limits), gpu.has_subgroups, 2)
@@ -260,7 +262,6 @@ def test_batched_classes_are_timed_batched_and_pass(gpu):
     assert batched, "the GPT's attention products are batched"
     kernels = {k["name"]: k for k in tuning.plan["kernels"]}
     buffers = {b["name"]: b for b in tuning.plan["buffers"]}
-    rt = Runtime(tuning.plan, tuning.blob, gpu)
     for c in tuning.cases:
         M, N, K, ta, tb, batch = shapes[c.cls]
         (timed,) = tuning.plan["programs"][f"time_{c.index}"]
@@ -274,14 +275,7 @@ def test_batched_classes_are_timed_batched_and_pass(gpu):
             else:
                 a_sb, c_sb = k["A_SB"], k["C_SB"]
             assert a_sb == (K * (M + M % 2) if ta else M * (K + K % 2)) and c_sb == M * N
-    for cls in tuning.describe():
-        results = []
-        for c in cls["cases"]:
-            time_dispatches(rt, rt.programs[c["check"]], 1, c["output"])
-            seconds = time_dispatches(rt, rt.programs[c["time"]], 2, "time:C")
-            results.append(CaseResult(c["case"], seconds, 2, rt.read(c["output"])))
-        verdict = judge(tuning, cls["class"], results)
-        assert verdict["wrong"] == [] and verdict["tiles"] is not None, verdict
+    _run_and_judge_every_class(tuning, gpu, reps=2)
 
 
 @pytest.mark.slow
