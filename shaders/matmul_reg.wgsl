@@ -14,14 +14,17 @@
 // Thread (lx, ly) of workgroup (wx, wy) computes the TM x TN block of C at rows
 // (wy * WG_Y + ly) * TM .. and columns (wx * WG_X + lx) * TN .. . K advances a word (two values) at
 // a time: per step TM words of op(A) (k and k + 1 of a row; with TRANS_A, a pair of rows at k or
-// at k + 1) and TN words of op(B) (with B_PAIRS, TN / 2 loads of two words), and each accumulator
-// takes its two fmas in k order. Rows and columns beyond C are computed from clamped reads and
-// never stored; values beyond K are zeroed (they would add into stored outputs).
+// at k + 1) and TN words of op(B) (with B_PAIRS 1, TN / 2 loads of two words; with 2, TN / 4 of
+// four), and each accumulator takes its two fmas in k order. Rows and columns beyond C are
+// computed from clamped reads and never stored; values beyond K are zeroed (they would add into
+// stored outputs).
 //
 // Where the time goes on lavapipe: it compiles a storage load lane by lane (a bounds check and a
 // branch per lane and value), so a step's TN words of op(B) cost more than its TM x TN x 2 fmas,
 // which run 8 lanes an instruction. Taller blocks (TM 16) spread each B word over more fmas, the
-// subgroup core shares the A words (matmul_reg_a_sg.wgsl) and B_PAIRS halves the B loads.
+// subgroup core shares the A words (matmul_reg_a_sg.wgsl) and B_PAIRS halves the B loads (2:
+// quarters them, and keeps the 16 x 8 loop short enough that its speed no longer depends on
+// where lavapipe's compiler lays it out: docs/benchmarks.md "fourth pass").
 //
 // The loops over TM and TN are written out, with `if (TM > 4u)`-style guards that fold away once
 // the overrides are known: lavapipe's compiler does not unroll them, and an accumulator array
