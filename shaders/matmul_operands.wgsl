@@ -67,7 +67,8 @@ override A_ACT: u32 = 0u;    // activation applied to A's values as they are loa
 // override-sized workgroup arrays of matmul.wgsl.
 override OUT_ACT: u32 = 0u;
 // matmul_reg.wgsl's pair loads of B (see B2), declared here for the same reason: 1 only where
-// TRANS_B is 0 and every pair starts on an even word (webmp.ops.b_pairs decides).
+// TRANS_B is 0 and every pair starts on an even word (webmp.ops.b_pairs decides; four words a
+// load where B2's file is matmul_b_quads.wgsl: webmp.ops.b_quads).
 override B_PAIRS: u32 = 0u;
 // Batched operands (see the header), declared here for the same reason. Per operand: the offset,
 // the strides per b and per h, the row stride (elements).

@@ -14,16 +14,16 @@
 // Thread (lx, ly) of workgroup (wx, wy) computes the TM x TN block of C at rows
 // (wy * WG_Y + ly) * TM .. and columns (wx * WG_X + lx) * TN .. . K advances a word (two values) at
 // a time: per step TM words of op(A) (k and k + 1 of a row; with TRANS_A, a pair of rows at k or
-// at k + 1) and TN words of op(B) (with B_PAIRS 1, TN / 2 loads of two words; with 2, TN / 4 of
-// four), and each accumulator takes its two fmas in k order. Rows and columns beyond C are
+// at k + 1) and TN words of op(B) (with B_PAIRS, TN / 2 loads of two words; with B2_QUADS too,
+// TN / 4 of four), and each accumulator takes its two fmas in k order. Rows and columns beyond C are
 // computed from clamped reads and never stored; values beyond K are zeroed (they would add into
 // stored outputs).
 //
 // Where the time goes on lavapipe: it compiles a storage load lane by lane (a bounds check and a
 // branch per lane and value), so a step's TN words of op(B) cost more than its TM x TN x 2 fmas,
 // which run 8 lanes an instruction. Taller blocks (TM 16) spread each B word over more fmas, the
-// subgroup core shares the A words (matmul_reg_a_sg.wgsl) and B_PAIRS halves the B loads (2:
-// quarters them, and keeps the 16 x 8 loop short enough that its speed no longer depends on
+// subgroup core shares the A words (matmul_reg_a_sg.wgsl) and B_PAIRS halves the B loads (with
+// matmul_b_quads.wgsl's B2_QUADS, quarters them, and keeps the 16 x 8 loop short enough that its speed no longer depends on
 // where lavapipe's compiler lays it out: docs/benchmarks.md "fourth pass").
 //
 // The loops over TM and TN are written out, with `if (TM > 4u)`-style guards that fold away once
@@ -120,7 +120,7 @@ fn a_rows(w: array<vec2<f32>, TM_MAX>, hi: bool) -> array<vec2<f32>, TM_MAX> {
 // op(B)[k, c .. c + 3] (k0) and [k + 1, c .. c + 3] (k1, zero when `hi` is false).
 struct BRows { k0: vec4<f32>, k1: vec4<f32> }
 fn b_rows(base: u32, ld: u32, c: u32, k: u32, hi: bool) -> BRows {
-  if (B_PAIRS >= 1u) {  // B [K, N], base and ld even: words c / 2 and c / 2 + 1 are pair c / 4
+  if (B_PAIRS == 1u) {  // B [K, N], base and ld even: words c / 2 and c / 2 + 1 are pair c / 4
     let p = min(c / 4u, ((N + 1u) / 2u - 1u) / 2u);  // columns past N: any pair, never stored
     let k1 = b2_pair((base + min(k + 1u, K - 1u) * ld) / 2u + p);
     return BRows(b2_pair((base + k * ld) / 2u + p), select(vec4<f32>(0.0), k1, hi));
@@ -167,7 +167,7 @@ fn k_loop(row0: u32, col0: u32) {
   for (var k = 0u; k < K; k += 2u) {
     let hi = k + 1u < K;
     var b0: BRows;
-    if (TN > 4u && B_PAIRS == 2u) {  // base and ld whole quads: columns col0 .. col0 + 7 are quad q
+    if (TN > 4u && B_PAIRS == 1u && B2_QUADS) {  // base, ld whole quads: columns col0 .. col0 + 7 are quad q
       let q = min(col0 / 8u, b_ld / 4u - 1u);  // columns past N: any quad of the row, never stored
       let k0 = b2_quad((b_base + k * b_ld) / 4u + q);
       let k1 = b2_quad((b_base + min(k + 1u, K - 1u) * b_ld) / 4u + q);

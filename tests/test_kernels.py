@@ -84,7 +84,7 @@ TILE_NAMES = (
         for t in PAIR_VARIANTS
         for case in ("fwd_gelu", "wgrad_gelu")  # B not transposed: read in pairs
     ]
-    + [  # N = 47: 24 words a row, so the 16 x 8 blocks read four words a load (webmp.ops.b_pairs: 2)
+    + [  # N = 47: 24 words a row, so the 16 x 8 blocks read four words a load (webmp.ops.b_quads)
         f"matmul/{case}/17x47x65/sg_8x2_t16x8_pairs" for case in ("fwd_gelu", "wgrad_gelu")
     ]
 )
@@ -246,7 +246,7 @@ def test_b_pairs_only_where_every_pair_starts_on_an_even_word():
     """B_PAIRS reads two words of op(B) a load (shaders/matmul_reg.wgsl): only a register core
     asking for it, B not transposed, every row and batch of B starting on an even word; else the
     same tiles read a word a load. The plan carries the choice as the kernel's constant."""
-    from webmp.ops import Layout, b_pairs
+    from webmp.ops import Layout, b_pairs, b_quads
     from webmp.plan import PlanBuilder
 
     t = {"core": "reg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 4, "B_PAIRS": 1}
@@ -259,16 +259,16 @@ def test_b_pairs_only_where_every_pair_starts_on_an_even_word():
     assert b_pairs(t, 0, 44, Layout(sh=6, ld=48)) == 0
     assert b_pairs(t, 0, 44, Layout(ld=46)) == 0  # 23 words between rows
     assert b_pairs({k: v for k, v in t.items() if k != "B_PAIRS"}, 0, 44, None) == 0
-    # quads (2): 8-column blocks on an f16 path, rows and batches on whole quads, B whole quads
+    # quads: 8-column blocks on an f16 path, rows and batches on whole quads, B's buffer whole quads
     t8 = {**t, "TN": 8}
-    assert b_pairs(t8, 0, 48, None, "native") == 2  # 24 words a row, the buffer its rows
-    assert b_pairs(t8, 0, 47, None, "emulated", 67 * 24 * 4) == 2
-    assert b_pairs(t8, 0, 48, None, "fp32") == 1  # a word is 8 bytes there: pairs only
-    assert b_pairs(t, 0, 48, None, "native") == 1  # 4-column blocks
-    assert b_pairs(t8, 0, 44, None, "native") == 1  # 22 words a row
-    assert b_pairs(t8, 0, 48, Layout(off=4), "native", 4096) == 1  # a batch starting mid-quad
-    assert b_pairs(t8, 0, 48, Layout(sb=48 * 8), "native", 8 * 48 * 2 + 8) == 1  # the buffer's tail
-    assert b_pairs(t8, 0, 48, Layout(sb=48 * 8), "native") == 1  # a layout, the buffer unknown
+    assert b_quads(t8, 48, None, "native", None)  # 24 words a row, the buffer its rows
+    assert b_quads(t8, 47, None, "emulated", 67 * 24 * 4)
+    assert not b_quads(t8, 48, None, "fp32", None)  # a word is 8 bytes there: pairs only
+    assert not b_quads(t, 48, None, "native", None)  # 4-column blocks
+    assert not b_quads(t8, 44, None, "native", None)  # 22 words a row
+    assert not b_quads(t8, 48, Layout(off=4), "native", 4096)  # a batch starting mid-quad
+    assert not b_quads(t8, 48, Layout(sb=48 * 8), "native", 8 * 48 * 2 + 8)  # the buffer's tail
+    assert not b_quads(t8, 48, Layout(sb=48 * 8), "native", None)  # a layout, the buffer unknown
     assert b_pairs({"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 8, "B_PAIRS": 1}, 0, 44, None) == 0
 
     pb = PlanBuilder("native")
@@ -284,8 +284,8 @@ def test_b_pairs_only_where_every_pair_starts_on_an_even_word():
     pb.h("B48", 8, 48)
     pb.h("C48", 4, 48)
     ops.matmul(pb, "q", "matmul_plain", A="A", B="B48", C="C48", M=4, N=48, K=8, tiles={**t, "TN": 8})
-    (quads,) = [k for k in pb.kernels.values() if k["constants"].get("B_PAIRS") == 2]
-    assert "matmul_b_quads.wgsl" in quads["sources"] and "matmul_b_pairs.wgsl" not in quads["sources"]
+    (quads,) = [k for k in pb.kernels.values() if "matmul_b_quads.wgsl" in k["sources"]]
+    assert quads["constants"]["B_PAIRS"] == 1 and "matmul_b_pairs.wgsl" not in quads["sources"]
 
 
 @kernel_case("matmul/act_on_load/4096")

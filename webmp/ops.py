@@ -68,7 +68,7 @@ def matmul_sources(
     variant: str, core: str = "tiled", c_quads: bool = False, b_quads: bool = False
 ) -> list[str]:
     """The shader files of a matmul variant after the prelude and common.wgsl: the operands, B's
-    view for B_PAIRS loads (four words a load with b_quads: see `b_pairs`), the core, the shared
+    view for B_PAIRS loads (four words a load with b_quads: see `b_quads`), the core, the shared
     output stores (f16 for the variants that store h, else f32; with c_quads one store per 4-column
     group: see `c_quads`), the variant's own file."""
     if variant in H_OUT_VARIANTS:
@@ -103,36 +103,37 @@ def core_constants(tiles: Tiles) -> tuple[str, dict[str, int]]:
     return core, {n: int(tiles[n]) for n in names}
 
 
-def b_pairs(
-    tiles: Tiles,
-    trans_b: int,
-    N: int,
-    b_layout: Layout | None,
-    path: str = "fp32",
-    b_bytes: int | None = None,
-) -> int:
+def b_row_words(N: int, b_layout: Layout | None) -> int:
+    """Words between the rows of a non-transposed B [K, N] (its X_LD, or whole words)."""
+    lay = b_layout or Layout()
+    return lay.ld // 2 if lay.ld else (N + 1) // 2
+
+
+def b_pairs(tiles: Tiles, trans_b: int, N: int, b_layout: Layout | None) -> int:
     """The B_PAIRS constant of a product (matmul_reg.wgsl): 1 where the tiles ask for it (a register
     core's "B_PAIRS": 1) and every pair of op(B)'s words it reads starts on an even word: B not
-    transposed, its rows an even count of words apart, every batch starting on an even word. 2
-    (four words a load, matmul_b_quads.wgsl) where moreover the blocks are 8 columns wide, the path
-    stores f16 (a word is 4 bytes), the rows and batches start on whole quads of words and B's
-    buffer is whole quads: b_bytes a multiple of 16, or unknown (None) and B laid out naturally
-    (its rows, whole quads each, are the whole buffer). Else 0, the single-word loads (the same
-    values)."""
+    transposed, its rows an even count of words apart, every batch starting on an even word. Else 0,
+    the single-word loads (the same values)."""
     if not tiles.get("B_PAIRS") or tiles.get("core", "tiled") == "tiled" or trans_b:
         return 0
     lay = b_layout or Layout()
-    row_words = lay.ld // 2 if lay.ld else (N + 1) // 2
-    if row_words % 2 or any(v % 4 for v in (lay.off, lay.sb, lay.sh)):
-        return 0
-    quads = (
+    return int(b_row_words(N, lay) % 2 == 0 and all(v % 4 == 0 for v in (lay.off, lay.sb, lay.sh)))
+
+
+def b_quads(tiles: Tiles, N: int, b_layout: Layout | None, path: str, b_bytes: int | None) -> bool:
+    """Whether a product that reads B in pairs (b_pairs) reads it four words a load instead
+    (matmul_b_quads.wgsl): the blocks 8 columns wide, an f16 path (a word is 4 bytes), the rows and
+    batches starting on whole quads of words, and B's buffer whole quads: b_bytes a multiple of 16,
+    or unknown (None: webmp.inspect's probe) with B laid out naturally (its rows, whole quads each,
+    are the whole buffer)."""
+    lay = b_layout or Layout()
+    return (
         tiles["TN"] == 8
         and path != "fp32"
-        and row_words % 4 == 0
+        and b_row_words(N, lay) % 4 == 0
         and all(v % 8 == 0 for v in (lay.off, lay.sb, lay.sh))
         and (b_bytes % 16 == 0 if b_bytes is not None else lay == Layout())
     )
-    return 2 if quads else 1
 
 
 def matmul(
@@ -171,10 +172,10 @@ def matmul(
     core, shape = core_constants(tiles)
     consts: dict[str, Any] = {"TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
     consts.update(shape)
-    b_bytes = pb.buffers[B]["bytes"] if B in pb.buffers else None  # (None: webmp.inspect's probe)
-    pairs = b_pairs(tiles, trans_b, N, b_layout, pb.path, b_bytes)
-    if pairs:
-        consts["B_PAIRS"] = pairs
+    quads = False
+    if b_pairs(tiles, trans_b, N, b_layout):
+        consts["B_PAIRS"] = 1
+        quads = b_quads(tiles, N, b_layout, pb.path, pb.buffers[B]["bytes"] if B in pb.buffers else None)
     if not 1 <= batch <= MAX_WORKGROUPS_PER_DIM or z_inner < 1:
         raise ValueError(
             f"batch {batch} (z_inner {z_inner}): 1 .. {MAX_WORKGROUPS_PER_DIM} products a dispatch"
@@ -215,7 +216,7 @@ def matmul(
     if c_is_h:
         binds["flags"] = flags
     workgroups = [cdiv(N, tiles["WG_X"] * tiles["TN"]), cdiv(M, tiles["WG_Y"] * tiles["TM"]), batch]
-    sources = matmul_sources(variant, core, c_quads(N, c_layout), pairs == 2)
+    sources = matmul_sources(variant, core, c_quads(N, c_layout), quads)
     pb.dispatch(program, sources, variant, consts, binds, workgroups)
 
 

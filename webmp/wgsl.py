@@ -46,9 +46,9 @@ after it to define):
   TM_MAX, TN4_MAX, `acc`, mm_tile filling it, acc_group, out_row, out_col, rows_in_c), then
   `fn col4(c: u32) -> vec4<f32>`, `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool`
   (storing at out_index) and an entry point that calls mm_run (see mm_run).
-- matmul_b_pairs.wgsl or matmul_b_quads.wgsl (webmp.ops.b_pairs: 2 for quads): binding 3 B2 (B
+- matmul_b_pairs.wgsl or matmul_b_quads.wgsl (webmp.ops.b_quads chooses): binding 3 B2 (B
   again, two or four words an element, HWLoad2 or HWLoad4: the register core's B_PAIRS loads).
-  Define BQuad, b2_pair (four values) and b2_quad (eight).
+  Define B2_QUADS (which of the two), BQuad, b2_pair (four values) and b2_quad (eight).
 - The cores (webmp.ops.MATMUL_CORES, chosen by tiles["core"]): matmul.wgsl ("tiled": workgroup
   memory tiles; overrides WG_X, WG_Y, TM, TN, BK); matmul_reg.wgsl ("reg", "reg_sg": register
   blocks read straight from storage; overrides WG_X, WG_Y, TM, TN; reads B_PAIRS), which expects
