@@ -15,6 +15,9 @@ alias HWLoad = vec2<f32>;
 fn h_load(w: HWLoad) -> vec2<f32> { return w; }
 alias HWLoad2 = vec4<f32>;  // two consecutive words in one load (matmul_reg.wgsl's B_PAIRS)
 fn h_load2(w: HWLoad2) -> vec4<f32> { return w; }
+// Two words' first values as one word, and their second values (transpose_h.wgsl).
+fn h_low_halves(a: HWLoad, b: HWLoad) -> HWLoad { return vec2<f32>(a.x, b.x); }
+fn h_high_halves(a: HWLoad, b: HWLoad) -> HWLoad { return vec2<f32>(a.y, b.y); }
 fn h_round(x: f32) -> f32 { return x; }
 // The f32 bit patterns of a word's two values, exactly (webmp grad_hist reads them).
 fn h_load_bits(w: HWLoad) -> vec2<u32> { return bitcast<vec2<u32>>(w); }

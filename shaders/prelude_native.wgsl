@@ -20,6 +20,9 @@ fn h_load(w: HWLoad) -> vec2<f32> { return unpack2x16float(w); }
 alias HWLoad2 = vec2<u32>;  // two consecutive words in one load (matmul_reg.wgsl's B_PAIRS)
 alias HWLoad4 = vec4<u32>;  // four (matmul_b_quads.wgsl; none on the fp32 path)
 fn h_load2(w: HWLoad2) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }
+// Two words' first values as one word, and their second values (transpose_h.wgsl): bits, not values.
+fn h_low_halves(a: HWLoad, b: HWLoad) -> HWLoad { return (a & 0xffffu) | (b << 16u); }
+fn h_high_halves(a: HWLoad, b: HWLoad) -> HWLoad { return (a >> 16u) | (b & 0xffff0000u); }
 fn h_round(x: f32) -> f32 { return f16_round(x); }  // not f32(f16(x)): see common.wgsl
 // The f32 bit patterns of a word's two values, exactly (webmp grad_hist reads them).
 fn h_load_bits(w: HWLoad) -> vec2<u32> { return vec2<u32>(f16_bits_to_f32(w & 0xffffu), f16_bits_to_f32(w >> 16u)); }

@@ -19,7 +19,7 @@ from webmp.ops import MATMUL_CORES, ROW_FORMS, core_constants
 from webmp.plan import pack_h
 from webmp.runtime import Runtime
 from webmp.state import decode_state
-from webmp.tilecache import ROWS_KEY, SMALL_TILES, TileTable, default_tiles
+from webmp.tilecache import ROWS_KEY, SMALL_TILES, WEIGHT_FORMS, WEIGHTS_KEY, TileTable, default_tiles
 
 
 @pytest.fixture(scope="module")
@@ -324,13 +324,18 @@ def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
     shape = ("fp32", 24, 20, 16, 1, 0)
     report = tune.tune_shapes(gpu, [shape], budget_s=0.5, log=lambda *a: None)
     cls = tune.shape_class(*shape)
-    assert list(report) == [cls, ROWS_KEY] and report[cls]["tried"] >= 1
+    assert list(report) == [cls, ROWS_KEY, WEIGHTS_KEY] and report[cls]["tried"] >= 1
     cached = json.loads(tune_cache.read_text())[gpu.name][cls]
     # the row kernels' form: both forms gave the same bits here, the faster is cached
     assert report[ROWS_KEY]["seconds"] is not None and report[ROWS_KEY]["form"] in ROW_FORMS
     assert TileTable.for_adapter(gpu.name).row_kernels == report[ROWS_KEY]["form"]
     assert TileTable.for_adapter("another adapter").row_kernels == "workgroup"
     assert ROWS_KEY not in TileTable.for_adapter(gpu.name).by_class
+    # the weights' form: both gave the same bits here (WeightsCase.identical), the faster is cached
+    assert report[WEIGHTS_KEY]["seconds"] is not None and report[WEIGHTS_KEY]["form"] in WEIGHT_FORMS
+    assert TileTable.for_adapter(gpu.name).weights == report[WEIGHTS_KEY]["form"]
+    assert TileTable.for_adapter("another adapter").weights == "as_stored"
+    assert WEIGHTS_KEY not in TileTable.for_adapter(gpu.name).by_class
     assert TileTable.for_adapter(None).for_shape(*shape) == default_tiles(24, 20, 16) == SMALL_TILES
     assert TileTable.for_adapter("another adapter").for_shape(*shape) == SMALL_TILES
     table = TileTable.for_adapter(gpu.name)

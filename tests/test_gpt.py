@@ -139,6 +139,64 @@ def test_gpt_gradients_are_the_same_bits_with_every_matmul_core(path, gpu):
     assert other[5] == default[5]
 
 
+def test_gpt_gradients_are_the_same_bits_with_transposed_weights(path, gpu):
+    """With the weights form "transposed" (tilecache.WEIGHTS_KEY) the backward pass transposes each
+    working copy it multiplies by (transpose_h) and its input-gradient products become A·B: the
+    same gradients and loss bit for bit as the A·Bᵀ products on the copies as stored (untied: the
+    head's matrix too)."""
+    from webmp.tilecache import WEIGHTS_KEY, TileTable
+
+    tiles = TileTable({WEIGHTS_KEY: {"form": "transposed"}})
+    assert tiles.weights == "transposed" and "weights transposed" in tiles.describe()
+    default = run_step(path, gpu, False)
+    other = _run_step(path, gpu, False, tiles=tiles)
+    for name, g in default[4].items():
+        assert np.array_equal(other[4][name], g), name
+    assert other[5] == default[5]
+
+
+def test_gpt_plan_with_transposed_weights():
+    """Each matrix the backward pass multiplies by is transposed once a step, just before its
+    product, into a copy of its own; those products read it untransposed; the forward pass and
+    eval are unchanged."""
+    from webmp.models.gpt import build_gpt_plan
+    from webmp.tilecache import WEIGHTS_KEY, TileTable
+
+    cfg = TrainConfig(
+        model="gpt", batch_size=BATCH, n_layer=L, n_head=H, d_model=D, context=T, tie_head=False
+    )
+    plans = {
+        form: build_gpt_plan(cfg, tiny_corpus(), "emulated", TileTable({WEIGHTS_KEY: {"form": form}}))[0]
+        for form in ("as_stored", "transposed")
+    }
+    plan = plans["transposed"]
+    kernels = {k["name"]: k for k in plan["kernels"]}
+    step = plan["programs"]["train_step"]
+
+    def bound(d):
+        return dict(zip([b["name"] for b in kernels[d["kernel"]]["bindings"]], d["bind"], strict=True))
+
+    moved = [i for i, d in enumerate(step) if kernels[d["kernel"]]["entry"] == "transpose_h"]
+    want = {f"h_{w}{l}" for l in range(L) for w in ("Wqkv", "Wo", "W1", "W2")} | {"h_Whead"}
+    assert sorted(bound(step[i])["X"] for i in moved) == sorted(want)
+    for i in moved:  # the next dispatch is the product reading the transposed copy
+        t, product = bound(step[i]), step[i + 1]
+        assert bound(product)["B"] == t["Y"] == "hT_" + t["X"][2:]
+        assert kernels[product["kernel"]]["constants"]["TRANS_B"] == 0
+
+    def dispatches(plan, program):
+        by_name = {k["name"]: k for k in plan["kernels"]}
+        return [
+            (by_name[d["kernel"]]["entry"], by_name[d["kernel"]]["constants"], d["bind"])
+            for d in plan["programs"][program]
+        ]
+
+    assert dispatches(plan, "eval") == dispatches(plans["as_stored"], "eval")
+    assert len(step) == len(plans["as_stored"]["programs"]["train_step"]) + len(want)
+    transposed_b = {form: sum(m["trans_b"] for m in p["matmuls"]) for form, p in plans.items()}
+    assert transposed_b["transposed"] < transposed_b["as_stored"]
+
+
 @pytest.mark.parametrize("tie_head", [True, False], ids=["tied", "untied"])
 def test_gpt_native_emulated_identical(gpu, tie_head):
     """Both f16 paths store the same f16 values, so every gradient agrees bit for bit."""

@@ -400,6 +400,42 @@ def test_colsum(name, path):
     check_close(out["out"], ref.colsum(G), dot_error(len(G)) * np.abs(G).sum(0), name)
 
 
+# odd rows and columns (padding halves on both sides), one element, more blocks than a workgroup
+TRANSPOSE_NAMES = ["transpose_h/5x7", "transpose_h/1x1", "transpose_h/6x4", "transpose_h/70x131"]
+
+
+@kernel_case("transpose_h/5x7")
+@kernel_case("transpose_h/1x1")
+@kernel_case("transpose_h/6x4")
+@kernel_case("transpose_h/70x131")
+def _transpose_case(name, path):
+    rows, cols = map(int, name.split("/")[1].split("x"))
+    rng = rng_for(name, path)
+    X = rand_h(rng, (rows, cols), path)
+    # f16 subnormals (2^-24 .. 2^-15) and a negative zero: bits that a conversion could change
+    special = np.array([2.0**-24, -(2.0**-20), 3 * 2.0**-16, -0.0])
+    X.flat[rng.choice(X.size, min(X.size, 4), replace=False)] = special[: min(X.size, 4)]
+    out = run_op(
+        ops.transpose_h, {"X": X}, {"Y": ((cols, rows), "padded")}, rows=rows, cols=cols, path=path,
+        gpu=default_gpu(),
+    )  # fmt: skip
+    return {"X": X}, out
+
+
+@pytest.mark.parametrize("name", TRANSPOSE_NAMES)
+def test_transpose_h_moves_the_bits(name, path):
+    inp, out = run(name, path)
+    X = np.asarray(inp["X"], np.float32)
+    rows, cols = X.shape
+    Y = out["Y"]
+    assert Y.shape == (cols, rows + rows % 2)
+    want = np.zeros(Y.shape, np.float32)
+    want[:, :rows] = X.T
+    assert np.array_equal(Y.view(np.uint32), want.view(np.uint32)), (
+        f"{name}: {np.count_nonzero(Y.view(np.uint32) != want.view(np.uint32))} words differ"
+    )
+
+
 LN_NAMES = ["layernorm/5x1", "layernorm/5x37", "layernorm/3x131"]
 
 

@@ -1046,6 +1046,16 @@ def add_h(pb: PlanBuilder, program: str, *, A: str, Y: str, M: int, N: int, flag
     )
 
 
+def transpose_h(pb: PlanBuilder, program: str, *, X: str, Y: str, rows: int, cols: int) -> None:
+    """Y = X^T: X an h matrix [rows, cols], Y [cols, rows], the bits moved unchanged (a weight's
+    working copy laid out for the products that read it transposed: GPT's backward pass)."""
+    pb.require_bytes("transpose_h", X, h_bytes(rows, cols, pb.path), f"an h matrix [{rows}, {cols}]")
+    pb.require_bytes("transpose_h", Y, h_bytes(cols, rows, pb.path), f"an h matrix [{cols}, {rows}]")
+    blocks = cdiv(rows, 2) * cdiv(cols, 2)
+    sizes = {"ROWS": rows, "COLS": cols}
+    pb.dispatch(program, ["transpose_h.wgsl"], "transpose_h", sizes, {"X": X, "Y": Y}, grid(blocks))
+
+
 # --- text generation (webmp sample) ----------------------------------------------------------------
 
 SAMPLE_CUTOFF = 87.0  # sample_next's weights are 0 where (max - logit) / temperature >= this

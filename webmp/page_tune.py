@@ -36,7 +36,7 @@ from .matmul_cases import MatmulSpec, batch_layouts, candidates, kebab_limits
 from .models import build_plan
 from .ops import matmul
 from .plan import KernelPlan, PlanBuilder, h_bytes
-from .tilecache import ROWS_KEY, Tiles, default_tiles, load_cache, save_cache, shape_class
+from .tilecache import RESERVED_KEYS, Tiles, default_tiles, load_cache, save_cache, shape_class
 
 CHECK_SHAPE = (67, 35, 41)  # M, N, K of the correctness check: ragged against every tile edge
 ADAPTER_KEY_PREFIX = "page-"
@@ -50,8 +50,8 @@ def adapter_key(signature: Mapping[str, Any]) -> str:
 
 
 def tuned_classes(key: str) -> dict[str, Tiles]:
-    """The shape classes tuned for an adapter key so far (the row kernels' entry left out)."""
-    return {c: t for c, t in load_cache().get(key, {}).items() if c != ROWS_KEY}
+    """The shape classes tuned for an adapter key so far (the reserved entries left out)."""
+    return {c: t for c, t in load_cache().get(key, {}).items() if c not in RESERVED_KEYS}
 
 
 def plan_shape_classes(plan: Mapping[str, Any]) -> list[tuple[str, tuple[int, int, int, int, int, int]]]:

@@ -14,7 +14,9 @@ adapter, `TileTable()` is the defaults. Nothing here is process-global.
 The cache is JSON at $WEBMP_TUNE_CACHE, default ~/.cache/webmp/tune.json:
 {adapter name: {shape class: tiles}}. The reserved key ROWS_KEY ("rows") of an adapter's entry holds
 {"form": "workgroup" | "thread"}: which form the row kernels (attn_softmax_*, layernorm_fwd/bwd,
-webmp.ops.ROW_FORMS; both give the same bits) take, `TileTable.row_kernels` ("workgroup" when absent).
+webmp.ops.ROW_FORMS; both give the same bits) take, `TileTable.row_kernels` ("workgroup" when absent);
+WEIGHTS_KEY ("weights") {"form": "as_stored" | "transposed"}: how the GPT's backward pass reads its
+weights, `TileTable.weights` ("as_stored" when absent).
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ SMALL_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "RU
 SMALL_MACS = 1 << 26
 ROWS_KEY = "rows"  # reserved key of an adapter's cache entry: {"form": the row kernels' form}
 DEFAULT_ROWS = "workgroup"
+# reserved key: {"form": how the GPT's backward pass reads the weights of its input-gradient
+# products}: "as_stored" (A·Bᵀ on the working copy, the default) or "transposed" (each step it
+# transposes the copy, transpose_h, and the products are A·B: faster where A·Bᵀ loads more, as on
+# lavapipe). The same bits either way.
+WEIGHTS_KEY = "weights"
+WEIGHT_FORMS = ("as_stored", "transposed")
+DEFAULT_WEIGHTS = "as_stored"
+RESERVED_KEYS = (ROWS_KEY, WEIGHTS_KEY)
 
 
 def cache_path() -> Path:
@@ -93,10 +103,15 @@ class TileTable:
     def __init__(self, by_class: Mapping[str, Tiles] | None = None, adapter: str | None = None):
         by_class = dict(by_class or {})
         rows = by_class.pop(ROWS_KEY, None) or {}
+        weights = by_class.pop(WEIGHTS_KEY, None) or {}
         self.by_class = {cls: dict(t) for cls, t in by_class.items()}
         self.adapter = adapter
         # the row kernels' form (webmp.ops.ROW_FORMS): a workgroup or a thread a row, the same bits
         self.row_kernels: str = str(rows.get("form", DEFAULT_ROWS))
+        # how the GPT's backward reads its weights (WEIGHT_FORMS), the same bits
+        self.weights: str = str(weights.get("form", DEFAULT_WEIGHTS))
+        if self.weights not in WEIGHT_FORMS:
+            raise ValueError(f"weights form {self.weights!r} is not one of {WEIGHT_FORMS}")
 
     @classmethod
     def for_adapter(cls, adapter: str | None) -> TileTable:
@@ -111,4 +126,5 @@ class TileTable:
         """For summaries: 'default', or how many shape classes are tuned."""
         n = len(self.by_class)
         rows = "" if self.row_kernels == DEFAULT_ROWS else f", {self.row_kernels}-per-row row kernels"
-        return (f"tuned ({n} shape classes cached)" if n else "default") + rows
+        weights = "" if self.weights == DEFAULT_WEIGHTS else ", weights transposed for the backward pass"
+        return (f"tuned ({n} shape classes cached)" if n else "default") + rows + weights

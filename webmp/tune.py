@@ -19,13 +19,25 @@ from .config import TrainConfig
 from .data import load_digits
 from .matmul_cases import MatmulSpec, candidates
 from .models import build_plan
-from .ops import ROW_FORMS, attn_softmax_bwd, attn_softmax_fwd, layernorm_bwd, layernorm_fwd
+from .ops import (
+    ROW_FORMS,
+    attn_softmax_bwd,
+    attn_softmax_fwd,
+    layernorm_bwd,
+    layernorm_fwd,
+    matmul,
+    transpose_h,
+)
 from .plan import Plan, PlanBuilder, pack_h, resolve_f16_path
 from .runtime import Runtime, default_gpu
 from .tilecache import (
     DEFAULT_ROWS,
+    DEFAULT_WEIGHTS,
     ROWS_KEY,
+    WEIGHT_FORMS,
+    WEIGHTS_KEY,
     Tiles,
+    TileTable,
     cache_path,
     default_tiles,
     load_cache,
@@ -183,6 +195,68 @@ def tune_rows(gpu, path: str, log=print) -> dict:
     return {"form": form, "seconds": secs}
 
 
+# --- how the backward pass reads its weights -------------------------------------------------------
+
+
+class WeightsCase:
+    """The GPT's largest input-gradient product at its default size, dY [M, N] = dZ [M, K] Wᵀ
+    with W [N, K] (W1's: 1024 x 128 x 512), both ways (tilecache.WEIGHT_FORMS), each its own
+    program and output: "as_stored" the A·Bᵀ product on W, "transposed" transpose_h into
+    Wt [K, N] and the A·B product on it; each product with the tiles `table` gives its class."""
+
+    def __init__(
+        self, gpu, path: str, table: TileTable, M: int = 1024, N: int = 128, K: int = 512, seed: int = 0
+    ):
+        rng = np.random.default_rng(seed)
+        pb = PlanBuilder(path)
+        pb.h("dZ", M, K, init=pack_h(rng.uniform(-1, 1, (M, K)), path))
+        pb.h("W", N, K, init=pack_h(rng.uniform(-1, 1, (N, K)), path))
+        pb.h("Wt", K, N)
+        pb.u32("flags", (4,), "other")
+        for form in WEIGHT_FORMS:
+            pb.h(f"dY_{form}", M, N)
+        dims: dict[str, Any] = {"A": "dZ", "M": M, "N": N, "K": K}
+        tiles = table.for_shape(path, M, N, K, 0, 1)
+        matmul(pb, "as_stored", "matmul_plain", B="W", C="dY_as_stored", trans_b=1, tiles=tiles, **dims)
+        transpose_h(pb, "transposed", X="W", Y="Wt", rows=N, cols=K)
+        tiles = table.for_shape(path, M, N, K, 0, 0)
+        matmul(pb, "transposed", "matmul_plain", B="Wt", C="dY_transposed", tiles=tiles, **dims)
+        plan = pb.kernel_plan(state="flags", metrics="flags")
+        self.rt = Runtime(plan, bytes(pb.blob), gpu)
+
+    def identical(self) -> bool:
+        """Runs each form once: whether both computed the same bytes."""
+        for form in WEIGHT_FORMS:
+            self.run(form, 1)
+        return len({self.rt.read(f"dY_{form}") for form in WEIGHT_FORMS}) == 1
+
+    def run(self, form: str, reps: int) -> float:
+        """Seconds for `reps` passes over the form's dispatches in one submit and one wait."""
+        return time_dispatches(self.rt, self.rt.programs[form], reps, f"dY_{form}")
+
+    def seconds(self, reps: int = 3, rounds: int = 3) -> dict[str, float]:
+        """{form: best seconds a pass}, the forms alternated `rounds` times (the CPUs may be shared)."""
+        best = {form: float("inf") for form in WEIGHT_FORMS}
+        for _ in range(rounds):
+            for form in WEIGHT_FORMS:
+                best[form] = min(best[form], self.run(form, reps) / reps)
+        return best
+
+
+def tune_weights(gpu, path: str, table: TileTable, log=print) -> dict:
+    """Times both weight forms (WeightsCase, with the tiles `table` gives) and returns {"form",
+    "seconds"}: the faster, provided both give the same bits on this adapter (else the default,
+    "as_stored")."""
+    case = WeightsCase(gpu, path, table)
+    if not case.identical():
+        log("tune weights: the transposed copies' products differ from the stored ones'; keeping as_stored")
+        return {"form": DEFAULT_WEIGHTS, "seconds": None}
+    secs = case.seconds()
+    form = min(secs, key=lambda f: secs[f])
+    log("tune weights: " + ", ".join(f"{f} {1e3 * s:.2f} ms" for f, s in secs.items()) + f" -> {form}")
+    return {"form": form, "seconds": secs}
+
+
 # --- the tuner -----------------------------------------------------------------------------------
 
 
@@ -201,10 +275,13 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     that fit the device, most promising first, until the class's share of the budget is spent;
     keeps the fastest that passes its correctness check and stores it in the cache under gpu.name.
     Classes with the most work go first, and time one class leaves unused goes to the next. Then
-    the row kernels' form (tune_rows, on the first shape's path), stored under ROWS_KEY.
+    the row kernels' form (tune_rows, on the first shape's path), stored under ROWS_KEY, and how the
+    GPT's backward pass reads its weights (tune_weights, with the tiles tuned so far), under
+    WEIGHTS_KEY.
     A shape is (path, M, N, K, trans_a, trans_b) or plan_shapes' with its batch: a batched product
     is timed batched, as the plan dispatches it (one batch-head alone is bound by the dispatch).
-    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}, ROWS_KEY: tune_rows's}."""
+    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}, ROWS_KEY: tune_rows's,
+    WEIGHTS_KEY: tune_weights's}."""
     by_class: dict[str, tuple] = {}
     for s in shapes:
         s = tuple(s) if len(s) == 7 else (*s, 1)
@@ -247,9 +324,13 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
         mine[cls] = best
         report[cls] = {"tiles": best, "gflops": best_gf, "default_gflops": default_gf, "tried": len(results)}
         log(f"tune {cls}: {best} {best_gf:.2f} GFLOP/s (default {default_gf or 0:.2f}, {len(results)} tried)")
-    rows = tune_rows(gpu, order[0][1][0] if order else "fp32", log)
+    path = order[0][1][0] if order else "fp32"
+    rows = tune_rows(gpu, path, log)
     mine[ROWS_KEY] = {"form": rows["form"]}
     report[ROWS_KEY] = rows
+    weights = tune_weights(gpu, path, TileTable(mine, gpu.name), log)
+    mine[WEIGHTS_KEY] = {"form": weights["form"]}
+    report[WEIGHTS_KEY] = weights
     save_cache(cache)
     return report
 

@@ -18,8 +18,9 @@ after it to define):
   unpack2x16float on both f16 paths: lavapipe reads a vec2<f16> as two 16-bit loads, which made
   the native matmuls ~1.4x slower than the emulated ones; the values are the same), HWLoad2 /
   h_load2 (two such words in one load), HWLoad4 (four, on the f16 paths), and
-  h_load_bits (a word's two values as f32 bit patterns, exactly). The f16 preludes' h_round uses
-  common.wgsl's f16_round, their h_load_bits its f16_bits_to_f32.
+  h_load_bits (a word's two values as f32 bit patterns, exactly), h_low_halves / h_high_halves
+  (two words' first and second values as one word each: bits, not values). The f16 preludes'
+  h_round uses common.wgsl's f16_round, their h_load_bits its f16_bits_to_f32.
 - common.wgsl: no bindings. Defines State, FLAG_*, NO_LABEL, f32_nonfinite, h_overflows,
   f16_round, f16_bits_to_f32, h_index, ACT_*, act_fwd, act_grad, and the seeded data order pcg_hash and
   seeded_permute (used by gather.wgsl and windows.wgsl; numpy twin webmp.data.permute).
@@ -82,7 +83,8 @@ after it to define):
   windows.wgsl (gather_windows, gather_windows_eval: 0 tokens, 1 state, 2 idx, 3 targets),
   embed.wgsl (embed_fwd: 0 idx, 1 wte, 2 wpe, 3 X (h), 4 flags), token_rows.wgsl (token_rows:
   0 idx, 1 spans, 2 order), embed_wgrad.wgsl (embed_wgrad: 0 spans, 1 order, 2 dX (h), 3 dwte,
-  4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags), sample_window.wgsl (sample_window: 0 seq,
+  4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags), transpose_h.wgsl (transpose_h: 0 X, 1 Y, both h
+  as HWLoad; overrides ROWS, COLS), sample_window.wgsl (sample_window: 0 seq,
   1 seq_len, 2 idx), sample_next.wgsl (sample_next: 0 logits (f32), 1 seq, 2 seq_len).
 - The gradient-range lens: grad_hist_clear.wgsl (grad_hist_clear: 0 counts, u32) and
   grad_hist.wgsl (grad_hist: 0 X (h, as HWLoad), 1 counts (atomic u32)).
