@@ -139,62 +139,75 @@ def test_gpt_gradients_are_the_same_bits_with_every_matmul_core(path, gpu):
     assert other[5] == default[5]
 
 
-def test_gpt_gradients_are_the_same_bits_with_transposed_weights(path, gpu):
+@pytest.mark.parametrize("tie_head", [True, False], ids=["tied", "untied"])
+def test_gpt_gradients_are_the_same_bits_with_transposed_weights(path, gpu, tie_head):
     """With the weights form "transposed" (tilecache.WEIGHTS_KEY) the backward pass transposes each
-    working copy it multiplies by (transpose_h) and its input-gradient products become A·B: the
-    same gradients and loss bit for bit as the A·Bᵀ products on the copies as stored (untied: the
-    head's matrix too)."""
+    working copy it multiplies by (transpose_h), and the tied head's logits read wte transposed:
+    those products become A·B, with the same gradients and loss bit for bit as the A·Bᵀ products
+    on the copies as stored (untied: the head's matrix in the backward pass too)."""
     from webmp.tilecache import WEIGHTS_KEY, TileTable
 
     tiles = TileTable({WEIGHTS_KEY: {"form": "transposed"}})
     assert tiles.weights == "transposed" and "weights transposed" in tiles.describe()
-    default = run_step(path, gpu, False)
-    other = _run_step(path, gpu, False, tiles=tiles)
+    default = run_step(path, gpu, tie_head)
+    other = _run_step(path, gpu, tie_head, tiles=tiles)
     for name, g in default[4].items():
         assert np.array_equal(other[4][name], g), name
     assert other[5] == default[5]
 
 
-def test_gpt_plan_with_transposed_weights():
+@pytest.mark.parametrize("tie_head", [True, False], ids=["tied", "untied"])
+def test_gpt_plan_with_transposed_weights(tie_head):
     """Each matrix the backward pass multiplies by is transposed once a step, just before its
-    product, into a copy of its own; those products read it untransposed; the forward pass and
-    eval are unchanged."""
+    product, into a copy of its own, and those products read it untransposed; so is the tied
+    head's wte before the logits, in every forward pass (eval too). Nothing else changes."""
     from webmp.models.gpt import build_gpt_plan
     from webmp.tilecache import WEIGHTS_KEY, TileTable
 
     cfg = TrainConfig(
-        model="gpt", batch_size=BATCH, n_layer=L, n_head=H, d_model=D, context=T, tie_head=False
+        model="gpt", batch_size=BATCH, n_layer=L, n_head=H, d_model=D, context=T, tie_head=tie_head
     )
     plans = {
         form: build_gpt_plan(cfg, tiny_corpus(), "emulated", TileTable({WEIGHTS_KEY: {"form": form}}))[0]
         for form in ("as_stored", "transposed")
     }
-    plan = plans["transposed"]
-    kernels = {k["name"]: k for k in plan["kernels"]}
-    step = plan["programs"]["train_step"]
-
-    def bound(d):
-        return dict(zip([b["name"] for b in kernels[d["kernel"]]["bindings"]], d["bind"], strict=True))
-
-    moved = [i for i, d in enumerate(step) if kernels[d["kernel"]]["entry"] == "transpose_h"]
-    want = {f"h_{w}{l}" for l in range(L) for w in ("Wqkv", "Wo", "W1", "W2")} | {"h_Whead"}
-    assert sorted(bound(step[i])["X"] for i in moved) == sorted(want)
-    for i in moved:  # the next dispatch is the product reading the transposed copy
-        t, product = bound(step[i]), step[i + 1]
-        assert bound(product)["B"] == t["Y"] == "hT_" + t["X"][2:]
-        assert kernels[product["kernel"]]["constants"]["TRANS_B"] == 0
 
     def dispatches(plan, program):
+        """(entry, constants, bound buffers) of each dispatch."""
         by_name = {k["name"]: k for k in plan["kernels"]}
-        return [
-            (by_name[d["kernel"]]["entry"], by_name[d["kernel"]]["constants"], d["bind"])
-            for d in plan["programs"][program]
-        ]
+        out = []
+        for d in plan["programs"][program]:
+            k = by_name[d["kernel"]]
+            out.append(
+                (
+                    k["entry"],
+                    k["constants"],
+                    dict(zip([b["name"] for b in k["bindings"]], d["bind"], strict=True)),
+                )
+            )
+        return out
 
-    assert dispatches(plan, "eval") == dispatches(plans["as_stored"], "eval")
-    assert len(step) == len(plans["as_stored"]["programs"]["train_step"]) + len(want)
-    transposed_b = {form: sum(m["trans_b"] for m in p["matmuls"]) for form, p in plans.items()}
-    assert transposed_b["transposed"] < transposed_b["as_stored"]
+    want = {f"h_{w}{l}" for l in range(L) for w in ("Wqkv", "Wo", "W1", "W2")}
+    want |= {"h_wte"} if tie_head else {"h_Whead"}
+    stored = dispatches(plans["as_stored"], "train_step")
+    for program in ("train_step", "eval"):
+        got = dispatches(plans["transposed"], program)
+        moved = [i for i, (entry, _, _) in enumerate(got) if entry == "transpose_h"]
+        if program == "train_step":
+            assert sorted(got[i][2]["X"] for i in moved) == sorted(want)
+            assert len(got) == len(stored) + len(want)
+        else:
+            assert {got[i][2]["X"] for i in moved} == ({"h_wte"} if tie_head else set())  # per forward
+        for i in moved:  # the next dispatch is the product reading the transposed copy untransposed
+            entry, consts, bound = got[i + 1]
+            assert bound["B"] == got[i][2]["Y"] == "hT_" + got[i][2]["X"][2:]
+            assert consts["TRANS_B"] == 0
+        # without the transposes, the same dispatches on the same buffers but B
+        rest = [d for i, d in enumerate(got) if i not in moved]
+        base = dispatches(plans["as_stored"], program)
+        assert [(e, b.get("A"), b.get("C")) for e, _, b in rest] == [
+            (e, b.get("A"), b.get("C")) for e, _, b in base
+        ]
 
 
 @pytest.mark.parametrize("tie_head", [True, False], ids=["tied", "untied"])

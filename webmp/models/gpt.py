@@ -169,6 +169,11 @@ class GPTForward:
         pb.f32("logits", (R, V), "activations")
         if tie_head:
             pb.f32("head_bias", (V,), "other")  # zeros: the tied head has no bias
+        # the tied head's logits read wte transposed: with the weights form "transposed" (as the
+        # backward pass: build_gpt_plan's w_back) a transposed copy makes them an A·B product
+        self.wte_t = None
+        if tie_head and mb.tiles.weights == "transposed":
+            self.wte_t = pb.h("hT_wte", D, V, "working_weights")
 
     def _ln(self, program: str, x: str, gname: str, bname: str, y: str, stats: str, flags: str) -> None:
         m = self.master
@@ -208,7 +213,13 @@ class GPTForward:
             )  # fmt: skip
             ops.add_h(pb, program, A=c["x_mid"], Y=c["x"], M=R, N=D, flags=flags)
         self._ln(program, self.x_final, "lnf_g", "lnf_b", "xf", "lnf_stats", flags)
-        if self.tie_head:  # logits = xf wte^T
+        if self.tie_head and self.wte_t:  # logits = xf wte^T, wte^T as a matrix of its own
+            ops.transpose_h(pb, program, X=w("wte"), Y=self.wte_t, rows=V, cols=D)
+            mb.matmul(
+                program, "matmul_logits", A="xf", B=self.wte_t, C="logits", bias="head_bias",
+                M=R, N=V, K=D,
+            )  # fmt: skip
+        elif self.tie_head:  # logits = xf wte^T
             mb.matmul(
                 program, "matmul_logits", A="xf", B=w("wte"), C="logits", bias="head_bias",
                 M=R, N=V, K=D, trans_b=1,
