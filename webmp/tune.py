@@ -182,17 +182,21 @@ class RowCase:
         return best
 
 
-def tune_rows(gpu, path: str, log=print) -> dict:
-    """Times both row-kernel forms (RowCase) and returns {"form", "seconds"}: the faster, provided
-    the two give the same bits on this adapter (else the default, "workgroup")."""
-    case = RowCase(gpu, path)
+def faster_form(case, default: str, what: str, log=print) -> dict:
+    """{"form", "seconds"}: the faster of a case's forms (its `seconds()`, {form: seconds}),
+    provided they give the same bits on this adapter (its `identical()`), else `default`."""
     if not case.identical():
-        log("tune rows: the thread form's results differ from the workgroup form's; keeping workgroup")
-        return {"form": DEFAULT_ROWS, "seconds": None}
+        log(f"tune {what}: the forms' results differ on this adapter; keeping {default}")
+        return {"form": default, "seconds": None}
     secs = case.seconds()
     form = min(secs, key=lambda f: secs[f])
-    log("tune rows: " + ", ".join(f"{f} {1e3 * s:.2f} ms" for f, s in secs.items()) + f" -> {form}")
+    log(f"tune {what}: " + ", ".join(f"{f} {1e3 * s:.2f} ms" for f, s in secs.items()) + f" -> {form}")
     return {"form": form, "seconds": secs}
+
+
+def tune_rows(gpu, path: str, log=print) -> dict:
+    """The row kernels' form (RowCase): faster_form's choice, default "workgroup"."""
+    return faster_form(RowCase(gpu, path), DEFAULT_ROWS, "rows", log)
 
 
 # --- how the backward pass reads its weights -------------------------------------------------------
@@ -244,17 +248,9 @@ class WeightsCase:
 
 
 def tune_weights(gpu, path: str, table: TileTable, log=print) -> dict:
-    """Times both weight forms (WeightsCase, with the tiles `table` gives) and returns {"form",
-    "seconds"}: the faster, provided both give the same bits on this adapter (else the default,
-    "as_stored")."""
-    case = WeightsCase(gpu, path, table)
-    if not case.identical():
-        log("tune weights: the transposed copies' products differ from the stored ones'; keeping as_stored")
-        return {"form": DEFAULT_WEIGHTS, "seconds": None}
-    secs = case.seconds()
-    form = min(secs, key=lambda f: secs[f])
-    log("tune weights: " + ", ".join(f"{f} {1e3 * s:.2f} ms" for f, s in secs.items()) + f" -> {form}")
-    return {"form": form, "seconds": secs}
+    """How the GPT's backward pass reads its weights (WeightsCase, with the tiles `table` gives):
+    faster_form's choice, default "as_stored"."""
+    return faster_form(WeightsCase(gpu, path, table), DEFAULT_WEIGHTS, "weights", log)
 
 
 # --- the tuner -----------------------------------------------------------------------------------
