@@ -433,9 +433,18 @@ def test_resume_from_an_older_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_gpt_resume_is_exact(tmp_path):
+@pytest.mark.parametrize("weights", ["as_stored", "transposed"])
+def test_gpt_resume_is_exact(tmp_path, monkeypatch, weights):
     """A GPT stopped mid-interval and resumed from its checkpoint ends bit-identical to an
-    uninterrupted run: weights, optimizer state, metrics (the window order lives in data_pos)."""
+    uninterrupted run: weights, optimizer state, metrics (the window order lives in data_pos). In
+    both weights forms (tilecache.WEIGHTS_KEY): the transposed copies are made from the working
+    copies each step, so a checkpoint needs none of them."""
+    from webmp.runtime import default_gpu
+    from webmp.tilecache import WEIGHTS_KEY
+
+    cache = tmp_path / "tune.json"
+    cache.write_text(json.dumps({default_gpu().name: {WEIGHTS_KEY: {"form": weights}}}))
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(cache))
     text = tmp_path / "fox.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
     kw = dict(
@@ -450,6 +459,7 @@ def test_gpt_resume_is_exact(tmp_path):
     resumed = Trainer(TrainConfig(**kw), resume=tmp_path / "part", progress=False, log=None)
     assert resumed.step == 7
     resumed.run()
+    assert resumed.tiles.weights == weights
     a, b = _weights(whole), _weights(resumed)
     for n in a:
         assert a[n] == b[n], f"buffer {n} differs after resume"
