@@ -6,8 +6,9 @@ train:
 	@bash scripts/setup.sh train && . scripts/env.sh && webmp train $(ARGS)
 
 # the whole suite (browser and slow tests included), after the linters, on two processes as
-# `make check` (whole files to each, the heaviest first: tests/conftest.py); on a 2-core machine
-# whose cores are one core's two hyperthreads, one process a core still finishes ~1.3x sooner
+# `make check` (whole files to each, the heaviest first: tests/conftest.py). On a host whose two
+# vCPUs behave as one core's hyperthreads (docs/benchmarks.md "fifth pass"): 1391 tests in 20 min 45 s
+# on two processes, where one process had taken 33 min 41 s for 1367 (its Mesa cache less warm)
 test:
 	@bash scripts/setup.sh test && . scripts/env.sh && $(MAKE) --no-print-directory lint && \
 	  python3 -m pytest -n 2 --dist loadfile $(ARGS)
