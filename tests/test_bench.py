@@ -320,6 +320,11 @@ def test_batched_matmul_case_checks_every_batch(gpu, variant):
     assert case.check() > 1
 
 
+def test_an_unknown_weights_form_in_the_cache_is_named():
+    with pytest.raises(ValueError, match=r"'weights': form 'sideways' is not one of"):
+        TileTable({WEIGHTS_KEY: {"form": "sideways"}})
+
+
 def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
     shape = ("fp32", 24, 20, 16, 1, 0)
     report = tune.tune_shapes(gpu, [shape], budget_s=0.5, log=lambda *a: None)

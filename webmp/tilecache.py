@@ -111,7 +111,10 @@ class TileTable:
         # how the GPT's backward reads its weights (WEIGHT_FORMS), the same bits
         self.weights: str = str(weights.get("form", DEFAULT_WEIGHTS))
         if self.weights not in WEIGHT_FORMS:
-            raise ValueError(f"weights form {self.weights!r} is not one of {WEIGHT_FORMS}")
+            raise ValueError(
+                f"tile table entry {WEIGHTS_KEY!r}: form {self.weights!r} is not one of {WEIGHT_FORMS} "
+                f"(in the tune cache {cache_path()}, `webmp bench --tune` writes it anew)"
+            )
 
     @classmethod
     def for_adapter(cls, adapter: str | None) -> TileTable:
