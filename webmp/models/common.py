@@ -153,6 +153,20 @@ class ModelBuilder:
         shape = (self.path, kw["M"], kw["N"], kw["K"], kw.get("trans_a", 0), kw.get("trans_b", 0))
         ops.matmul(self.pb, program, variant, tiles=self.tiles.for_shape(*shape), **kw)
 
+    def weight_transposed(self, program: str, p: Param) -> tuple[str, int]:
+        """Weight p's working copy for a product that reads it transposed (the GPT's backward pass:
+        dX = dY Wᵀ), and that product's trans_b: the copy as stored and 1, or with the table's
+        weights form "transposed" (TileTable.weights) a transposed copy made here, in `program`,
+        each time it runs (transpose_h into hT_<name>: the same bits), and 0. The MLPs keep the
+        copies as stored: at their sizes the transposes cost about what the A·B products gain
+        (docs/benchmarks.md "fifth pass")."""
+        if self.tiles.weights != "transposed":
+            return str(p["copy"]), 1
+        rows, cols = p["shape"]
+        t = self.pb.h("hT_" + p["name"], cols, rows, category="working_weights")
+        ops.transpose_h(self.pb, program, X=str(p["copy"]), Y=t, rows=rows, cols=cols)
+        return t, 0
+
     def attention_matmul(self, program: str, variant: str, **kw: Any) -> None:
         """ops.attention_matmul with the tile shape the table gives one batch-head's product."""
         shape = ops.attention_shape(variant, kw["T"], kw["d"])

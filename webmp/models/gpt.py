@@ -291,16 +291,9 @@ def build_gpt_plan(
         return str(P[name]["grad"])
 
     def w_back(program: str, name: str) -> tuple[str, int]:
-        """Matrix `name`'s working copy as an input-gradient product of the backward pass reads it
-        (dX = dY Wᵀ), and that product's trans_b. With the table's weights form "transposed", the
-        copy is transposed here, each step (transpose_h: the same bits, in a buffer of its own), and
-        the product reads it as a plain A·B."""
-        if mb.tiles.weights != "transposed":
-            return w(name), 1
-        rows, cols = shapes[name]
-        t = pb.h("hT_" + name, cols, rows, category="working_weights")
-        ops.transpose_h(pb, program, X=w(name), Y=t, rows=rows, cols=cols)
-        return t, 0
+        """Matrix `name` as an input-gradient product of the backward pass reads it (dX = dY Wᵀ),
+        and that product's trans_b (ModelBuilder.weight_transposed)."""
+        return mb.weight_transposed(program, P[name])
 
     fw = GPTForward(mb, V=V, D=D, T=T, H=H, L=L, windows=Bw, tie_head=tie_head, master=m, copy=w)
     lay, x_final = fw.lay, fw.x_final
