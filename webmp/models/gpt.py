@@ -170,7 +170,7 @@ class GPTForward:
         if tie_head:
             pb.f32("head_bias", (V,), "other")  # zeros: the tied head has no bias
         # the tied head's logits read wte transposed: with the weights form "transposed" (as the
-        # backward pass: build_gpt_plan's w_back) a transposed copy makes them an A·B product
+        # backward pass: ModelBuilder.weight_transposed) a transposed copy makes them an A·B product
         self.wte_t = None
         if tie_head and mb.tiles.weights == "transposed":
             self.wte_t = pb.h("hT_wte", D, V, "working_weights")
@@ -290,11 +290,6 @@ def build_gpt_plan(
     def g(name: str) -> str:
         return str(P[name]["grad"])
 
-    def w_back(program: str, name: str) -> tuple[str, int]:
-        """Matrix `name` as an input-gradient product of the backward pass reads it (dX = dY Wᵀ),
-        and that product's trans_b (ModelBuilder.weight_transposed)."""
-        return mb.weight_transposed(program, P[name])
-
     fw = GPTForward(mb, V=V, D=D, T=T, H=H, L=L, windows=Bw, tie_head=tie_head, master=m, copy=w)
     lay, x_final = fw.lay, fw.x_final
     # backward
@@ -334,7 +329,7 @@ def build_gpt_plan(
     else:
         mb.matmul(S, "matmul_wgrad", A="xf", B="dlogits", C=g("Whead"), M=D, N=V, K=R, trans_a=1)
         ops.colsum(pb, S, G="dlogits", out=g("bhead"), M=R, N=V)
-        Wt, tb = w_back(S, "Whead")
+        Wt, tb = mb.weight_transposed(S, P["Whead"])
         mb.matmul(S, "matmul_plain", A="dlogits", B=Wt, C="dY", M=R, N=D, K=V, trans_b=tb)
     layernorm_back(S, x_final, "lnf_stats", "lnf_g", "lnf_b", dZ="dx")
     for l in reversed(range(L)):
@@ -344,21 +339,21 @@ def build_gpt_plan(
             S, "matmul_wgrad", A=c["z"], B="dx", C=g(f"W2{l}"), M=4 * D, N=D, K=R, a_act=GELU, trans_a=1
         )
         ops.colsum(pb, S, G="dx", out=g(f"b2{l}"), M=R, N=D)
-        Wt, tb = w_back(S, f"W2{l}")
+        Wt, tb = mb.weight_transposed(S, P[f"W2{l}"])
         mb.matmul(
             S, "matmul_dgrad", A="dx", B=Wt, C="dz", Zprev=c["z"], M=R, N=4 * D, K=D,
             trans_b=tb, out_act=GELU,
         )  # fmt: skip
         mb.matmul(S, "matmul_wgrad", A=c["m"], B="dz", C=g(f"W1{l}"), M=D, N=4 * D, K=R, trans_a=1)
         ops.colsum(pb, S, G="dz", out=g(f"b1{l}"), M=R, N=4 * D)
-        Wt, tb = w_back(S, f"W1{l}")
+        Wt, tb = mb.weight_transposed(S, P[f"W1{l}"])
         mb.matmul(S, "matmul_plain", A="dz", B=Wt, C="dY", M=R, N=D, K=4 * D, trans_b=tb)
         layernorm_back(S, c["x_mid"], c["ln2"], f"ln2_g{l}", f"ln2_b{l}")
         ops.add_h(pb, S, A="dln", Y="dx", M=R, N=D)
         # attention branch: x_mid = x_in + O Wo + bo receives dx
         mb.matmul(S, "matmul_wgrad", A=c["O"], B="dx", C=g(f"Wo{l}"), M=D, N=D, K=R, trans_a=1)
         ops.colsum(pb, S, G="dx", out=g(f"bo{l}"), M=R, N=D)
-        Wt, tb = w_back(S, f"Wo{l}")
+        Wt, tb = mb.weight_transposed(S, P[f"Wo{l}"])
         mb.matmul(S, "matmul_plain", A="dx", B=Wt, C="dO", M=R, N=D, K=D, trans_b=tb)
         mb.attention_matmul(S, "dv", P=c["P"], dO="dO", dqkv="dqkv", **att)
         mb.attention_matmul(S, "dp", dO="dO", qkv=c["qkv"], dP="S", **att)
@@ -367,7 +362,7 @@ def build_gpt_plan(
         mb.attention_matmul(S, "dk", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
         mb.matmul(S, "matmul_wgrad", A=c["a"], B="dqkv", C=g(f"Wqkv{l}"), M=D, N=3 * D, K=R, trans_a=1)
         ops.colsum(pb, S, G="dqkv", out=g(f"bqkv{l}"), M=R, N=3 * D)
-        Wt, tb = w_back(S, f"Wqkv{l}")
+        Wt, tb = mb.weight_transposed(S, P[f"Wqkv{l}"])
         mb.matmul(S, "matmul_plain", A="dqkv", B=Wt, C="dY", M=R, N=D, K=3 * D, trans_b=tb)
         layernorm_back(S, c["x_in"], c["ln1"], f"ln1_g{l}", f"ln1_b{l}")
         ops.add_h(pb, S, A="dln", Y="dx", M=R, N=D)
