@@ -320,6 +320,25 @@ def test_batched_matmul_case_checks_every_batch(gpu, variant):
     assert case.check() > 1
 
 
+def test_faster_form_keeps_the_default_unless_the_forms_agree():
+    """tune_rows' and tune_weights' rule: the faster form only where both give the same bits."""
+
+    class Case:
+        def __init__(self, same):
+            self.same = same
+
+        def identical(self):
+            return self.same
+
+        def seconds(self):
+            return {"as_stored": 0.02, "transposed": 0.01}
+
+    said = []
+    assert tune.faster_form(Case(True), "as_stored", "weights", said.append)["form"] == "transposed"
+    kept = tune.faster_form(Case(False), "as_stored", "weights", said.append)
+    assert kept == {"form": "as_stored", "seconds": None} and "differ" in said[-1]
+
+
 def test_an_unknown_weights_form_in_the_cache_is_named():
     with pytest.raises(ValueError, match=r"'weights': form 'sideways' is not one of"):
         TileTable({WEIGHTS_KEY: {"form": "sideways"}})
