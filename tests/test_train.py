@@ -387,6 +387,38 @@ def _weights(t):
 
 
 @pytest.mark.parametrize("precision", ["mixed", pytest.param("fp32", marks=pytest.mark.slow)])
+def test_mlp_curves_are_the_same_bits_with_every_matmul_core(tmp_path, monkeypatch, gpu, precision):
+    """The MLP trained with every matmul on one core (each of the cores the adapter runs, tiles
+    the tuner may choose) gives the default plan's curve bit for bit: every metrics record (loss,
+    scale, grad norm, skips: in mixed, the first steps overflow at 2^24 and back off) and every weight.
+    A tuner's choice never moves a curve (each core adds a product's k terms in order, one fma each)."""
+    from webmp.matmul_cases import CANDIDATES, fits
+    from webmp.tilecache import TileTable
+
+    kw = dict(model="mlp-ln", hidden=[40, 24], batch_size=24, steps=12, log_every=4, init_scale=2.0**24)
+    default = run(tmp_path, "default", precision=precision, **kw)
+    default.run()
+    want = default.run_dir.read_metrics()
+    if precision == "mixed":
+        assert sum(r["skipped"] for r in want) >= 1 and not all(r["skipped"] for r in want)
+    cores = {}  # the first candidate of each core that fits this device
+    for tiles in CANDIDATES:
+        core = tiles.get("core", "tiled")
+        if core not in cores and fits(tiles, gpu.device.limits, gpu.has_subgroups):
+            cores[core] = tiles
+    assert {"tiled", "reg"} <= set(cores)
+    for core, tiles in cores.items():
+        monkeypatch.setattr(TileTable, "for_shape", lambda self, *shape, t=tiles: dict(t))
+        t = run(tmp_path, core, precision=precision, **kw)
+        tms = {k["constants"]["TM"] for k in t.plan["kernels"] if "TM" in k["constants"]}
+        assert tms == {tiles["TM"]}, f"{core}: the plan's matmuls are not all on {tiles}"
+        t.run()
+        assert t.run_dir.read_metrics() == want, f"{core} {tiles}: the curve moved"
+        for name, value in _weights(default).items():
+            assert t.runtime.read(name) == value, f"{core} {tiles}: {name} differs"
+
+
+@pytest.mark.parametrize("precision", ["mixed", pytest.param("fp32", marks=pytest.mark.slow)])
 def test_resume_is_exact(tmp_path, precision):
     kw = dict(steps=30, precision=precision, growth_interval=4, init_scale=2.0**20)
     whole = run(tmp_path, "whole", **kw)
