@@ -14,6 +14,7 @@ import pytest
 
 from webmp import bench, tune
 from webmp.config import TrainConfig
+from webmp.form_cases import FormSpec, faster_form, same_outputs
 from webmp.models import build_plan
 from webmp.ops import MATMUL_CORES, ROW_FORMS, core_constants
 from webmp.plan import pack_h
@@ -321,22 +322,28 @@ def test_batched_matmul_case_checks_every_batch(gpu, variant):
 
 
 def test_faster_form_keeps_the_default_unless_the_forms_agree():
-    """tune_rows' and tune_weights' rule: the faster form only where both give the same bits."""
+    """Both tuners' rule (form_cases.faster_form): the faster form only where the forms gave the
+    same bits; tune_form logs which."""
+    spec = FormSpec(WEIGHTS_KEY, "as_stored", {"as_stored": ["a"], "transposed": ["b"]})
+    secs = {"as_stored": 0.02, "transposed": 0.01}
+    assert faster_form(spec, True, secs) == {"form": "transposed", "seconds": secs}
+    assert faster_form(spec, False, secs) == {"form": "as_stored", "seconds": None}
+    assert same_outputs({"x": [b"1", b"2"], "y": [b"1", b"2"]})
+    assert not same_outputs({"x": [b"1", b"2"], "y": [b"1", b"3"]})
 
     class Case:
         def __init__(self, same):
-            self.same = same
+            self.spec, self.same = spec, same
 
         def identical(self):
             return self.same
 
         def seconds(self):
-            return {"as_stored": 0.02, "transposed": 0.01}
+            return secs
 
-    said = []
-    assert tune.faster_form(Case(True), "as_stored", "weights", said.append)["form"] == "transposed"
-    kept = tune.faster_form(Case(False), "as_stored", "weights", said.append)
-    assert kept == {"form": "as_stored", "seconds": None} and "differ" in said[-1]
+    said: list[str] = []
+    assert tune.tune_form(Case(True), said.append)["form"] == "transposed" and "-> transposed" in said[-1]
+    assert tune.tune_form(Case(False), said.append)["form"] == "as_stored" and "differ" in said[-1]
 
 
 def test_an_unknown_weights_form_in_the_cache_is_named():

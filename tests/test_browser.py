@@ -1013,15 +1013,20 @@ def test_stop_button_keeps_every_step_run(server, browser):
 
 
 def test_page_tunes_its_matmuls_and_runs_on_the_choice(server, browser, tmp_path, monkeypatch):
-    """The page's tuning pass (web/tune.js, webmp/page_tune.py) for the default MLP, two tile
+    """The page's tuning pass (web/tune.js, webmp/page_tune.py) for the LayerNorm MLP, two tile
     choices per shape class: every class gets a verdict, no choice gives wrong results on this
-    adapter, the server keeps them under the page's adapter key; a run started afterwards asks
-    for its plan with that key and runs on the tuned tiles. Every core gives the default core's
-    bits, so its records are the default plan's natively (bit for bit on lavapipe)."""
+    adapter, the server keeps them under the page's adapter key; then the row kernels' form
+    (both forms computed the same bytes here, the faster is kept). A run started afterwards asks
+    for its plan with that key and runs on the tuned tiles and form. Every core and form gives
+    the default's bits, so its records are the default plan's natively (bit for bit on lavapipe)."""
+    from webmp.ops import ROW_FORMS
+    from webmp.tilecache import TileTable
+
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "tune.json"))
     page = browser.open(server.url + "/")
     page.wait_for_function("!document.getElementById('tune').disabled", timeout=60_000)
     assert page.evaluate("window.webmp.tune.tuned") == 0
+    page.select_option("#cfg-model", "mlp-ln")
     page.fill("#tune-candidates", "2")
     page.click("#tune")
     wait_page(page, "window.webmp.tune.status !== 'running' && window.webmp.tune.status !== 'idle'")
@@ -1030,12 +1035,20 @@ def test_page_tunes_its_matmuls_and_runs_on_the_choice(server, browser, tmp_path
     assert tune["verdicts"] and all(v["tried"] == 2 and v["wrong"] == [] for v in tune["verdicts"])
     assert all(v["tiles"] is not None and v["gflops"] > 0 for v in tune["verdicts"])
     assert tune["tuned"] == len(tune["verdicts"])
-    assert "tuned on this adapter" in page.locator("#gpu-info").inner_text()
+    [rows] = tune["forms"]
+    assert rows["what"] == "rows" and rows["identical"] and rows["form"] in ROW_FORMS, rows
+    assert rows["form"] == min(rows["seconds"], key=rows["seconds"].get)
+    assert TileTable.for_adapter(tune["key"]).row_kernels == rows["form"]
+    assert f"rows: {rows['form']}" in page.locator("#tune-status").inner_text()
+    assert (
+        f"tuned on this adapter ({tune['tuned']} shape classes; rows: {rows['form']})"
+        in page.locator("#gpu-info").inner_text()
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"browser-tune-{browser.kind}.png"), full_page=True)
     page.close()
 
-    cfg = TrainConfig(steps=20, log_every=10, checkpoint_every=0)
+    cfg = TrainConfig(model="mlp-ln", steps=20, log_every=10, checkpoint_every=0)
     plan_urls = []
     run = server.create_run(cfg)
     page = browser.browser.new_page()
@@ -1044,7 +1057,8 @@ def test_page_tunes_its_matmuls_and_runs_on_the_choice(server, browser, tmp_path
     wait_page(page, "window.webmp.status === 'finished'")
     assert plan_urls and all(f"tiles={tune['key']}" in u for u in plan_urls)
     summary = run.wait()
-    assert summary["matmul_tiles"] == f"tuned ({tune['tuned']} shape classes cached)"
+    assert summary["matmul_tiles"] == TileTable.for_adapter(tune["key"]).describe()
+    assert summary["matmul_tiles"].startswith(f"tuned ({tune['tuned']} shape classes cached)")
     web = on_disk(server, run)
     nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
     assert_like_native(web, nat, browser)

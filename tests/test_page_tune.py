@@ -1,7 +1,9 @@
 """The page's tuning pass on the server's side (webmp/page_tune.py, POST /api/adapters, /api/tune,
-/api/tune/results): the tuning plan covers a config's shape classes with the tile choices the
-page's device allows, outputs are judged against float64 (a wrong one is never kept), the fastest
-correct choice is stored under the adapter's key, and a run's plan asked for with that key uses it.
+/api/tune/results, /api/tune/forms, /api/tune/forms/results): the tuning plan covers a config's
+shape classes with the tile choices the page's device allows, outputs are judged against float64
+(a wrong one is never kept), the fastest correct choice is stored under the adapter's key, and a
+run's plan asked for with that key uses it; the same for the forms (row kernels, weights), whose
+forms must agree.
 The page's side is tests/test_browser.py::test_page_tunes_its_matmuls_and_runs_on_the_choice."""
 
 from __future__ import annotations
@@ -13,13 +15,23 @@ import pytest
 from fastapi.testclient import TestClient
 
 from webmp.config import TrainConfig
+from webmp.form_cases import same_outputs
 from webmp.matmul_cases import CANDIDATES, candidates, fits, kebab_limits
 from webmp.models import build_plan
 from webmp.ops import b_pairs
 from webmp.page_runs import training_data
-from webmp.page_tune import CaseResult, adapter_key, judge, plan_shape_classes, tuning_plan
+from webmp.page_tune import (
+    CaseResult,
+    FormResult,
+    adapter_key,
+    forms_plan,
+    judge,
+    judge_forms,
+    plan_shape_classes,
+    tuning_plan,
+)
 from webmp.server import create_app
-from webmp.tilecache import DEFAULT_TILES, TileTable, default_tiles
+from webmp.tilecache import DEFAULT_TILES, ROWS_KEY, WEIGHTS_KEY, TileTable, default_tiles
 
 CFG = dict(hidden=[24], batch_size=16, steps=4, log_every=2, checkpoint_every=0)
 # a browser's limits (camelCase, as runner.js LIMIT_KEYS sends them): 256 threads, 16 KiB shared
@@ -151,7 +163,7 @@ def test_tuned_tiles_reach_the_runs_plan(tmp_path):
     with TestClient(create_app(tmp_path / "runs"), base_url="http://127.0.0.1") as client:
         first = client.post("/api/adapters", json=SIGNATURE).json()
         key = first["adapter_key"]
-        assert first == {"adapter_key": adapter_key(SIGNATURE), "tuned": {}}
+        assert first == {"adapter_key": adapter_key(SIGNATURE), "tuned": {}, "forms": {}}
         request = {
             "adapter": SIGNATURE,
             "limits": LIMITS,
@@ -289,3 +301,112 @@ def test_a_plan_on_the_subgroup_core_requires_subgroups():
     table = TileTable({cls: {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8}})
     tuned, _ = build_plan(cfg, data, "emulated", table)
     assert plain["required_features"] == [] and tuned["required_features"] == ["subgroups"]
+
+
+# --- the forms: row kernels, and how the GPT's backward pass reads its weights ---------------------
+
+GPT = dict(model="gpt", n_layer=1, d_model=16, n_head=2, context=8, batch_size=4, steps=4, log_every=2)
+
+
+def test_forms_plan_has_the_choices_the_configs_plan_makes():
+    """The plain MLP makes no form choice; LayerNorm makes the row kernels' (the MLP's and the
+    GPT's); the GPT also the weights'. Each form is a program of the plan writing its own outputs,
+    the weights' products on the tiles the adapter's key has so far."""
+    whats = {
+        m: [s.what for s in forms_plan(TrainConfig(model=m), "emulated", "page-0").specs]
+        for m in ("mlp", "mlp-ln", "gpt")
+    }
+    assert whats == {"mlp": [], "mlp-ln": [ROWS_KEY], "gpt": [ROWS_KEY, WEIGHTS_KEY]}
+    forms = forms_plan(TrainConfig(model="gpt"), "emulated", "page-0")
+    buffers = {b["name"] for b in forms.plan["buffers"]}
+    for choice in forms.describe():
+        spec = forms.spec(choice["what"])
+        assert [f["form"] for f in choice["forms"]] == spec.forms and choice["default"] == spec.default
+        for f in choice["forms"]:
+            assert forms.plan["programs"][f["program"]] and set(f["outputs"]) <= buffers
+        outs = [set(f["outputs"]) for f in choice["forms"]]
+        assert not set.intersection(*outs), "each form writes outputs of its own"
+    assert forms.spec("sideways") is None
+
+
+@pytest.mark.slow  # compiles both choices' kernels on lavapipe
+def test_the_forms_plan_runs_natively_and_the_forms_agree(gpu):
+    """The forms plan run through wgpu-py as the page runs it: each form's outputs are the same
+    bytes as the other form's, so the judge may choose the faster; a form that computed something
+    else (its outputs read from another buffer) leaves the default."""
+    from webmp.runtime import Runtime
+    from webmp.tune import time_dispatches
+
+    path = "native" if gpu.has_f16 else "emulated"
+    forms = forms_plan(TrainConfig(model="gpt"), path, "page-0")
+    rt = Runtime(forms.plan, forms.blob, gpu)
+    for choice in forms.describe():
+        outputs = {}
+        for f in choice["forms"]:
+            time_dispatches(rt, rt.programs[f["program"]], 1, f["outputs"][-1])
+            outputs[f["form"]] = [rt.read(o) for o in f["outputs"]]
+        assert same_outputs(outputs), choice["what"]
+        spec = forms.spec(choice["what"])
+        results = [FormResult(f, 1.0 + i, 1, str(outputs[f])) for i, f in enumerate(spec.forms)]
+        assert judge_forms(spec, results)["form"] == spec.forms[0]
+        wrong = [FormResult(f, 2.0 - i, 1, str(outputs[f]) + str(i)) for i, f in enumerate(spec.forms)]
+        assert judge_forms(spec, wrong) == {"what": spec.what, "identical": False, "form": spec.default,
+                                            "seconds": None}  # fmt: skip
+
+
+@pytest.mark.slow  # the default corpus and a GPT plan, over HTTP (~3 s)
+def test_form_choices_reach_the_runs_plan(tmp_path):
+    """The exchange as the page makes it, after the classes: the forms plan, each choice's results
+    (a digest of each form's outputs), the verdict stored under the adapter's key, and a GPT plan
+    asked for with ?tiles=KEY built with it. Forms whose digests differ keep the default."""
+    with TestClient(create_app(tmp_path / "runs"), base_url="http://127.0.0.1") as client:
+        key = client.post("/api/adapters", json=SIGNATURE).json()["adapter_key"]
+        request = {"adapter": SIGNATURE, "limits": LIMITS, "config": GPT, "f16": "emulated"}
+        r = client.post("/api/tune/forms", json=request)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["adapter_key"] == key and [c["what"] for c in body["forms"]] == [ROWS_KEY, WEIGHTS_KEY]
+        assert set(body["plan"]["programs"]) >= {f["program"] for c in body["forms"] for f in c["forms"]}
+
+        def post(what, results):
+            return client.post(
+                "/api/tune/forms/results", json={"request": request, "what": what, "results": results}
+            )
+
+        rows = [{"form": "workgroup", "seconds": 0.3, "reps": 10, "digest": "0123456789abcdef"},
+                {"form": "thread", "seconds": 0.1, "reps": 10, "digest": "0123456789abcdef"}]  # fmt: skip
+        verdict = post(ROWS_KEY, rows).json()
+        assert verdict == {"adapter_key": key, "what": ROWS_KEY, "form": "thread", "identical": True,
+                           "seconds": {"workgroup": 0.03, "thread": 0.01}}  # fmt: skip
+        weights = [
+            {"form": "as_stored", "seconds": 0.3, "reps": 3, "digest": "0123456789abcdef"},
+            {"form": "transposed", "seconds": 0.1, "reps": 3, "digest": "fedcba9876543210"},
+        ]
+        verdict = post(WEIGHTS_KEY, weights).json()
+        assert verdict["form"] == "as_stored" and not verdict["identical"] and verdict["seconds"] is None
+        table = TileTable.for_adapter(key)
+        assert (table.row_kernels, table.weights, table.by_class) == ("thread", "as_stored", {})
+        tuned = client.post("/api/adapters", json=SIGNATURE).json()
+        assert tuned["tuned"] == {} and tuned["forms"] == {ROWS_KEY: "thread", WEIGHTS_KEY: "as_stored"}
+
+        run = client.post("/api/runs", json=GPT).json()
+        tuned = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated", "tiles": key}).json()
+        entries = {k["entry"] for k in tuned["plan"]["kernels"]}
+        assert {"layernorm_fwd_thread", "attn_softmax_fwd_thread"} <= entries
+        assert tuned["matmul_tiles"] == "default, thread-per-row row kernels"
+
+        # refusals: one line each, naming what is wrong
+        r = post("sideways", rows)
+        assert r.status_code == 422 and "not one of this config's form choices" in r.json()["detail"]
+        r = post(ROWS_KEY, rows[:1])
+        assert (
+            r.status_code == 422 and "the forms are ['workgroup', 'thread'] (each once)" in r.json()["detail"]
+        )
+        r = post(ROWS_KEY, [rows[0], rows[0]])
+        assert r.status_code == 422 and "each once" in r.json()["detail"]
+        r = post(ROWS_KEY, [dict(rows[0], digest="not hex"), rows[1]])
+        assert r.status_code == 422
+        r = client.post("/api/tune/forms", json={**request, "config": {**GPT, "growth_factor": 0.5}})
+        assert r.status_code == 422 and "growth_factor" in r.json()["detail"]
+        mlp = client.post("/api/tune/forms", json={**request, "config": CFG}).json()
+        assert mlp["forms"] == [] and mlp["plan"] is None

@@ -19,7 +19,7 @@ const page = window.webmp = {status: 'idle', runId: null, f16Path: null, error: 
                              noWebGPU: false,  // true: no adapter here, the page cannot train
                              // the page's tuning pass: this adapter's key on the server, how many shape
                              // classes are tuned for it, the last pass's status and verdicts
-                             tune: {key: null, tuned: 0, status: 'idle', verdicts: [], error: null}};
+                             tune: {key: null, tuned: 0, status: 'idle', verdicts: [], forms: [], error: null}};
 // The form's fields, groups, defaults and presets (GET /api/form), their inputs and the model they
 // show; `sample`: the text generation form's defaults (`webmp sample`'s) and limits.
 const form = {ready: false, fields: [], groups: [], defaults: {}, presets: [], sample: null, inputs: {}, labels: {},
@@ -402,10 +402,11 @@ function noWebGPU(e) {
 // --- the page's tuning pass (web/tune.js): matmul tiles measured here, kept by the server ----------
 
 async function showTiles() {
-  const {adapter_key: key, tuned} = await api('/api/adapters', {method: 'POST', body: page.signature});
+  const {adapter_key: key, tuned, forms} = await api('/api/adapters', {method: 'POST', body: page.signature});
   const n = Object.keys(tuned).length;
   Object.assign(page.tune, {key, tuned: n});
-  const what = n ? `tuned on this adapter (${n} shape classes)` : 'default (no tuning pass on this adapter yet)';
+  const chosen = Object.entries(forms).map(([what, form]) => `; ${what}: ${form}`).join('');
+  const what = n ? `tuned on this adapter (${n} shape classes${chosen})` : 'default (no tuning pass on this adapter yet)';
   const dl = $('gpu-info');
   let dd = [...dl.querySelectorAll('dt')].find((dt) => dt.textContent === 'matmul tiles')?.nextElementSibling;
   if (!dd) {
@@ -423,27 +424,36 @@ $('tune-form').addEventListener('submit', async (e) => {
   if (page.status === 'preparing' || page.status === 'running' || page.tune.status === 'running') return;
   $('tune').disabled = true;
   $('start').disabled = true;
-  Object.assign(page.tune, {status: 'running', verdicts: [], error: null});
+  Object.assign(page.tune, {status: 'running', verdicts: [], forms: [], error: null});
   const t0 = performance.now();
   const note = (text) => { $('tune-status').textContent = text; };
   let gpu = null, status = 'failed', error = null;
   try {
     await formReady;
     gpu = await openGPU();
-    const {verdicts} = await tuneKernels(gpu, {
+    const progress = (p) => ({
+      compiling: `tuning: compiling ${p.total} tile choices…`,
+      forms: 'tuning: timing the row kernels\' and the weights\' forms…',
+      form: `tuning: ${p.verdict?.what} form ${p.verdict?.form}`,
+    })[p.phase] ?? `tuning: ${p.done}/${p.total} tile choices timed`;
+    const {verdicts, forms} = await tuneKernels(gpu, {
       config: formConfig(), offer: gpu.hasF16 ? 'native' : 'emulated',
       maxCandidates: Number($('tune-candidates').value), api, fetchShader,
-      onProgress: ({done, total, phase}) => note(phase === 'compiling'
-        ? `tuning: compiling ${total} tile choices…` : `tuning: ${done}/${total} tile choices timed`),
+      onProgress: (p) => note(progress(p)),
     });
-    page.tune.verdicts = verdicts;
+    Object.assign(page.tune, {verdicts, forms});
     const wrong = verdicts.reduce((n, v) => n + v.wrong.length, 0);
     const lines = verdicts.map((v) => `${v.shape_class}: ${v.tiles ? `${v.tiles.core || 'tiled'} ` +
       `${JSON.stringify(v.tiles)} ${v.gflops.toFixed(2)} GFLOP/s (default ${v.default_gflops?.toFixed(2) ?? '-'})`
       : 'no correct choice'}`);
-    note(`tuned ${verdicts.length} shape classes in ${((performance.now() - t0) / 1000).toFixed(1)} s` +
+    note(`tuned ${verdicts.length} shape classes` + forms.map((f) => `, ${f.what}: ${f.form}`).join('') +
+         ` in ${((performance.now() - t0) / 1000).toFixed(1)} s` +
          (wrong ? `; ${wrong} tile choices gave wrong results and were refused` : '') +
          '; later runs use these tiles');
+    for (const f of forms) {
+      lines.push(`${f.what}: ${f.form}` + (f.seconds ? ` (${Object.entries(f.seconds).map(([k, v]) =>
+        `${k} ${(1000 * v).toFixed(2)} ms`).join(', ')})` : ' (the forms\' results differ here: the default)'));
+    }
     log(`tuning pass:\n  ${lines.join('\n  ')}`);
     status = 'done';
   } catch (err) {

@@ -278,8 +278,36 @@ class TuneVerdict(BaseModel):
     wrong: list[int]  # cases whose output failed the check against float64
 
 
+class TuneFormResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    form: Annotated[str, StringConstraints(max_length=32)]
+    seconds: Annotated[float, Field(gt=0, le=3600)]  # for `reps` passes over the form's program
+    reps: Annotated[int, Field(ge=1, le=100_000, strict=True)]
+    digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]  # of its outputs (web/tune.js)
+
+
+class TuneFormResults(BaseModel):
+    """POST /api/tune/forms/results: one form choice's measurements, every form of it."""
+
+    model_config = ConfigDict(extra="forbid")
+    request: TuneRequest
+    what: Annotated[str, StringConstraints(max_length=32)]  # "rows" or "weights" (FormSpec.what)
+    results: list[TuneFormResult] = Field(min_length=1, max_length=8)
+
+
+class TuneFormVerdict(BaseModel):
+    """What POST /api/tune/forms/results answers: the choice's form (stored for the adapter's key)."""
+
+    adapter_key: str
+    what: str
+    form: str  # the faster form where every form's outputs were the same, else the default
+    seconds: dict[str, float] | None  # a pass of each form; None where the outputs differed
+    identical: bool
+
+
 class AdapterTiles(BaseModel):
-    """What POST /api/adapters answers: the adapter's key and the classes tuned for it so far."""
+    """What POST /api/adapters answers: the adapter's key, the classes and forms tuned for it so far."""
 
     adapter_key: str
     tuned: dict[str, dict[str, Any]]
+    forms: dict[str, str] = {}  # the form choices made for it so far ("rows", "weights"): their form

@@ -16,6 +16,11 @@ architecture "swiftshader" and no device name for both SwiftShader and lavapipe)
    submit, one wait), and posts a class's results at a time; `judge` checks each output against
    float64 (`MatmulSpec.error_ratio`, the native tuner's tolerance), keeps the fastest correct
    choice and stores it in the cache. A choice whose output is wrong is never stored.
+4. Then the forms (webmp.form_cases) the config's plan uses: the row kernels' where it has LayerNorm
+   or attention, the weights' for the GPT, the latter's products on the tiles just tuned
+   (`forms_plan`). The page runs each form's program once and sends a digest of its outputs (the
+   outputs are megabytes; only their sameness is judged), then times it; `judge_forms` keeps the
+   faster form where every form's digest is the same, else the default, and `store_form` caches it.
 
 Nothing here imports wgpu; the page does the running (web/tune.js), the server the deciding.
 """
@@ -32,11 +37,12 @@ from typing import Any
 from .config import TrainConfig
 from .corpus import TextCorpus
 from .data import Dataset
+from .form_cases import FormSpec, faster_form, row_forms, weight_forms
 from .matmul_cases import MatmulSpec, batch_layouts, candidates, kebab_limits
 from .models import build_plan
 from .ops import matmul
 from .plan import KernelPlan, PlanBuilder, h_bytes
-from .tilecache import RESERVED_KEYS, Tiles, default_tiles, load_cache, save_cache, shape_class
+from .tilecache import RESERVED_KEYS, Tiles, TileTable, default_tiles, load_cache, save_cache, shape_class
 
 CHECK_SHAPE = (67, 35, 41)  # M, N, K of the correctness check: ragged against every tile edge
 ADAPTER_KEY_PREFIX = "page-"
@@ -64,6 +70,12 @@ def plan_shape_classes(plan: Mapping[str, Any]) -> list[tuple[str, tuple[int, in
         shape = (m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"])
         first.setdefault(shape_class(path, *shape), (*shape, m["batch"]))
     return sorted(first.items(), key=lambda kv: -kv[1][0] * kv[1][1] * kv[1][2] * kv[1][5])
+
+
+def tuned_forms(key: str) -> dict[str, str]:
+    """The form choices made for an adapter key so far: {"rows" or "weights": the form}."""
+    entry = load_cache().get(key, {})
+    return {what: str(entry[what].get("form")) for what in RESERVED_KEYS if isinstance(entry.get(what), dict)}
 
 
 @dataclass
@@ -209,6 +221,71 @@ def judge(tuning: Tuning, cls: str, results: Sequence[CaseResult]) -> dict[str, 
         "tried": len(results),
         "wrong": wrong,
     }
+
+
+@dataclass
+class FormsTuning:
+    plan: KernelPlan | None  # None: no choice to make
+    blob: bytes
+    specs: list[FormSpec]
+
+    def spec(self, what: str) -> FormSpec | None:
+        return next((s for s in self.specs if s.what == what), None)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """What the page needs besides the plan: per choice, each form's program and outputs."""
+        return [
+            {
+                "what": s.what,
+                "default": s.default,
+                "forms": [
+                    {"form": form, "program": s.program(form), "outputs": list(outputs)}
+                    for form, outputs in s.outputs.items()
+                ],
+            }
+            for s in self.specs
+        ]
+
+
+def forms_plan(cfg: TrainConfig, path: str, key: str) -> FormsTuning:
+    """The form choices a config's plan makes (none for the plain MLP, which has no row kernels and
+    reads its weights as stored), as webmp.tune makes them natively; the weights' products with the
+    tiles tuned for the page's adapter `key` so far."""
+    pb = PlanBuilder(path)
+    pb.u32("flags", (4,), "other")
+    specs = []
+    if cfg.model != "mlp":  # LayerNorm (mlp-ln, gpt) and attention (gpt)
+        specs.append(row_forms(pb))
+    if cfg.model == "gpt":
+        specs.append(weight_forms(pb, TileTable.for_adapter(key)))
+    if not specs:
+        return FormsTuning(None, b"", [])
+    return FormsTuning(pb.kernel_plan(state="flags", metrics="flags"), bytes(pb.blob), specs)
+
+
+@dataclass
+class FormResult:
+    form: str
+    seconds: float  # for `reps` passes over the form's program in one submit
+    reps: int
+    digest: str  # of the form's outputs, read after one pass (web/tune.js `digest`)
+
+
+def judge_forms(spec: FormSpec, results: Sequence[FormResult]) -> dict[str, Any]:
+    """{"what", "form", "seconds" ({form: seconds a pass}, None where the forms differ), "identical"}:
+    form_cases.faster_form over every form of the choice, each given once."""
+    given = [r.form for r in results]
+    if sorted(given) != sorted(spec.forms):
+        raise TuneResultError(f"{spec.what}: results for {given}, the forms are {spec.forms} (each once)")
+    identical = len({r.digest for r in results}) == 1
+    choice = faster_form(spec, identical, {r.form: r.seconds / r.reps for r in results})
+    return {"what": spec.what, "identical": identical, **choice}
+
+
+def store_form(key: str, what: str, form: str) -> None:
+    cache = load_cache()
+    cache.setdefault(key, {})[what] = {"form": form}
+    save_cache(cache)
 
 
 def store_choice(key: str, cls: str, tiles: Tiles) -> None:

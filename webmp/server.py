@@ -68,6 +68,8 @@ from .messages import (
     AdapterSignature,
     AdapterTiles,
     RunInfo,
+    TuneFormResults,
+    TuneFormVerdict,
     TuneRequest,
     TuneResults,
     TuneVerdict,
@@ -90,14 +92,20 @@ from .page_runs import (
 from .page_tune import (
     ADAPTER_KEY_PATTERN,
     CaseResult,
+    FormResult,
+    FormsTuning,
     TuneResultError,
     Tuning,
     adapter_key,
     encode_blob,
+    forms_plan,
     judge,
+    judge_forms,
     result_output,
     store_choice,
+    store_form,
     tuned_classes,
+    tuned_forms,
     tuning_plan,
 )
 from .plan import resolve_f16_path
@@ -404,14 +412,13 @@ async def run_sample_blob(request: Request, run_id: str, q: Annotated[SampleQuer
 
 @api.post("/adapters", response_model=AdapterTiles, responses=answers(400, 413, 422))
 def adapter_tiles(signature: AdapterSignature) -> AdapterTiles:
-    """The key of a page's adapter and the matmul tiles tuned for it so far (none: the defaults)."""
+    """The key of a page's adapter and the matmul tiles and forms tuned for it so far (none: the defaults)."""
     key = adapter_key(signature.model_dump())
-    return AdapterTiles(adapter_key=key, tuned=tuned_classes(key))
+    return AdapterTiles(adapter_key=key, tuned=tuned_classes(key), forms=tuned_forms(key))
 
 
-@lru_cache(maxsize=2)
-def _tuning(request_json: str) -> Tuning:
-    req = TuneRequest.model_validate_json(request_json)
+def _tuned_config(req: TuneRequest) -> tuple[TrainConfig, str]:
+    """A tuning request's config and storage path, checked as POST /api/runs checks them."""
     try:
         cfg = TrainConfig(**req.config)
     except ValidationError as e:
@@ -424,6 +431,13 @@ def _tuning(request_json: str) -> Tuning:
     except RuntimeError as e:
         raise HTTPException(409, str(e)) from None
     check_plan_size(cfg, training_data(cfg))
+    return cfg, path
+
+
+@lru_cache(maxsize=2)
+def _tuning(request_json: str) -> Tuning:
+    req = TuneRequest.model_validate_json(request_json)
+    cfg, path = _tuned_config(req)
     has_subgroups = "subgroups" in req.adapter.features
     return tuning_plan(cfg, training_data(cfg), path, req.limits, has_subgroups, req.max_candidates)
 
@@ -465,6 +479,44 @@ async def tune_results(body: TuneResults) -> TuneVerdict:
     if verdict["tiles"] is not None:
         store_choice(key, body.shape_class, verdict["tiles"])
     return TuneVerdict(adapter_key=key, shape_class=verdict.pop("class"), **verdict)
+
+
+def forms_for(req: TuneRequest) -> FormsTuning:
+    """The form choices of a request's config, on the tiles tuned for its adapter so far (built
+    anew each time: the class results posted in between change those tiles)."""
+    cfg, path = _tuned_config(req)
+    return forms_plan(cfg, path, adapter_key(req.adapter.model_dump()))
+
+
+@api.post("/tune/forms", response_model=None, responses=answers(400, 409, 413, 422))
+async def tune_forms_plan(req: TuneRequest) -> dict[str, Any]:
+    """After the classes: the forms the config's plan uses (webmp.page_tune.forms_plan), each a
+    program; the page runs each once, digests its outputs, times it and posts each choice's results
+    to /api/tune/forms/results. No choice (the plain MLP): no plan and an empty list."""
+    forms = await asyncio.to_thread(forms_for, req)
+    return {
+        "adapter_key": adapter_key(req.adapter.model_dump()),
+        "plan": forms.plan,
+        "blob": encode_blob(forms.blob),
+        "forms": forms.describe(),
+    }
+
+
+@api.post("/tune/forms/results", response_model=TuneFormVerdict, responses=answers(400, 409, 413, 422))
+async def tune_forms_results(body: TuneFormResults) -> TuneFormVerdict:
+    """Keeps the faster form of a choice where every form's outputs had the same digest, else the
+    default, and stores it under the adapter's key, where plans asked for with ?tiles=KEY find it."""
+    forms = await asyncio.to_thread(forms_for, body.request)
+    spec = forms.spec(body.what)
+    if spec is None:
+        raise HTTPException(422, f"what: {body.what!r} is not one of this config's form choices")
+    try:
+        verdict = judge_forms(spec, [FormResult(r.form, r.seconds, r.reps, r.digest) for r in body.results])
+    except TuneResultError as e:
+        raise HTTPException(422, f"results: {e}") from None
+    key = adapter_key(body.request.adapter.model_dump())
+    store_form(key, spec.what, verdict["form"])
+    return TuneFormVerdict(adapter_key=key, **verdict)
 
 
 @api.websocket("/runs/{run_id}/ws")

@@ -1,5 +1,5 @@
 """Matmul auto-tuning: time candidate tile shapes per adapter and shape class, cache the fastest;
-and the row kernels' form (a workgroup or a thread a row: `tune_rows`, `RowCase`).
+and the forms of webmp.form_cases (the row kernels', the GPT's weights: `tune_rows`, `tune_weights`).
 
 `tune_shapes` (run by `webmp bench --tune`, or `python -m webmp.tune`) fills the cache that
 webmp/tilecache.py reads; training uses it through `TileTable.for_adapter`. Nothing here runs
@@ -17,24 +17,13 @@ import numpy as np
 
 from .config import TrainConfig
 from .data import load_digits
+from .form_cases import FormSpec, faster_form, row_forms, same_outputs, weight_forms
 from .matmul_cases import MatmulSpec, candidates
 from .models import build_plan
-from .ops import (
-    ROW_FORMS,
-    attn_softmax_bwd,
-    attn_softmax_fwd,
-    layernorm_bwd,
-    layernorm_fwd,
-    matmul,
-    transpose_h,
-)
-from .plan import Plan, PlanBuilder, pack_h, resolve_f16_path
+from .plan import Plan, PlanBuilder, resolve_f16_path
 from .runtime import Runtime, default_gpu
 from .tilecache import (
-    DEFAULT_ROWS,
-    DEFAULT_WEIGHTS,
     ROWS_KEY,
-    WEIGHT_FORMS,
     WEIGHTS_KEY,
     Tiles,
     TileTable,
@@ -121,136 +110,67 @@ def interleaved_gflops(cases: list[MatmulCase], target_s: float = 0.2, rounds: i
     return [c.flops * n / t / 1e9 for c, n, t in zip(cases, reps, best, strict=True)]
 
 
-# --- the row kernels' forms ----------------------------------------------------------------------
+# --- the forms: row kernels, and how the backward pass reads its weights ---------------------------
 
 
-class RowCase:
-    """The four row kernels at a GPT-sized shape on random data, once per form (program = the form,
-    its own outputs): layernorm_fwd and layernorm_bwd over [M, N], attn_softmax_fwd and
-    attn_softmax_bwd at T for Z batch-heads."""
+class FormCase:
+    """One of webmp.form_cases' choices (`build`: row_forms or weight_forms, with `kw`) run through
+    wgpu-py: each form's program once to compare outputs, then timed."""
 
-    OUTPUTS = ("Y", "stats", "dZ", "P", "dS")
-
-    def __init__(self, gpu, path: str, M: int = 1024, N: int = 128, T: int = 64, Z: int = 64, seed: int = 0):
-        rng = np.random.default_rng(seed)
+    def __init__(self, gpu, path: str, build, **kw):
         pb = PlanBuilder(path)
-        pb.h("Z", M, N, init=pack_h(rng.normal(0.5, 2.0, (M, N)), path))
-        pb.h("dY", M, N, init=pack_h(rng.normal(0.0, 1.0, (M, N)), path))
-        pb.f32("gamma", (N,), "other", 1 + 0.2 * rng.standard_normal(N))
-        pb.f32("beta", (N,), "other", 0.2 * rng.standard_normal(N))
-        pb.f32("S", (Z * T, T), "activations", 12 * rng.standard_normal((Z * T, T)))
-        pb.f32("dP", (Z * T, T), "activations", rng.standard_normal((Z * T, T)))
         pb.u32("flags", (4,), "other")
-        for form in ROW_FORMS:
-            o = {k: f"{k}_{form}" for k in self.OUTPUTS}
-            pb.h(o["Y"], M, N)
-            pb.f32(o["stats"], (M, 2), "activations")
-            pb.h(o["dZ"], M, N)
-            pb.h(o["P"], Z * T, T)
-            pb.h(o["dS"], Z * T, T)
-            layernorm_fwd(
-                pb, form, Z="Z", gamma="gamma", beta="beta", Y=o["Y"], stats=o["stats"], M=M, N=N, rows=form
-            )
-            layernorm_bwd(
-                pb, form, dY="dY", Z="Z", stats=o["stats"], gamma="gamma", dZ=o["dZ"], M=M, N=N, rows=form
-            )
-            attn_softmax_fwd(pb, form, S="S", P=o["P"], B=Z, T=T, H=1, d=16, rows=form)
-            attn_softmax_bwd(pb, form, P=o["P"], dP="dP", dS=o["dS"], B=Z, T=T, H=1, d=16, rows=form)
-        plan = pb.kernel_plan(state="flags", metrics="flags")
-        self.rt = Runtime(plan, bytes(pb.blob), gpu)
+        self.spec: FormSpec = build(pb, **kw)
+        self.rt = Runtime(pb.kernel_plan(state="flags", metrics="flags"), bytes(pb.blob), gpu)
         self.device = self.rt.device
 
     def identical(self) -> bool:
-        """Runs each form once: whether every output of the two forms is the same bytes."""
-        for form in ROW_FORMS:
+        """Runs each form once: whether every output of the forms is the same bytes."""
+        for form in self.spec.forms:
             self.run(form, 1)
-        a, b = ROW_FORMS
-        return all(self.rt.read(f"{k}_{a}") == self.rt.read(f"{k}_{b}") for k in self.OUTPUTS)
+        return same_outputs({f: [self.rt.read(o) for o in out] for f, out in self.spec.outputs.items()})
 
     def run(self, form: str, reps: int, kernel: int | None = None) -> float:
-        """Seconds for `reps` passes over the form's kernels (or only its `kernel`-th dispatch) in one
+        """Seconds for `reps` passes over the form's dispatches (or only its `kernel`-th) in one
         submit and one wait (as MatmulCase.run)."""
-        program = self.rt.programs[form]
-        return time_dispatches(self.rt, program if kernel is None else [program[kernel]], reps, f"dS_{form}")
+        program = self.rt.programs[self.spec.program(form)]
+        last = self.spec.outputs[form][-1]
+        return time_dispatches(self.rt, program if kernel is None else [program[kernel]], reps, last)
 
     def seconds(self, reps: int = 3, rounds: int = 3, kernel: int | None = None) -> dict[str, float]:
         """{form: best seconds a pass}, the forms alternated `rounds` times (the CPUs may be shared)."""
-        best = {form: float("inf") for form in ROW_FORMS}
+        best = {form: float("inf") for form in self.spec.forms}
         for _ in range(rounds):
-            for form in ROW_FORMS:
+            for form in self.spec.forms:
                 best[form] = min(best[form], self.run(form, reps, kernel) / reps)
         return best
 
 
-def faster_form(case, default: str, what: str, log=print) -> dict:
-    """{"form", "seconds"}: the faster of a case's forms (its `seconds()`, {form: seconds}),
-    provided they give the same bits on this adapter (its `identical()`), else `default`."""
-    if not case.identical():
-        log(f"tune {what}: the forms' results differ on this adapter; keeping {default}")
-        return {"form": default, "seconds": None}
-    secs = case.seconds()
-    form = min(secs, key=lambda f: secs[f])
-    log(f"tune {what}: " + ", ".join(f"{f} {1e3 * s:.2f} ms" for f, s in secs.items()) + f" -> {form}")
-    return {"form": form, "seconds": secs}
+def tune_form(case: FormCase, log=print) -> dict:
+    """form_cases.faster_form's choice for a case, timed only where its forms agree."""
+    identical = case.identical()
+    choice = faster_form(case.spec, identical, case.seconds() if identical else {})
+    what, secs = case.spec.what, choice["seconds"]
+    if secs is None:
+        log(f"tune {what}: the forms' results differ on this adapter; keeping {choice['form']}")
+    else:
+        log(
+            f"tune {what}: "
+            + ", ".join(f"{f} {1e3 * s:.2f} ms" for f, s in secs.items())
+            + f" -> {choice['form']}"
+        )
+    return choice
 
 
 def tune_rows(gpu, path: str, log=print) -> dict:
-    """The row kernels' form (RowCase): faster_form's choice, default "workgroup"."""
-    return faster_form(RowCase(gpu, path), DEFAULT_ROWS, "rows", log)
-
-
-# --- how the backward pass reads its weights -------------------------------------------------------
-
-
-class WeightsCase:
-    """The GPT's largest input-gradient product at its default size, dY [M, N] = dZ [M, K] Wᵀ
-    with W [N, K] (W1's: 1024 x 128 x 512), both ways (tilecache.WEIGHT_FORMS), each its own
-    program and output: "as_stored" the A·Bᵀ product on W, "transposed" transpose_h into
-    Wt [K, N] and the A·B product on it; each product with the tiles `table` gives its class."""
-
-    def __init__(
-        self, gpu, path: str, table: TileTable, M: int = 1024, N: int = 128, K: int = 512, seed: int = 0
-    ):
-        rng = np.random.default_rng(seed)
-        pb = PlanBuilder(path)
-        pb.h("dZ", M, K, init=pack_h(rng.uniform(-1, 1, (M, K)), path))
-        pb.h("W", N, K, init=pack_h(rng.uniform(-1, 1, (N, K)), path))
-        pb.h("Wt", K, N)
-        pb.u32("flags", (4,), "other")
-        for form in WEIGHT_FORMS:
-            pb.h(f"dY_{form}", M, N)
-        dims: dict[str, Any] = {"A": "dZ", "M": M, "N": N, "K": K}
-        tiles = table.for_shape(path, M, N, K, 0, 1)
-        matmul(pb, "as_stored", "matmul_plain", B="W", C="dY_as_stored", trans_b=1, tiles=tiles, **dims)
-        transpose_h(pb, "transposed", X="W", Y="Wt", rows=N, cols=K)
-        tiles = table.for_shape(path, M, N, K, 0, 0)
-        matmul(pb, "transposed", "matmul_plain", B="Wt", C="dY_transposed", tiles=tiles, **dims)
-        plan = pb.kernel_plan(state="flags", metrics="flags")
-        self.rt = Runtime(plan, bytes(pb.blob), gpu)
-
-    def identical(self) -> bool:
-        """Runs each form once: whether both computed the same bytes."""
-        for form in WEIGHT_FORMS:
-            self.run(form, 1)
-        return len({self.rt.read(f"dY_{form}") for form in WEIGHT_FORMS}) == 1
-
-    def run(self, form: str, reps: int) -> float:
-        """Seconds for `reps` passes over the form's dispatches in one submit and one wait."""
-        return time_dispatches(self.rt, self.rt.programs[form], reps, f"dY_{form}")
-
-    def seconds(self, reps: int = 3, rounds: int = 3) -> dict[str, float]:
-        """{form: best seconds a pass}, the forms alternated `rounds` times (the CPUs may be shared)."""
-        best = {form: float("inf") for form in WEIGHT_FORMS}
-        for _ in range(rounds):
-            for form in WEIGHT_FORMS:
-                best[form] = min(best[form], self.run(form, reps) / reps)
-        return best
+    """The row kernels' form (form_cases.row_forms), default "workgroup"."""
+    return tune_form(FormCase(gpu, path, row_forms), log)
 
 
 def tune_weights(gpu, path: str, table: TileTable, log=print) -> dict:
-    """How the GPT's backward pass reads its weights (WeightsCase, with the tiles `table` gives):
-    faster_form's choice, default "as_stored"."""
-    return faster_form(WeightsCase(gpu, path, table), DEFAULT_WEIGHTS, "weights", log)
+    """How the GPT's backward pass reads its weights (form_cases.weight_forms, with the tiles
+    `table` gives), default "as_stored"."""
+    return tune_form(FormCase(gpu, path, weight_forms, table=table), log)
 
 
 # --- the tuner -----------------------------------------------------------------------------------
