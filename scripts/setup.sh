@@ -34,10 +34,20 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1) $root"
 check="import webmp, wgpu, fastapi, safetensors, sklearn, sys; sys.exit(not webmp.__file__.startswith('$root/'))"
 [ "$mode" = test ] && check="import pytest, playwright, xdist, mypy, ruff, mpi4py; $check"
 [ "$mode" = mpi ] && check="import mpi4py; $check"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! $py -c "$check" 2>/dev/null; then
+# (checked from / : from here, `import webmp` would find this checkout whatever pip installed)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! (cd / && $py -c "$check" 2>/dev/null); then
   say "pip install -e .$extra"
   $py -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".$extra"
   mkdir -p .webmp-cache && echo "$want" > "$stamp"
+fi
+
+# PyTorch for tests/test_torch_parity.py (the same models trained in PyTorch from identical initial
+# weights): pinned to the CPU build this project tested, which pip finds on this project's machines;
+# where it cannot be installed those tests skip, saying why
+if [ "$mode" = test ] && ! (cd / && $py -c "import torch" 2>/dev/null); then
+  say "pip install torch==2.13.0 (the PyTorch parity tests)"
+  $py -m pip install -q --disable-pip-version-check --root-user-action=ignore "torch==2.13.0" ||
+    say "PyTorch was not installed: tests/test_torch_parity.py will be skipped"
 fi
 
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}

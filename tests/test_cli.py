@@ -64,6 +64,7 @@ def test_every_field_is_settable(name: str) -> None:
         "backoff_factor": "0.25",
         "growth_factor": "4.0",
         "data": "mine.csv",
+        "init_weights": "start.safetensors",
     }.get(name)
     if field.annotation is bool:
         cfg = config_from_args(train_parser().parse_args([flag_name(name).replace("--", "--no-")]))

@@ -642,3 +642,93 @@ def test_damaged_checkpoints_are_one_line_and_change_nothing(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert expect in err and len(err.splitlines()) == 1, (name, err)
         assert {p.name: p.read_bytes() for p in run.iterdir()} == before, name
+
+
+# --- initial weights from a file (--init-weights) ---------------------------------------------------
+
+
+def _weights_file(path, tensors: dict) -> str:
+    from safetensors.numpy import save_file
+
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(path))
+    return str(path)
+
+
+def test_init_weights_start_a_new_run_from_the_file(tmp_path):
+    """The parameters start at the file's (masters exactly, working copies rounded from them as
+    drawn ones are); the optimizer and scaler start fresh. A webmp checkpoint is such a file: a new
+    run fine-tunes from it (its moments, copies and step left behind)."""
+    from webmp.plan import pack_h
+
+    first = run(tmp_path, "first", steps=6, precision="mixed", init_scale=2.0**20)
+    first.run()
+    ck = tmp_path / "first" / "checkpoint.safetensors"
+    t = run(tmp_path, "second", steps=3, precision="mixed", init_weights=str(ck))
+    for p in t.plan["params"]:
+        want = first.runtime.read(p["master"])
+        assert t.runtime.read(p["master"]) == want, p["name"]
+        if p["copy"]:
+            w = np.frombuffer(want, np.float32).reshape(p["shape"])
+            assert t.runtime.read(p["copy"]) == pack_h(w, t.plan["f16_path"]), p["name"]
+        assert not np.frombuffer(t.runtime.read(p["m"]), np.float32).any(), "moments start at zero"
+    state = t.read_state()
+    assert state["iteration"] == 0 and state["scale"] == 65536.0
+    assert t.run()["steps"] == 3
+    # the run's config records where its weights came from
+    assert json.loads((tmp_path / "second" / "config.json").read_text())["init_weights"] == str(ck)
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda w: {"W0": w["W0"]}, r"lacks b0, W1, b1; this model's parameters are: W0 \[64, 16\]"),
+        (
+            lambda w: {**w, "W0": w["W0"].T},
+            r"W0 has shape \[16, 64\], this model's W0 is \[64, 16\] \(weights",
+        ),
+        (lambda w: {**w, "W9": w["b0"]}, r"W9 is no parameter of this model"),
+        (lambda w: {**w, "b1": np.array([np.nan] + [0.0] * 9, np.float32)}, r"b1 holds 1 non-finite values"),
+        (lambda w: {**w, "b0": np.zeros(16, np.int32)}, r"b0 is int32, not floating point"),
+    ],
+    ids=["missing", "transposed", "unknown", "non-finite", "integer"],
+)
+def test_init_weights_refuses_a_file_that_does_not_fit_naming_what(tmp_path, change, message):
+    rng = np.random.default_rng(0)
+    shapes = {"W0": (64, 16), "b0": (16,), "W1": (16, 10), "b1": (10,)}
+    good = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    path = _weights_file(tmp_path / "w.safetensors", change(good))
+    with pytest.raises(ValueError, match=r"init_weights: .*w\.safetensors: " + message):
+        run(tmp_path, "run", init_weights=path)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_init_weights_refuses_what_is_no_safetensors_file(tmp_path):
+    with pytest.raises(ValueError, match=r"init_weights: .*nowhere\.safetensors: cannot read it"):
+        run(tmp_path, "a", init_weights=str(tmp_path / "nowhere.safetensors"))
+    (tmp_path / "junk.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
+    with pytest.raises(ValueError, match=r"junk\.safetensors: not a readable safetensors file"):
+        run(tmp_path, "b", init_weights=str(tmp_path / "junk.safetensors"))
+    with pytest.raises(ValidationError, match="init_weights must be the path of a file"):
+        TrainConfig(init_weights=" ")
+
+
+def test_init_weights_belong_to_the_run_and_the_native_trainer(tmp_path):
+    """A resumed run keeps its weights' origin (the checkpoint holds the weights); a page cannot
+    read a server's files, so browser runs refuse the field, saying why."""
+    from webmp.page_runs import InvalidConfig, check_browser_config
+
+    t = run(tmp_path, "r", steps=4)
+    t.run(stop_after=2)
+    t.checkpoint()
+    w = _weights_file(
+        tmp_path / "w.safetensors", {p["name"]: np.zeros(p["shape"], np.float32) for p in t.plan["params"]}
+    )
+    with pytest.raises(ValueError, match=r"cannot resume: .*init_weights: checkpoint None vs"):
+        Trainer(
+            TrainConfig(**{**SMALL, "steps": 4, "init_weights": w}),
+            resume=tmp_path / "r",
+            progress=False,
+            log=None,
+        )
+    with pytest.raises(InvalidConfig, match=r"weights file \(--init-weights\) is for native"):
+        check_browser_config(TrainConfig(init_weights=w))

@@ -183,7 +183,7 @@ def torch_matmul(case, target_s: float) -> dict:
     a = case.a.T if case.trans_a else case.a
     b = case.b.T if case.trans_b else case.b
     ref = a @ b
-    out = {"torch_device": torch.cuda.get_device_name() if dev == "cuda" else "cpu"}
+    out: dict[str, Any] = {"torch_device": torch.cuda.get_device_name() if dev == "cuda" else "cpu"}
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     for name, dt in [("torch_fp32", torch.float32)] + (

@@ -5,7 +5,9 @@ growth counter, hysteresis counter, iteration, optimizer step, data position, sk
 GPU state holds the data-order position, so resuming replays exactly the same batches.
 
 Resuming does not need runtime logic: `resume_blob` writes the checkpoint's contents into the plan's
-initial-contents blob, and either runtime starts from it as from a fresh plan.
+initial-contents blob, and either runtime starts from it as from a fresh plan. A new run's initial
+weights from a file (`--init-weights`: `load_initial_weights`, `initial_weights_blob`) go in the same
+way: only the parameters (masters and working copies), the optimizer and scaler starting fresh.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load, save
 
-from .plan import Plan
+from .plan import Plan, pack_h
 from .rundir import atomic_write, dumps
 from .state import decode_state
 
@@ -125,23 +127,87 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, bytes], dict]:
 
 def resume_blob(plan: Plan, blob: bytes, contents: dict[str, bytes]) -> tuple[Plan, bytes]:
     """A copy of (plan, blob) whose initial contents are the checkpoint's buffers."""
-    plan = json.loads(json.dumps(plan))
-    out = bytearray(blob)
-    by_name = {b["name"]: b for b in plan["buffers"]}
     for name in checkpoint_buffers(plan):
         if name not in contents:
             raise ValueError(f"checkpoint lacks buffer {name}; it was written for a different model")
-        data = contents[name]
-        spec = by_name[name]
-        if len(data) != spec["bytes"] and not (
-            name == plan["state"]["buffer"] and len(data) <= spec["bytes"]
-        ):
+    by_name = {b["name"]: b for b in plan["buffers"]}
+    for name in checkpoint_buffers(plan):
+        data, want = contents[name], by_name[name]["bytes"]
+        if len(data) != want and not (name == plan["state"]["buffer"] and len(data) <= want):
             raise ValueError(
-                f"checkpoint buffer {name} has {len(data)} bytes, the plan expects {spec['bytes']} "
+                f"checkpoint buffer {name} has {len(data)} bytes, the plan expects {want} "
                 "(different model, batch size or precision)"
             )
-        spec["init"] = {"offset": len(out), "bytes": len(data)}
+    return _with_contents(plan, blob, {n: contents[n] for n in checkpoint_buffers(plan)})
+
+
+def _with_contents(plan: Plan, blob: bytes, contents: dict[str, bytes]) -> tuple[Plan, bytes]:
+    """A copy of (plan, blob) whose named buffers start with these bytes (appended to the blob)."""
+    plan = json.loads(json.dumps(plan))
+    out = bytearray(blob)
+    by_name = {b["name"]: b for b in plan["buffers"]}
+    for name, data in contents.items():
+        by_name[name]["init"] = {"offset": len(out), "bytes": len(data)}
         out += data
         out += b"\0" * (-len(out) % 4)
     plan["blob_bytes"] = len(out)
     return plan, bytes(out)
+
+
+def load_initial_weights(path: str | Path, plan: Plan) -> dict[str, np.ndarray]:
+    """The plan's parameters from a safetensors file (`--init-weights`), as float32, each checked:
+    present, of the parameter's shape, floating point, finite. A tensor that is no parameter is
+    refused by name (a misspelt one would otherwise be left at its drawn value), except in a webmp
+    checkpoint, whose optimizer state, working copies and GPU state are left out."""
+    path = Path(path)
+    what = f"init_weights: {path}"
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{what}: cannot read it ({e.strerror or e})") from None
+    try:
+        tensors = load(raw)
+        header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+    except Exception as e:  # safetensors raises its own error types (also for bf16, which numpy lacks)
+        raise ValueError(f"{what}: not a readable safetensors file of numpy dtypes ({e})") from None
+    shapes = {p["name"]: tuple(p["shape"]) for p in plan["params"]}
+    expected = ", ".join(f"{n} {list(s)}" for n, s in shapes.items())
+    missing = [n for n in shapes if n not in tensors]
+    if missing:
+        raise ValueError(f"{what}: lacks {', '.join(missing)}; this model's parameters are: {expected}")
+    is_checkpoint = (header.get("__metadata__") or {}).get("format") == CHECKPOINT_FORMAT
+    unknown = sorted(set(tensors) - set(shapes))
+    if unknown and not is_checkpoint:
+        raise ValueError(
+            f"{what}: {', '.join(unknown)} is no parameter of this model; its parameters are: {expected}"
+        )
+    out = {}
+    for name, shape in shapes.items():
+        t = tensors[name]
+        if t.shape != shape:
+            raise ValueError(
+                f"{what}: {name} has shape {list(t.shape)}, this model's {name} is {list(shape)} "
+                "(weights are stored [in, out]: PyTorch's Linear weight transposed)"
+            )
+        if t.dtype.kind != "f":
+            raise ValueError(f"{what}: {name} is {t.dtype}, not floating point")
+        w = t.astype(np.float32)
+        if not np.isfinite(w).all():
+            raise ValueError(
+                f"{what}: {name} holds {int((~np.isfinite(w)).sum())} non-finite values (as float32)"
+            )
+        out[name] = w
+    return out
+
+
+def initial_weights_blob(plan: Plan, blob: bytes, weights: dict[str, np.ndarray]) -> tuple[Plan, bytes]:
+    """A copy of (plan, blob) whose parameters start at `weights` (load_initial_weights): each f32
+    master and its working copy in the activation format, rounded from it as the drawn ones are."""
+    path = plan["f16_path"] or "fp32"
+    contents = {}
+    for p in plan["params"]:
+        w = weights[p["name"]]
+        contents[p["master"]] = w.tobytes()
+        if p["copy"] is not None:
+            contents[p["copy"]] = pack_h(w, path)
+    return _with_contents(plan, blob, contents)

@@ -29,7 +29,7 @@ COMMANDS = {
     "bench": "benchmark kernels, step overhead and memory",
 }
 SCALARS: dict[type, str] = {int: "INT", float: "FLOAT", str: "TEXT"}  # flag types and their metavars
-METAVARS = {"data": "PATH"}  # fields whose metavar says more than their type's
+METAVARS = {"data": "PATH", "init_weights": "PATH"}  # fields whose metavar says more than their type's
 
 
 def flag_name(field: str) -> str:

@@ -70,6 +70,10 @@ class TrainConfig(BaseModel):
     """training data file: for the MLPs .npz (arrays x, y) or .csv (last column the label), split 80/20
     like digits, without it the built-in dataset; for gpt any UTF-8 text (characters are the tokens,
     the last 10 % validation), without it the running Python's standard library sources"""
+    init_weights: str | None = None
+    """initial parameters from a safetensors file instead of drawing them from seed: one float tensor per
+    parameter, named and shaped as this model's (weights [in, out]; a webmp checkpoint.safetensors
+    works too, its optimizer state left out); the optimizer and loss scaler start fresh"""
     # the GPT's shape (ignored by the MLPs)
     n_layer: int = 2
     """gpt: transformer blocks"""
@@ -215,11 +219,11 @@ class TrainConfig(BaseModel):
             raise ValueError(f"{info.field_name} must be a finite number >= 0, got {v}")
         return v
 
-    @field_validator("data")
+    @field_validator("data", "init_weights")
     @classmethod
-    def _data(cls, v):
+    def _file(cls, v, info):
         if v is not None and not v.strip():
-            raise ValueError("data must be the path of a data file, got an empty string")
+            raise ValueError(f"{info.field_name} must be the path of a file, got an empty string")
         return v
 
     @field_validator("hidden")

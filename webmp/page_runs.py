@@ -115,9 +115,17 @@ BROWSER_DATA = (
 )
 
 
+BROWSER_INIT = (
+    "browser runs draw their initial weights from the seed; a weights file (--init-weights) is for "
+    "native `webmp train`"
+)
+
+
 def check_browser_config(cfg: TrainConfig) -> None:
     if cfg.data is not None:
         raise InvalidConfig(BROWSER_DATA)
+    if cfg.init_weights is not None:
+        raise InvalidConfig(BROWSER_INIT)
 
 
 @lru_cache(maxsize=4)
@@ -296,7 +304,7 @@ DEFAULT_CORPUS = "the default corpus (the server's Python standard library sourc
 # form's own. COMMON fields show at once; the rest of a group sits under "more settings".
 FORM_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "model": ("model and data", (
-        "model", "hidden", "act", "init_gain", "input_scale", "dataset", "data",
+        "model", "hidden", "act", "init_gain", "input_scale", "dataset", "data", "init_weights",
         "n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens",
     )),
     "precision": ("precision and loss scaling", (
@@ -325,7 +333,7 @@ LABELS = {
 }
 # Fields a page cannot set, each with the reason the form shows next to it (the server refuses them
 # too: check_browser_config).
-NOT_IN_BROWSER = {"data": BROWSER_DATA}
+NOT_IN_BROWSER = {"data": BROWSER_DATA, "init_weights": BROWSER_INIT}
 _KINDS = {"integer": "int", "number": "float", "boolean": "bool", "array": "int_list", "string": "text"}
 
 

@@ -17,7 +17,9 @@ import numpy as np
 from .checkpoint import (
     TENSORS,
     checkpoint_buffers,
+    initial_weights_blob,
     load_checkpoint,
+    load_initial_weights,
     read_checkpoint_meta,
     resume_blob,
     save_checkpoint,
@@ -49,6 +51,7 @@ RESUME_LOCKED = (
     "act",
     "dataset",
     "data",
+    "init_weights",
     "input_scale",
     "precision",
     "batch_size",
@@ -123,6 +126,8 @@ class Trainer:
             cfg, self.data, self.path, self.tiles, rank=self.world.rank, world=self.world.size
         )
         self.step = 0
+        if contents is None and cfg.init_weights is not None:
+            plan, blob = initial_weights_blob(plan, blob, load_initial_weights(cfg.init_weights, plan))
         if contents is not None and meta is not None:
             plan, blob = resume_blob(plan, blob, contents)
             self.step = meta["step"]
