@@ -18,7 +18,7 @@ test:
 # processes (pytest-xdist; each has its own WebGPU device): under a minute here. The files whose
 # every test is slow are not even collected: importing schemathesis and hypothesis costs each
 # process ~2 s.
-ALL_SLOW = tests/test_api_fuzz.py tests/test_properties.py tests/test_reliability.py tests/test_mpi.py
+ALL_SLOW = tests/test_api_fuzz.py tests/test_properties.py tests/test_reliability.py tests/test_mpi.py tests/test_torch_parity.py
 check:
 	@bash scripts/setup.sh test && . scripts/env.sh && $(MAKE) --no-print-directory lint && \
 	  python3 -m pytest -q -n 2 --dist loadfile -m "not slow and not browser" -p no:schemathesis \

@@ -29,6 +29,7 @@ from webmp.corpus import load_text
 from webmp.data import batch_rows, load_digits
 from webmp.train import Trainer
 
+pytestmark = pytest.mark.slow  # (and `make check` does not collect this file: importing torch costs seconds)
 torch = pytest.importorskip("torch")
 
 F16_ULP = 2.0**-11
@@ -113,7 +114,6 @@ def linear_weights(net) -> dict:
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", ["mlp", "mlp-ln"])
 @pytest.mark.parametrize("precision", ["fp32", "mixed"])
 def test_mlp_trains_as_pytorch_does(tmp_path, model, precision):
@@ -203,7 +203,6 @@ class GPT(torch.nn.Module):
         return [p for p in self.parameters() if p.ndim == 2]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "mixed"])
 def test_gpt_trains_as_pytorch_does(tmp_path, precision):
     rng = np.random.default_rng(3)
