@@ -8,7 +8,8 @@ build where pip finds one).
 Tolerances, from what differs between the two:
 - fp32: only the order of f32 additions (matmul sums, reductions); each step's rounding differences
   are ~1e-7 relative and AdamW does not amplify them over these few steps: losses within 2e-6
-  relative (measured: at most 2.7e-7 over 60 steps), the final weights within 2e-5 (norm-wise).
+  relative (measured: at most 2.7e-7 over 60 steps), every final weight within 5e-6 norm-wise
+  (measured: at most 6.6e-7), but the GPT's key bias (see the GPT test).
 - mixed: both round matmul operands and stored activations to f16, but not at the same points
   (PyTorch's CPU autocast keeps LayerNorm and GELU inputs in f16 where webmp computes them in f32
   from f16 storage, and stores weight gradients in f16 where webmp accumulates them in f32), so a
@@ -101,6 +102,17 @@ def compare(t: Trainer, theirs: list[tuple[float, float]], precision: str) -> No
     assert worst <= TOL[precision]
 
 
+def assert_same_weights(ours: dict, theirs: dict) -> None:
+    """fp32: every trained parameter within 5e-6 of PyTorch's, norm-wise (f32 addition order only)."""
+    worst = {name: float(np.linalg.norm(ours[name] - w) / np.linalg.norm(w)) for name, w in theirs.items()}
+    print(f"weights: worst relative difference {max(worst.values()):.3g} ({max(worst, key=worst.get)})")
+    assert max(worst.values()) <= 5e-6, worst
+
+
+def trained(t: Trainer, like: dict) -> dict:
+    return {k: np.frombuffer(t.runtime.read(k), np.float32).reshape(v.shape) for k, v in like.items()}
+
+
 def linear_weights(net) -> dict:
     """webmp's MLP parameters from a Sequential of Linear (LayerNorm, GELU) modules: W{l} [in, out]
     (PyTorch's weight transposed), b{l}, ln_g{l}, ln_b{l}."""
@@ -143,9 +155,8 @@ def test_mlp_trains_as_pytorch_does(tmp_path, model, precision):
     theirs = torch_train(cfg, net, decayed, batches, torch.nn.functional.cross_entropy)
     compare(t, theirs, precision)
     if precision == "fp32":
-        for name, w in linear_weights(net).items():
-            ours = np.frombuffer(t.runtime.read(name), np.float32).reshape(w.shape)
-            assert np.linalg.norm(ours - w) <= 2e-5 * np.linalg.norm(w), name
+        theirs = linear_weights(net)
+        assert_same_weights(trained(t, theirs), theirs)
 
 
 class GPT(torch.nn.Module):
@@ -232,3 +243,14 @@ def test_gpt_trains_as_pytorch_does(tmp_path, precision):
 
     theirs = torch_train(cfg, net, net.decayed(), batches, loss_fn)
     compare(t, theirs, precision)
+    if precision == "fp32":
+        # The key bias's gradient is zero in exact arithmetic (it adds q·b to a whole row of scores,
+        # which softmax ignores), so both engines' values for it are rounding noise that AdamW
+        # normalises into lr-sized steps: they part ways by design. Its slice is left out.
+        D = cfg.d_model
+        theirs = net.webmp_weights()
+        ours = trained(t, theirs)
+        for l in range(cfg.n_layer):
+            for w in (ours, theirs):
+                w[f"bqkv{l}"] = np.concatenate([w[f"bqkv{l}"][:D], w[f"bqkv{l}"][2 * D :]])
+        assert_same_weights(ours, theirs)
