@@ -44,7 +44,8 @@ fi
 # PyTorch for tests/test_torch_parity.py (the same models trained in PyTorch from identical initial
 # weights): pinned to the CPU build this project tested, which pip finds on this project's machines;
 # where it cannot be installed those tests skip, saying why
-if [ "$mode" = test ] && ! (cd / && $py -c "import torch" 2>/dev/null); then
+# (found, not imported: importing torch costs ~2 s, and make check runs this first)
+if [ "$mode" = test ] && ! (cd / && $py -c "import importlib.util as u, sys; sys.exit(not u.find_spec('torch'))"); then
   say "pip install torch==2.13.0 (the PyTorch parity tests)"
   $py -m pip install -q --disable-pip-version-check --root-user-action=ignore "torch==2.13.0" ||
     say "PyTorch was not installed: tests/test_torch_parity.py will be skipped"

@@ -52,12 +52,11 @@ async function tuneForms(gpu, request, api, fetchShader, onProgress) {
         await runner.run(f.program);
         const digestOf = digest(await runner.read(f.outputs));
         const reps = Math.min(50, Math.max(2, Math.ceil(TARGET_S / Math.max(await runner.time(f.program, 1), 1e-4))));
-        results.push({form: f.form, digest: digestOf, reps, seconds: 0});
+        results.push({form: f.form, digest: digestOf, reps, seconds: Infinity});
       }
       for (let r = 0; r < 2; r++) {  // the forms in turn: a slow moment of the host does not decide
         for (const [i, f] of choice.forms.entries()) {
-          const s = await runner.time(f.program, results[i].reps);
-          results[i].seconds = r ? Math.min(results[i].seconds, s) : s;
+          results[i].seconds = Math.min(results[i].seconds, await runner.time(f.program, results[i].reps));
         }
       }
       const verdict = await api('/api/tune/forms/results', {method: 'POST', body: {request, what: choice.what, results}});

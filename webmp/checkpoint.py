@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from safetensors import safe_open
 from safetensors.numpy import load, save
 
 from .plan import Plan, pack_h
@@ -161,13 +162,12 @@ def load_initial_weights(path: str | Path, plan: Plan) -> dict[str, np.ndarray]:
     checkpoint, whose optimizer state, working copies and GPU state are left out."""
     path = Path(path)
     what = f"init_weights: {path}"
+    if not path.is_file():
+        raise ValueError(f"{what}: cannot read it (no such file)")
     try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ValueError(f"{what}: cannot read it ({e.strerror or e})") from None
-    try:
-        tensors = load(raw)
-        header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+        with safe_open(path, framework="numpy") as f:
+            metadata = f.metadata() or {}
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
     except Exception as e:  # safetensors raises its own error types (also for bf16, which numpy lacks)
         raise ValueError(f"{what}: not a readable safetensors file of numpy dtypes ({e})") from None
     shapes = {p["name"]: tuple(p["shape"]) for p in plan["params"]}
@@ -175,7 +175,7 @@ def load_initial_weights(path: str | Path, plan: Plan) -> dict[str, np.ndarray]:
     missing = [n for n in shapes if n not in tensors]
     if missing:
         raise ValueError(f"{what}: lacks {', '.join(missing)}; this model's parameters are: {expected}")
-    is_checkpoint = (header.get("__metadata__") or {}).get("format") == CHECKPOINT_FORMAT
+    is_checkpoint = metadata.get("format") == CHECKPOINT_FORMAT
     unknown = sorted(set(tensors) - set(shapes))
     if unknown and not is_checkpoint:
         raise ValueError(

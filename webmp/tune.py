@@ -122,7 +122,6 @@ class FormCase:
         pb.u32("flags", (4,), "other")
         self.spec: FormSpec = build(pb, **kw)
         self.rt = Runtime(pb.kernel_plan(state="flags", metrics="flags"), bytes(pb.blob), gpu)
-        self.device = self.rt.device
 
     def identical(self) -> bool:
         """Runs each form once: whether every output of the forms is the same bytes."""
@@ -130,19 +129,18 @@ class FormCase:
             self.run(form, 1)
         return same_outputs({f: [self.rt.read(o) for o in out] for f, out in self.spec.outputs.items()})
 
-    def run(self, form: str, reps: int, kernel: int | None = None) -> float:
-        """Seconds for `reps` passes over the form's dispatches (or only its `kernel`-th) in one
-        submit and one wait (as MatmulCase.run)."""
+    def run(self, form: str, reps: int) -> float:
+        """Seconds for `reps` passes over the form's dispatches in one submit and one wait (as
+        MatmulCase.run)."""
         program = self.rt.programs[self.spec.program(form)]
-        last = self.spec.outputs[form][-1]
-        return time_dispatches(self.rt, program if kernel is None else [program[kernel]], reps, last)
+        return time_dispatches(self.rt, program, reps, self.spec.outputs[form][-1])
 
-    def seconds(self, reps: int = 3, rounds: int = 3, kernel: int | None = None) -> dict[str, float]:
+    def seconds(self, reps: int = 3, rounds: int = 3) -> dict[str, float]:
         """{form: best seconds a pass}, the forms alternated `rounds` times (the CPUs may be shared)."""
         best = {form: float("inf") for form in self.spec.forms}
         for _ in range(rounds):
             for form in self.spec.forms:
-                best[form] = min(best[form], self.run(form, reps, kernel) / reps)
+                best[form] = min(best[form], self.run(form, reps) / reps)
         return best
 
 
