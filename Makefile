@@ -15,14 +15,12 @@ test:
 
 # before every commit: linters, types, and the tests that are neither slow nor browser (the
 # emulated f16 path's cases are slow where the adapter has shader-f16: tests/conftest.py), on two
-# processes (pytest-xdist; each has its own WebGPU device): under a minute here. The files whose
-# every test is slow are not even collected: importing schemathesis and hypothesis costs each
-# process ~2 s.
-ALL_SLOW = tests/test_api_fuzz.py tests/test_properties.py tests/test_reliability.py tests/test_mpi.py tests/test_torch_parity.py
+# processes (pytest-xdist; each has its own WebGPU device): under a minute here. Each test folder's
+# conftest.py sets its tier (tests/tiers.py): the browser folder's tests are all browser tests, and
+# the files slow throughout are not even collected here.
 check:
 	@bash scripts/setup.sh test && . scripts/env.sh && $(MAKE) --no-print-directory lint && \
-	  python3 -m pytest -q -n 2 --dist loadfile -m "not slow and not browser" -p no:schemathesis \
-	    $(addprefix --ignore=,$(ALL_SLOW)) $(ARGS)
+	  python3 -m pytest -q -n 2 --dist loadfile -m "not slow and not browser" -p no:schemathesis $(ARGS)
 
 lint:
 	python3 -m ruff check .

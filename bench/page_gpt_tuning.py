@@ -25,9 +25,9 @@ def main() -> None:
     a = p.parse_args()
     cache = a.out / "tune.json"
     os.environ["WEBMP_TUNE_CACHE"] = str(cache)  # before webmp reads it
-    from webmp.browser import Browser, LocalServer
     from webmp.config import TrainConfig
-    from webmp.tilecache import RESERVED_KEYS
+    from webmp.engine.tiles import RESERVED_KEYS
+    from webmp.serve.client import Browser, LocalServer
 
     def timed_run(srv, browser, label):
         run = srv.create_run(TrainConfig(model="gpt", steps=a.steps, log_every=10, checkpoint_every=0))

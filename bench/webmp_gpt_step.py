@@ -1,4 +1,4 @@
-"""webmp's GPT training step at given dims, timed as `webmp bench` times it (webmp.bench.bench_step:
+"""webmp's GPT training step at given dims, timed as `webmp bench` times it (webmp.bench.suite.bench_step:
 blocks of our real step loop, then a wait), printed as one JSON object. The tinygrad half of
 bench/tinygrad_side_by_side.sh. Tiles come from $WEBMP_TUNE_CACHE (the per-adapter tune cache)."""
 
@@ -12,9 +12,9 @@ import time
 
 import wgpu
 
-from webmp import tune
-from webmp.bench import SIZES, bench_corpus, bench_step, model_settings, step_plan
-from webmp.runtime import default_gpu
+from webmp.bench.suite import SIZES, bench_corpus, bench_step, model_settings, step_plan
+from webmp.engine.runtime import default_gpu
+from webmp.tune import native as tune
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 """Measure webmp's reliability for real and write docs/reliability.md.
 
     python scripts/reliability.py            # the full report, docs/reliability.md
-    python scripts/reliability.py --quick    # fewer cases, runs and steps (tests/test_reliability.py)
+    python scripts/reliability.py --quick    # fewer cases, runs and steps (tests/train/test_reliability.py)
     python scripts/reliability.py --out PATH
 
 Everything runs on this machine against the real code paths: `webmp train` and `webmp serve`
@@ -15,7 +15,7 @@ socket. Every loop is bounded in count and in time. Sections:
   d. server memory before / after a flood (one socket closed by the rate limiter, many plan fetches)
   e. kill points survived (kill -9 of `webmp train` and of the server; resume bit-identical)
 
-`--json PATH` also writes every figure as JSON (tests/test_reliability.py reads it).
+`--json PATH` also writes every figure as JSON (tests/train/test_reliability.py reads it).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from safetensors.numpy import save as st_save
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from webmp.rundir import RunDir  # noqa: E402
-from webmp.state import METRIC_FIELDS, STATE_FIELDS  # noqa: E402
+from webmp.engine.state import METRIC_FIELDS, STATE_FIELDS  # noqa: E402
+from webmp.train.rundir import RunDir  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 WEBMP = [sys.executable, "-m", "webmp"]

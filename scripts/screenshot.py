@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from webmp.browser import Browser, LocalServer
 from webmp.config import TrainConfig
+from webmp.serve.client import Browser, LocalServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -41,14 +41,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! (cd / && $py -c "$check" 2>
   mkdir -p .webmp-cache && echo "$want" > "$stamp"
 fi
 
-# PyTorch for tests/test_torch_parity.py (the same models trained in PyTorch from identical initial
+# PyTorch for tests/models/test_torch_parity.py (the same models trained in PyTorch from identical initial
 # weights): pinned to the CPU build this project tested, which pip finds on this project's machines;
 # where it cannot be installed those tests skip, saying why
 # (found, not imported: importing torch costs ~2 s, and make check runs this first)
 if [ "$mode" = test ] && ! (cd / && $py -c "import importlib.util as u, sys; sys.exit(not u.find_spec('torch'))"); then
   say "pip install torch==2.13.0 (the PyTorch parity tests)"
   $py -m pip install -q --disable-pip-version-check --root-user-action=ignore "torch==2.13.0" ||
-    say "PyTorch was not installed: tests/test_torch_parity.py will be skipped"
+    say "PyTorch was not installed: tests/models/test_torch_parity.py will be skipped"
 fi
 
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}

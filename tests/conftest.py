@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webmp.runtime import default_gpu
+from webmp.engine.runtime import default_gpu
 
 PATHS = ["native", "emulated", "fp32"]
 F16_PATHS = ["native", "emulated"]
@@ -21,7 +21,7 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def gpu():
-    """The process-wide device (webmp.runtime.default_gpu), shared by every test."""
+    """The process-wide device (webmp.engine.runtime.default_gpu), shared by every test."""
     try:
         return default_gpu()
     except RuntimeError as e:  # no adapter at all: say why instead of erroring in every test
@@ -62,7 +62,7 @@ def f16_path(request, gpu) -> str:
 
 @pytest.fixture(scope="session")
 def digits():
-    from webmp.data import load_digits
+    from webmp.data.tables import load_digits
 
     return load_digits()
 
@@ -84,12 +84,12 @@ SMALL = {
 def trainer(gpu, digits):
     """make(path, **config) -> (plan, runtime) for a small MLP on digits, freshly initialised.
 
-    Pipelines compile slowly on a CPU adapter, so runtimes are reused (webmp.inspect.cached_runtime):
+    Pipelines compile slowly on a CPU adapter, so runtimes are reused (webmp.testing.probe.cached_runtime):
     a config that changes only initial contents (init_scale, say) rewrites every buffer of the
     runtime already compiled for its kernels."""
     from webmp.config import TrainConfig
-    from webmp.inspect import cached_runtime
     from webmp.models import build_plan
+    from webmp.testing.probe import cached_runtime
 
     def make(path, **config):
         precision = "fp32" if path == "fp32" else "mixed"

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from webmp import ops
-from webmp import reference as ref
-from webmp.inspect import run_op
-from webmp.reference import store_error, store_tiny
-from webmp.runtime import default_gpu
+from webmp.engine.runtime import default_gpu
+from webmp.testing import reference as ref
+from webmp.testing.probe import run_op
+from webmp.testing.reference import store_error, store_tiny
 
 
 def rng_for(name: str, path: str) -> np.random.Generator:

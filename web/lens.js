@@ -1,10 +1,10 @@
 // The gradient-range lens, drawn live: per layer of the plan's lens (plan.histograms, see
-// webmp.plan.HistogramSpec), the log2 histogram of its activation gradients' |values| at the last
+// webmp.engine.plan.HistogramSpec), the log2 histogram of its activation gradients' |values| at the last
 // metrics read, as stored (loss-scaled, bars) and unscaled (divided by the loss scale: the same bars
 // shifted by -log2(scale), an outline), against f16's range: shaded where f16 flushes to zero
 // (below 2^-24), is subnormal (below 2^-14) and overflows (65504 and above). The counts come from
 // the GPU (runner.js); the shares printed per layer are the server's (its ack of the counts,
-// webmp.rundir.histogram_shares), so this file only draws.
+// webmp.train.rundir.histogram_shares), so this file only draws.
 
 const ROW = 112;        // px per layer
 const LABEL = 22;       // px above a row's bars: its name and shares

@@ -1,6 +1,6 @@
 // The browser runtime: creates what a webmp plan lists on navigator.gpu and replays its programs.
-// It is the twin of webmp/runtime.py and decides nothing: kernels, dispatch order, sizes and
-// hyper-parameters all come from the plan built by webmp.plan.build_plan on the server.
+// It is the twin of webmp/engine/runtime.py and decides nothing: kernels, dispatch order, sizes and
+// hyper-parameters all come from the plan built by webmp.engine.plan.build_plan on the server.
 //
 // A training step is one command encoder with one compute pass holding the plan's dispatch list,
 // submitted once. Metrics stay in a GPU ring buffer that is copied to one reused staging buffer
@@ -13,7 +13,7 @@
 // unless asked for records or the state.
 
 export const LIMIT_KEYS = ['maxStorageBufferBindingSize', 'maxBufferSize', 'maxStorageBuffersPerShaderStage',
-  // what the matmul tile choices must fit (webmp.matmul_cases.fits), for the page's tuning pass
+  // what the matmul tile choices must fit (webmp.tune.matmul_cases.fits), for the page's tuning pass
   'maxComputeInvocationsPerWorkgroup', 'maxComputeWorkgroupSizeX', 'maxComputeWorkgroupSizeY',
   'maxComputeWorkgroupStorageSize'];
 
@@ -140,7 +140,7 @@ export class Runner {
       const key = k.sources.join('|');
       if (!modules.has(key)) {
         // Browsers need these for the subgroup matmul core (wgpu-py's naga refuses the first and does
-        // not know the second's rule: see webmp/wgsl.py SOURCE_FEATURES)
+        // not know the second's rule: see webmp/engine/wgsl.py SOURCE_FEATURES)
         const enable = plan.required_features.includes('subgroups')
           ? 'enable subgroups;\ndiagnostic(off, subgroup_uniformity);\n' : '';
         const module = dev.createShaderModule({code: enable + k.sources.map((f) => text[f]).join('\n'), label: k.sources.at(-1)});
@@ -312,7 +312,7 @@ export async function train(runner, {startStep, onRecords, onCheckpoint, shouldS
   return step;
 }
 
-// Replays a sampling plan (runner.plan.sample, webmp.plan.SampleSpec): its program spec.tokens
+// Replays a sampling plan (runner.plan.sample, webmp.engine.plan.SampleSpec): its program spec.tokens
 // times, spec.tokens_per_submit replays a submit, with no host work between tokens; then reads the
 // token buffer, its count and the overflow flags once. Returns the generated token ids (after the
 // spec.prompt_tokens of the prompt) and whether an activation overflowed the f16 range. The

@@ -1,4 +1,4 @@
-// The page's tuning pass (webmp/page_tune.py): the server builds a tuning plan of a config's matmuls
+// The page's tuning pass (webmp/tune/page.py): the server builds a tuning plan of a config's matmuls
 // for this adapter; the page runs each case's check program once and reads its output, times its
 // time program, and posts each shape class's results. The server judges the outputs against
 // float64 and stores the fastest correct tile choice under this adapter's key, where the page's

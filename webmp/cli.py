@@ -4,8 +4,8 @@
 field, named after it (underscores as dashes), typed by its annotation (int, float, str, bool,
 list[...] as comma-separated values, Literal[...] as choices, `T | None` as T), defaulting to its
 default and helped by its docstring. A new field is a new flag with nothing to add here. `serve` and
-`bench` parse their own arguments (webmp/server.py, webmp/bench.py); `sample`'s are below (the work is
-webmp/sample.py's, imported when the command runs: it loads wgpu).
+`bench` parse their own arguments (webmp/serve/app.py, webmp/bench/suite.py); `sample`'s are below
+(the work is webmp/sample/replay.py's, imported when the command runs: it loads wgpu).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def cmd_train(argv: list[str]) -> int:
         if args.resume is None:
             cfg = config_from_args(args)
         else:  # the run's own config, with only the flags given changed
-            from .train import config_to_resume
+            from .train.loop import config_to_resume
 
             cfg = config_to_resume(args.resume, given)
     except ValidationError as e:
@@ -149,8 +149,8 @@ def cmd_train(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"webmp train: {e}", file=sys.stderr)
         return 1
-    from .distributed import detect_world
-    from .train import ScaleCollapseError, Trainer
+    from .train.distributed import detect_world
+    from .train.loop import ScaleCollapseError, Trainer
 
     try:
         world = detect_world()
@@ -202,7 +202,7 @@ def _seed(text: str) -> int:
 
 
 def sample_parser() -> argparse.ArgumentParser:
-    from .sample_plan import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS  # no wgpu there
+    from .sample.job import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS  # no wgpu there
 
     p = argparse.ArgumentParser(
         prog="webmp sample",
@@ -244,7 +244,8 @@ def sample_parser() -> argparse.ArgumentParser:
 
 def cmd_sample(argv: list[str]) -> int:
     args = sample_parser().parse_args(argv)
-    from .sample import SampleError, sample
+    from .sample.job import SampleError
+    from .sample.replay import sample
 
     try:
         text = sample(
@@ -289,10 +290,10 @@ def _dispatch(argv: list[str]) -> int:
         if cmd == "sample":
             return cmd_sample(rest)
         if cmd == "serve":
-            from .server import cli_serve
+            from .serve.app import cli_serve
 
             return cli_serve(rest)
-        from .bench import cli_bench
+        from .bench.suite import cli_bench
 
         return cli_bench(rest)
     p = main_parser()

@@ -14,7 +14,7 @@ MLP_MODELS = ("mlp", "mlp-ln")
 MODEL_DEFAULTS: dict[str, dict[str, object]] = {
     "gpt": {"steps": 600, "batch_size": 16, "lr": 2e-3, "warmup": 60, "min_lr": 2e-4, "weight_decay": 0.1},
 }
-# Why loss scaling matters (webmp/demo.py, docs/loss-scaling.md, the page's "fp16 without scaling
+# Why loss scaling matters (webmp/train/demo.py, docs/loss-scaling.md, the page's "fp16 without scaling
 # fails" preset): a deep, narrow MLP with small initial weights, whose first layers' gradients fall
 # below f16's subnormal range without a loss scale.
 LOSS_SCALING_DEMO: dict[str, object] = {
@@ -30,10 +30,10 @@ MODEL_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-# Counters the GPU keeps in 32 bits (webmp.state's words).
+# Counters the GPU keeps in 32 bits (webmp.engine.state's words).
 U32_FIELDS = ("steps", "growth_interval", "hysteresis", "warmup", "checkpoint_every", "val_tokens")
 # Sizes beyond any adapter a WebGPU device offers; the adapter's own limits are checked when the
-# plan is built (webmp.runtime.GPU.check_plan), these catch typos before any work.
+# plan is built (webmp.engine.runtime.GPU.check_plan), these catch typos before any work.
 SIZE_LIMITS = {
     "hidden": 1 << 16, "d_model": 1 << 14, "n_head": 1 << 10, "n_layer": 1 << 10, "context": 1 << 13,
     "batch_size": 1 << 20, "log_every": 1 << 16,

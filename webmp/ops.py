@@ -4,7 +4,7 @@ workgroup counts, in one place.
 A launcher adds one dispatch to a program of a `PlanBuilder`. Its buffer arguments are named like
 the kernel's WGSL bindings (and take buffer names) — except attention_matmul's, named by their role
 in attention (qkv, P, S, ...) because one buffer may be bound twice (qkv as A and B); its other
-arguments are the sizes and constants the kernel needs. Models (webmp/models/), `webmp.inspect` and
+arguments are the sizes and constants the kernel needs. Models (webmp/models/), `webmp.testing.probe` and
 the tests all dispatch through these functions, so a grid or a constant is computed in one place
 only.
 """
@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .plan import MatmulShape, PlanBuilder, h_bytes
-from .tilecache import DEFAULT_TILES, Tiles
+from .engine.plan import MatmulShape, PlanBuilder, h_bytes
+from .engine.tiles import DEFAULT_TILES, Tiles
 
 MAX_WORKGROUPS = 4096  # for grid-stride kernels
 GRAD_STATS_WG = 256  # grad_stats.wgsl's workgroup size
@@ -124,7 +124,7 @@ def b_quads(tiles: Tiles, N: int, b_layout: Layout | None, path: str, b_bytes: i
     """Whether a product that reads B in pairs (b_pairs) reads it four words a load instead
     (matmul_b_quads.wgsl): the blocks 8 columns wide, an f16 path (a word is 4 bytes), the rows and
     batches starting on whole quads of words, and B's buffer whole quads: b_bytes a multiple of 16,
-    or unknown (None: webmp.inspect's probe) with B laid out naturally (its rows, whole quads each,
+    or unknown (None: webmp.testing.probe's probe) with B laid out naturally (its rows, whole quads each,
     are the whole buffer)."""
     lay = b_layout or Layout()
     return (
@@ -668,7 +668,7 @@ def grad_stats(
 
 # The gradient-range lens (grad_hist.wgsl): floor(log2 |x|) of stored activation gradients in
 # buckets of their own from 2^E_MIN to 2^E_MAX (f16 values lie in 2^-24 .. 2^15; fp32 ones anywhere),
-# plus zero, below, above and overflow (webmp.plan.HistogramSpec).
+# plus zero, below, above and overflow (webmp.engine.plan.HistogramSpec).
 GRAD_HIST_E_MIN, GRAD_HIST_E_MAX = -48, 20
 GRAD_HIST_WG = 256  # grad_hist.wgsl's workgroup size
 GRAD_HIST_MAX_WG = 64
@@ -895,7 +895,7 @@ def eval_loss_total(
 def round_h(pb: PlanBuilder, program: str, *, x: str, out: str, N: int) -> None:
     """out = h_round(x) for N f32 values: the prelude's rounding to the activation format (f16,
     ties to even, via common.wgsl's f16_round on both f16 paths; none in fp32), as matmul
-    operands get it with A_ACT. For tests and webmp.inspect; no model dispatches it."""
+    operands get it with A_ACT. For tests and webmp.testing.probe; no model dispatches it."""
     pb.dispatch(program, ["round_h.wgsl"], "round_h", {"N": N}, {"x": x, "out": out}, grid(N))
 
 
@@ -919,9 +919,9 @@ def gather_windows(
     state: str = "state",
 ) -> None:
     """The next `batch` training windows of T tokens: idx [batch * T] the inputs, targets the next
-    tokens. Window b starts at window_starts' position (webmp.data) for window number
+    tokens. Window b starts at window_starts' position (webmp.data.tables) for window number
     state.data_pos / pos_per_window + b, in the seeded per-epoch order over the n_tokens - T start
-    positions (perm_bits = webmp.data.perm_bits(n_tokens - T)). The scaler advances data_pos by
+    positions (perm_bits = webmp.data.tables.perm_bits(n_tokens - T)). The scaler advances data_pos by
     its B, the number of loss rows: with batch * T loss rows, pass pos_per_window = T. A
     data-parallel rank's `batch` windows start `shard` windows into the global batch."""
     if n_tokens <= T:
@@ -961,7 +961,7 @@ def gather_windows_eval(
 ) -> None:
     """Windows offset .. offset + batch - 1 of the consecutive, non-overlapping windows (window w
     starts at token w * T); rows without a next token get token 0 and the label NO_LABEL
-    (webmp.data.eval_windows counts the windows)."""
+    (webmp.data.tables.eval_windows counts the windows)."""
     pb.dispatch(
         program,
         ["windows.wgsl"],

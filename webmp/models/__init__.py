@@ -1,12 +1,12 @@
-"""Models: each composes the launchers of webmp/ops.py into a training plan (webmp/plan.py's format)."""
+"""Models: each composes the launchers of webmp/ops into a training plan (webmp/engine/plan.py's format)."""
 
 from __future__ import annotations
 
 from ..config import TrainConfig
-from ..corpus import TextCorpus
-from ..data import Dataset
-from ..plan import Plan
-from ..tilecache import TileTable
+from ..data.tables import Dataset
+from ..data.text import TextCorpus
+from ..engine.plan import Plan
+from ..engine.tiles import TileTable
 from .gpt import build_gpt_plan
 from .mlp import build_mlp_plan
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import ops
 from ..config import TrainConfig
-from ..plan import (
+from ..engine.plan import (
     F16_RANGE,
     PLAN_FORMAT,
     DataParallelSpec,
@@ -29,8 +29,8 @@ from ..plan import (
     required_features,
     required_limits,
 )
-from ..state import METRIC_FIELDS, NO_STEP, STATE_BYTES, STATE_FIELDS, initial_state
-from ..tilecache import TileTable
+from ..engine.state import METRIC_FIELDS, NO_STEP, STATE_BYTES, STATE_FIELDS, initial_state
+from ..engine.tiles import TileTable
 
 TRAIN_STEP = "train_step"
 TRAIN_GRADS = "train_grads"  # data-parallel: train_step up to complete gradients ...

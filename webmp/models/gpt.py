@@ -1,5 +1,5 @@
 """The character GPT (model 'gpt'): a pre-LayerNorm GPT-2-style transformer over a TextCorpus, the
-training plan of webmp.reference.gpt_loss_and_grads (parameter names, shapes, initialisation,
+training plan of webmp.testing.reference.gpt_loss_and_grads (parameter names, shapes, initialisation,
 weight decay and the points where values are stored in the activation format all follow it).
 
 Rows are r = b * T + t (window b, position t) throughout; R = batch * T rows are the loss rows, so
@@ -29,10 +29,10 @@ import numpy as np
 
 from .. import ops
 from ..config import TrainConfig
-from ..corpus import TextCorpus
-from ..data import check_tokens, eval_windows, perm_bits
-from ..plan import PLAN_FORMAT, EvalSpec, Plan, SamplePlan, memory_by_category, pack_h
-from ..tilecache import TileTable
+from ..data.tables import check_tokens, eval_windows, perm_bits
+from ..data.text import TextCorpus
+from ..engine.plan import PLAN_FORMAT, EvalSpec, Plan, SamplePlan, memory_by_category, pack_h
+from ..engine.tiles import TileTable
 from .common import EVAL, EVAL_FLAGS, ModelBuilder
 
 GELU = ops.ACT_CODES["gelu"]

@@ -15,9 +15,9 @@ import numpy as np
 
 from .. import ops
 from ..config import TrainConfig
-from ..data import Dataset, perm_bits
-from ..plan import Plan
-from ..tilecache import TileTable
+from ..data.tables import Dataset, perm_bits
+from ..engine.plan import Plan
+from ..engine.tiles import TileTable
 from .common import EVAL, EVAL_FLAGS, ModelBuilder, pytorch_linear_init
 
 

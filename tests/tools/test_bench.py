@@ -1,0 +1,389 @@
+"""`webmp bench` at tiny sizes: every JSON field is there with sane values (the MLPs' and the GPT's),
+the counts are exact (dispatches, submits and readbacks per step, the activation ratio from the
+plans), the bare-replay floor really replays the step, readbacks are counted, and the matmul check
+can fail. No timing targets are asserted (wall times depend on the machine and its neighbours)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from webmp.bench import suite as bench
+from webmp.config import TrainConfig
+from webmp.engine.plan import pack_h
+from webmp.engine.runtime import Runtime
+from webmp.engine.state import decode_state
+from webmp.engine.tiles import ROWS_KEY, SMALL_TILES, WEIGHT_FORMS, WEIGHTS_KEY, TileTable, default_tiles
+from webmp.models import build_plan
+from webmp.ops import MATMUL_CORES, ROW_FORMS, core_constants
+from webmp.tune import native as tune
+from webmp.tune.form_cases import FormSpec, faster_form, same_outputs
+
+
+@pytest.fixture(scope="module")
+def tune_cache(tmp_path_factory):
+    """An empty auto-tune cache of our own, so a user's ~/.cache/webmp/tune.json plays no part."""
+    mp = pytest.MonkeyPatch()
+    path = tmp_path_factory.mktemp("tune") / "tune.json"
+    mp.setenv("WEBMP_TUNE_CACHE", str(path))
+    yield path
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def result(gpu, tune_cache):
+    return bench.run_bench("tiny", profile=True, gpu=gpu, log=lambda *a: None)
+
+
+TINY = bench.SIZES["tiny"]
+MODELS = [m["name"] for m in TINY["step_models"]]
+
+
+@pytest.fixture(scope="module")
+def plans(gpu, tune_cache):
+    """{(model, precision): plan} as the tiny bench built them (rebuilt: building compiles nothing)."""
+    out = {}
+    for m in TINY["step_models"]:
+        data = bench.model_data(m, TINY)
+        log_every = bench.model_settings(TINY, m)["log_every"]
+        for precision in ("mixed", "fp32"):
+            out[m["name"], precision] = bench.step_plan(gpu, m, data, precision, log_every)[0]
+    return out
+
+
+def positive(x) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_result_is_json_with_every_section(result):
+    back = json.loads(json.dumps(result))
+    for key in (
+        "format",
+        "date",
+        "size",
+        "adapter",
+        "host",
+        "tune",
+        "matmul",
+        "model_matmuls",
+        "train_step",
+        "first_step",
+        "data",
+        "memory",
+        "readbacks",
+        "profile",
+        "summary",
+        "seconds",
+    ):
+        assert key in back, key
+    assert back["adapter"]["name"] and isinstance(back["adapter"]["shader_f16"], bool)
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_matmul_rows(result, gpu):
+    paths = ["native", "emulated", "fp32"] if gpu.has_f16 else ["emulated", "fp32"]
+    kinds = {(m["kind"], m["product"]) for m in result["matmul"]}
+    assert kinds == {("square", "A.B"), ("train", "A.B"), ("train", "At.B"), ("train", "A.Bt")}
+    for m in result["matmul"]:
+        for p in paths:
+            assert positive(m["gflops"][p]), (m, p)
+            assert 0 < m["error_ratio"][p] <= 1, (m, p)  # 0 would mean the check compared nothing
+            core, shape = core_constants(m["tiles"][p])  # a known core with its constants, nothing else
+            assert set(m["tiles"][p]) - {"core", "RUNTIME_DIMS"} == set(shape) and core in MATMUL_CORES
+            if m is result["matmul"][0]:  # the tiny size times the cores at the first shape only
+                want_cores = {"tiled", "reg"} | ({"reg_sg"} if gpu.has_subgroups else set())
+                assert set(m["cores"][p]) == want_cores
+                assert all(positive(g) for g in m["cores"][p].values())
+            else:
+                assert m["cores"] == {}
+        assert positive(m["gflops"]["numpy_f32"])
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_model_matmul_shapes(result, plans, gpu):
+    """Every distinct matmul shape of the GPT's mixed plan, timed with the plan's tiles, and the
+    median per path."""
+    from webmp.tune.native import plan_shapes
+
+    paths = ["native"] if gpu.has_f16 else ["emulated"]  # the tiny size times the first path only
+    assert list(result["model_matmuls"]) == ["gpt"]
+    for name in ["gpt"]:
+        mm = result["model_matmuls"][name]
+        # each product timed with the batch the plan dispatches it with (attention: its batch-heads)
+        shapes = {s[1:] for s in plan_shapes(plans[(name, "mixed")])}
+        keys = ("M", "N", "K", "trans_a", "trans_b", "batch")
+        assert {tuple(r[k] for k in keys) for r in mm["shapes"]} == shapes
+        assert any(r["batch"] > 1 for r in mm["shapes"])
+        for p in paths:
+            gf = [r["gflops"][p] for r in mm["shapes"]]
+            assert all(positive(g) for g in gf)
+            assert mm["median_gflops"][p] == pytest.approx(float(np.median(gf)))
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_train_step_rows(result, plans):
+    rows = result["train_step"]
+    assert MODELS == ["digits", "wide", "gpt"]
+    want = {(m, p) for m in MODELS for p in ("mixed", "fp32")}
+    assert {(r["model"], r["precision"]) for r in rows} == want
+    for r in rows:
+        for key in (
+            "wall_ms_per_step",
+            "examples_per_s",
+            "host_cpu_ms_per_step",
+            "host_cpu_mean_ms_per_step",
+            "floor_host_cpu_ms_per_step",
+            "host_over_floor",
+        ):
+            assert positive(r[key]), (r, key)
+        plan = plans[r["model"], r["precision"]]
+        assert r["dispatches_per_step"] == len(plan["programs"]["train_step"]) > 10
+        assert r["submits_per_step"] == 1
+        assert r["steps_timed"] >= 2 and r["host_steps_timed"] >= TINY["host_pairs"]
+        assert 0 < r["host_pairs_in_median"] <= r["host_steps_timed"]
+        assert r["shape"] == bench.model_shape(plan)
+        if r["model"] == "gpt":
+            cfg = plan["config"]
+            assert r["tokens_per_step"] == cfg["batch_size"] * cfg["context"] == 4 * 8
+            assert r["tokens_per_s"] == pytest.approx(r["examples_per_s"] * cfg["context"])
+        else:
+            assert r["tokens_per_step"] is None and r["tokens_per_s"] is None
+    s = result["summary"]
+    for m in MODELS:
+        assert positive(s[f"mixed_over_fp32_step_{m}"])
+    assert positive(s["f16_over_f32_matmul"])
+    assert s["targets"]["submits_per_step"] == {
+        "value": 1.0,
+        "target": "== 1",
+        "met": True,
+        "worst": s["targets"]["submits_per_step"]["worst"],
+    }
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_first_step_rows(result, plans):
+    firsts = result["first_step"]
+    assert [(f["model"], f["precision"]) for f in firsts] == [
+        (r["model"], r["precision"]) for r in result["train_step"]
+    ]
+    for f in firsts:
+        assert f["kernels"] == len(plans[f["model"], f["precision"]]["kernels"])
+        for key in ("plan_s", "runtime_s", "first_step_s", "total_s", "data_s"):
+            assert f[key] >= 0 and math.isfinite(f[key]), (f, key)
+        assert f["total_s"] == pytest.approx(f["plan_s"] + f["runtime_s"] + f["first_step_s"])
+        assert f["mesa_cache_warm"] in (True, False, None) and isinstance(f["mesa_cache_bytes_added"], int)
+        assert f["bytes_written"] is None or f["bytes_written"] >= 0
+
+
+def test_cache_warm_from_this_process_writes():
+    llvmpipe = "llvmpipe (LLVM 15.0.6, 256 bits) (Mesa 25.0.7)"
+    # a few bytes per kernel: access times refreshed, every shader found; kilobytes: one compiled
+    assert bench.cache_warm(llvmpipe, 140, 2044, 0, "/c") is True
+    assert bench.cache_warm(llvmpipe, 140, 2044 + 6000, 6000, "/c") is False
+    assert bench.cache_warm(llvmpipe, 140, 2044, 68363, "/c") is True  # another process wrote to it
+    assert bench.cache_warm(llvmpipe, 140, None, 0, "/c") is True  # no /proc: the cache's size
+    assert bench.cache_warm(llvmpipe, 140, None, 10, "/c") is False
+    assert bench.cache_warm(llvmpipe, 140, 0, 0, None) is None  # MESA_SHADER_CACHE_DISABLE
+    assert bench.cache_warm("NVIDIA H200 (Vulkan)", 140, 0, 0, "/c") is None
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_memory_from_plan_accounting(result, plans):
+    assert list(result["memory"]) == MODELS
+    for name, m in result["memory"].items():
+        assert m["mixed"]["master_weights"] == m["fp32"]["master_weights"] > 0
+        assert m["mixed"]["working_weights"] * 2 == m["fp32"]["working_weights"]
+        # f16 activations: half the bytes, except the f32 logits, loss rows and labels
+        assert 0.5 <= m["activation_ratio"] <= bench.TARGETS["activation_ratio"], name
+        # the reported ratio is the plans' buffer list summed, and what halving every h buffer gives
+        acts = {
+            p: [b for b in plans[name, p]["buffers"] if b["category"] == "activations"]
+            for p in ("mixed", "fp32")
+        }
+        mixed, fp32 = (sum(b["bytes"] for b in acts[p]) for p in ("mixed", "fp32"))
+        assert m["activation_ratio"] == mixed / fp32
+        wide = {b["name"]: b["bytes"] for b in acts["fp32"] if b["dtype"] != "h"}
+        assert (
+            m["activations_not_h"]
+            == wide
+            == {b["name"]: b["bytes"] for b in acts["mixed"] if b["dtype"] != "h"}
+        )
+        h32 = sum(b["bytes"] for b in acts["fp32"] if b["dtype"] == "h")
+        assert mixed == h32 // 2 + sum(wide.values())
+        assert m["expected_activation_ratio"] == pytest.approx(m["activation_ratio"], rel=1e-12)
+    assert result["summary"]["targets"]["activation_ratio"]["met"]
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_gpt_activations_in_32_bits_are_scores_logits_statistics(result):
+    """mixed keeps f32 only for the scores S, the logits, LayerNorm statistics and the loss rows (plus
+    u32 token ids and the embedding gradient's row order); everything else is f16. (Tiny shape: one
+    layer, so one ln1/ln2 pair.)"""
+    wide = result["memory"]["gpt"]["activations_not_h"]
+    f32 = {"S", "logits", "ln1_stats0", "ln2_stats0", "lnf_stats", "loss_rows"}
+    u32 = {"idx", "targets", "spans", "order"}
+    assert set(wide) == f32 | u32
+    assert list(wide)[:2] == ["S", "logits"]  # largest first
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+@pytest.mark.parametrize("model", ["digits", "gpt"])
+def test_readbacks_in_the_training_loop(result, model):
+    rb = result["readbacks"][model]
+    assert rb["model"] == ("gpt" if model == "gpt" else "mlp")
+    assert rb["steps"] == 20 and rb["log_every"] == 5
+    assert rb["readbacks_per_100_steps"] == 20 == rb["limit_per_100_steps"]
+    # exactly steps / log_every metric-ring maps in the loop, and nothing else
+    assert rb["readbacks_in_loop"] == rb["expected_readbacks"] == 20 // 5
+    assert rb["runtime_readbacks_in_loop"] == 4  # Runtime.readbacks agrees with the wrapped calls
+    assert rb["readbacks_between_logs"] == 0
+    assert rb["reads_after_training"]  # the final state/eval/checkpoint reads are seen too
+    assert bench.readback_verdict(rb)
+    assert result["summary"]["targets"]["readbacks_per_log_interval"]["met"]
+
+
+def test_readback_counting_sees_reads_between_logs(gpu):
+    # a checkpoint every 3 steps reads weights between the log intervals of 10
+    rb = bench.bench_readbacks(gpu, steps=10, log_every=10, checkpoint_every=3)
+    assert rb["readbacks_between_logs"] > 0
+    assert rb["readbacks_per_100_steps"] > rb["limit_per_100_steps"]
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_profile_sorted_and_complete(result, gpu):
+    if "timestamp-query" not in gpu.device.features:
+        assert all(p is None for p in result["profile"].values())
+        return
+    for key, p in result["profile"].items():
+        us = [k["us_per_step"] for k in p["kernels"]]
+        assert us == sorted(us, reverse=True), key
+        assert (
+            p["gpu_us_per_step"] > 0 and abs(sum(us) - p["gpu_us_per_step"]) < 0.01 * p["gpu_us_per_step"] + 1
+        )
+        assert {"matmul_fwd", "matmul_wgrad", "matmul_dgrad", "adamw_copy"} <= set(p["families"])
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_table_prints_every_section(result):
+    text = bench.format_table(result)
+    for needle in (
+        "matmul GFLOP/s",
+        "training step",
+        "memory",
+        "readbacks in the training loop",
+        "time to the first step",
+        "profile digits/mixed",
+        "profile gpt/mixed",
+        "targets",
+    ):
+        assert needle in text
+    lines = text.splitlines()
+    gpt_rows = [line for line in lines if line.startswith("gpt L1 H2 D16 T8 V11 b4 ")]
+    assert len(gpt_rows) == 2 and all(
+        " tok " in line and line.endswith(("pass", "FAIL")) for line in gpt_rows
+    )
+    assert any(line.startswith("gpt      activations ") and line.endswith(" pass") for line in lines)
+    assert any(line.startswith("  gpt: 4 reads in 20 steps") and line.endswith(": pass") for line in lines)
+
+
+def test_bare_replay_runs_the_real_step(gpu, digits):
+    """The floor replays the same dispatches: the GPU-side step counter advances by one per replay."""
+    plan, blob = build_plan(TrainConfig(hidden=[16], batch_size=8), digits, "fp32")
+    rt = Runtime(plan, blob, gpu)
+    bench.bare_replay(rt.device, bench.bare_dispatches(rt), 3)
+    assert decode_state(rt.read("state"))["iteration"] == 3
+    bench.StepLoop(rt, log_every=2)()
+    assert decode_state(rt.read("state"))["iteration"] == 4
+
+
+def test_matmul_check_detects_wrong_operands(gpu):
+    case = tune.MatmulCase(gpu, "fp32", 9, 7, 13, "matmul_fwd")
+    assert case.check() <= 1
+    case.rt.write("B", pack_h(case.b[::-1], "fp32"))  # the kernel now multiplies other rows
+    assert case.check() > 1
+
+
+@pytest.mark.parametrize("variant", ["matmul_wgrad", "matmul_dgrad"])
+def test_batched_matmul_case_checks_every_batch(gpu, variant):
+    """A batched case (as the bench times attention's products) computes each batch on its own
+    copy of the operands; the check judges all of them: one batch's B changed fails it."""
+    path = "native" if gpu.has_f16 else "emulated"
+    case = tune.MatmulCase(gpu, path, 10, 6, 14, variant, 1, 1, batch=3)
+    assert case.flops == 2 * 10 * 6 * 14 * 3
+    assert case.check() <= 1 and case.result().shape == (3, 10, 6)
+    b = np.tile(case.b, (3, 1))
+    b[6:12] = b[6:12][::-1]  # batch 1's B: its rows reversed
+    case.rt.write("B", pack_h(b, path))
+    assert case.check() > 1
+
+
+def test_faster_form_keeps_the_default_unless_the_forms_agree():
+    """Both tuners' rule (form_cases.faster_form): the faster form only where the forms gave the
+    same bits; tune_form logs which."""
+    spec = FormSpec(WEIGHTS_KEY, "as_stored", {"as_stored": ["a"], "transposed": ["b"]})
+    secs = {"as_stored": 0.02, "transposed": 0.01}
+    assert faster_form(spec, True, secs) == {"form": "transposed", "seconds": secs}
+    assert faster_form(spec, False, secs) == {"form": "as_stored", "seconds": None}
+    assert same_outputs({"x": [b"1", b"2"], "y": [b"1", b"2"]})
+    assert not same_outputs({"x": [b"1", b"2"], "y": [b"1", b"3"]})
+
+    class Case:
+        def __init__(self, same):
+            self.spec, self.same = spec, same
+
+        def identical(self):
+            return self.same
+
+        def seconds(self):
+            return secs
+
+    said: list[str] = []
+    assert tune.tune_form(Case(True), said.append)["form"] == "transposed" and "-> transposed" in said[-1]
+    assert tune.tune_form(Case(False), said.append)["form"] == "as_stored" and "differ" in said[-1]
+
+
+def test_an_unknown_weights_form_in_the_cache_is_named():
+    with pytest.raises(ValueError, match=r"'weights': form 'sideways' is not one of"):
+        TileTable({WEIGHTS_KEY: {"form": "sideways"}})
+
+
+def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
+    shape = ("fp32", 24, 20, 16, 1, 0)
+    report = tune.tune_shapes(gpu, [shape], budget_s=0.5, log=lambda *a: None)
+    cls = tune.shape_class(*shape)
+    assert list(report) == [cls, ROWS_KEY, WEIGHTS_KEY] and report[cls]["tried"] >= 1
+    cached = json.loads(tune_cache.read_text())[gpu.name][cls]
+    # the row kernels' form: both forms gave the same bits here, the faster is cached
+    assert report[ROWS_KEY]["seconds"] is not None and report[ROWS_KEY]["form"] in ROW_FORMS
+    assert TileTable.for_adapter(gpu.name).row_kernels == report[ROWS_KEY]["form"]
+    assert TileTable.for_adapter("another adapter").row_kernels == "workgroup"
+    assert ROWS_KEY not in TileTable.for_adapter(gpu.name).by_class
+    # the weights' form: both gave the same bits here (WeightsCase.identical), the faster is cached
+    assert report[WEIGHTS_KEY]["seconds"] is not None and report[WEIGHTS_KEY]["form"] in WEIGHT_FORMS
+    assert TileTable.for_adapter(gpu.name).weights == report[WEIGHTS_KEY]["form"]
+    assert TileTable.for_adapter("another adapter").weights == "as_stored"
+    assert WEIGHTS_KEY not in TileTable.for_adapter(gpu.name).by_class
+    assert TileTable.for_adapter(None).for_shape(*shape) == default_tiles(24, 20, 16) == SMALL_TILES
+    assert TileTable.for_adapter("another adapter").for_shape(*shape) == SMALL_TILES
+    table = TileTable.for_adapter(gpu.name)
+    assert table.for_shape(*shape) == cached
+    # same class (sizes round up to the same power of 4), same choice
+    assert table.for_shape("fp32", 30, 17, 10, 1, 0) == cached
+
+
+def test_plan_shapes_lists_each_matmul(digits):
+    plan, _ = build_plan(TrainConfig(), digits, "emulated")
+    shapes = tune.plan_shapes(plan)
+    assert ("emulated", 64, 256, 64, 0, 0, 1) in shapes  # first layer forward: batch x out x in
+    assert ("emulated", 64, 256, 64, 1, 0, 1) in shapes  # its weight gradient: in x out x batch
+    assert all(s[0] == "emulated" for s in shapes) and len(set(shapes)) == len(shapes)
+
+
+def test_synthetic_dataset_shape():
+    d = bench.synthetic_dataset(12, 20, classes=3)
+    assert d.train_x.shape == (20, 12) and d.test_x.shape == (10, 12)
+    assert d.train_y.max() < 3 and np.isfinite(d.train_x).all()

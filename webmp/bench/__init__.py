@@ -1,0 +1,1 @@
+"""`webmp bench`: matmul kernels, step overhead, memory, cold start."""

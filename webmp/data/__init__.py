@@ -1,0 +1,1 @@
+"""Training data: tables for the MLPs, text for the GPT."""

@@ -1,0 +1,133 @@
+"""Matmul tile shapes: the defaults, the shape classes and the per-adapter cache on disk.
+
+The matmul kernels take their core (tiles["core"]: "tiled", the default, shaders/matmul.wgsl;
+"reg" and "reg_sg", shaders/matmul_reg.wgsl: see webmp.ops.MATMUL_CORES) and tile shape as
+pipeline-overridable constants (WG_X, WG_Y, TM, TN, and BK for the tiled core); RUNTIME_DIMS: 1
+makes them read the product's sizes and layouts from a uniform at run time instead of taking them
+as constants (one pipeline for every size: SMALL_TILES below); B_PAIRS: 1 makes the register cores
+read op(B) two words a load where its layout allows (webmp.ops.b_pairs; elsewhere the same tiles
+read one word a load: the same values). Which a plan
+uses is decided by the caller of `build_plan`, which passes a `TileTable`:
+`TileTable.for_adapter(name)` reads what `webmp bench --tune` (webmp/tune/native.py) measured for that
+adapter, `TileTable()` is the defaults. Nothing here is process-global.
+
+The cache is JSON at $WEBMP_TUNE_CACHE, default ~/.cache/webmp/tune.json:
+{adapter name: {shape class: tiles}}. The reserved key ROWS_KEY ("rows") of an adapter's entry holds
+{"form": "workgroup" | "thread"}: which form the row kernels (attn_softmax_*, layernorm_fwd/bwd,
+webmp.ops.ROW_FORMS; both give the same bits) take, `TileTable.row_kernels` ("workgroup" when absent);
+WEIGHTS_KEY ("weights") {"form": "as_stored" | "transposed"}: how the GPT's backward pass reads its
+weights, `TileTable.weights` ("as_stored" when absent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# tile-shape constants (int), optionally "core" (webmp.ops.MATMUL_CORES), RUNTIME_DIMS, B_PAIRS
+Tiles = dict[str, Any]
+
+DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 x 64 tiles, 64 threads
+# Small products (at most SMALL_MACS multiply-adds: every matmul of the default GPT, whose largest
+# is 1024 x 512 x 128 = 2^26) default to the register core's 4 x 4 blocks (32 x 32 per workgroup of
+# 64 threads, no workgroup memory) with their sizes read at run time (RUNTIME_DIMS,
+# shaders/matmul_operands.wgsl), so one pipeline serves every such product of a variant, transposes
+# and activation. Measured on lavapipe (docs/benchmarks.md "Cold start"): it compiles ~3x faster
+# than the tiled core's written-out 8 x 8 blocks and runs faster at these sizes (the GPT's shapes
+# 10 against 7 GFLOP/s), so a first step waits far less. On a GPU a product this size takes a
+# fraction of a millisecond either way, and a tuned table (webmp bench --tune, the page's tuning
+# pass) picks per class. The same bits on every core.
+SMALL_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "RUNTIME_DIMS": 1}
+SMALL_MACS = 1 << 26
+ROWS_KEY = "rows"  # reserved key of an adapter's cache entry: {"form": the row kernels' form}
+DEFAULT_ROWS = "workgroup"
+# reserved key: {"form": how the GPT's backward pass reads the weights of its input-gradient
+# products}: "as_stored" (A·Bᵀ on the working copy, the default) or "transposed" (each step it
+# transposes the copy, transpose_h, and the products are A·B: faster where A·Bᵀ loads more, as on
+# lavapipe). The same bits either way.
+WEIGHTS_KEY = "weights"
+WEIGHT_FORMS = ("as_stored", "transposed")
+DEFAULT_WEIGHTS = "as_stored"
+RESERVED_KEYS = (ROWS_KEY, WEIGHTS_KEY)
+
+
+def cache_path() -> Path:
+    env = os.environ.get("WEBMP_TUNE_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "webmp" / "tune.json"
+
+
+def load_cache() -> dict[str, dict[str, Tiles]]:
+    try:
+        cache = json.loads(cache_path().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def save_cache(cache: Mapping[str, Mapping[str, Tiles]]) -> Path:
+    p = cache_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+    tmp.replace(p)
+    return p
+
+
+def _bucket(n: int) -> str:
+    for edge in (16, 64, 256, 1024, 4096):
+        if n <= edge:
+            return str(edge)
+    return "big"
+
+
+def shape_class(path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> str:
+    """e.g. 'native/NT/64x256x256': precision path, transposes, each size rounded up to a power of 4."""
+    t = ("T" if trans_a else "N") + ("T" if trans_b else "N")
+    return f"{path}/{t}/{_bucket(M)}x{_bucket(N)}x{_bucket(K)}"
+
+
+def default_tiles(M: int, N: int, K: int) -> Tiles:
+    """The tiles of a shape nobody tuned: SMALL_TILES for small products, else DEFAULT_TILES."""
+    return dict(SMALL_TILES if M * N * K <= SMALL_MACS else DEFAULT_TILES)
+
+
+class TileTable:
+    """Tile shapes by shape class; classes it lacks get default_tiles (by the shape's size)."""
+
+    def __init__(self, by_class: Mapping[str, Tiles] | None = None, adapter: str | None = None):
+        by_class = dict(by_class or {})
+        rows = by_class.pop(ROWS_KEY, None) or {}
+        weights = by_class.pop(WEIGHTS_KEY, None) or {}
+        self.by_class = {cls: dict(t) for cls, t in by_class.items()}
+        self.adapter = adapter
+        # the row kernels' form (webmp.ops.ROW_FORMS): a workgroup or a thread a row, the same bits
+        self.row_kernels: str = str(rows.get("form", DEFAULT_ROWS))
+        # how the GPT's backward reads its weights (WEIGHT_FORMS), the same bits
+        self.weights: str = str(weights.get("form", DEFAULT_WEIGHTS))
+        if self.weights not in WEIGHT_FORMS:
+            raise ValueError(
+                f"tile table entry {WEIGHTS_KEY!r}: form {self.weights!r} is not one of {WEIGHT_FORMS} "
+                f"(in the tune cache {cache_path()}, `webmp bench --tune` writes it anew)"
+            )
+
+    @classmethod
+    def for_adapter(cls, adapter: str | None) -> TileTable:
+        """The cached choices for this adapter (none cached, or adapter None: the defaults)."""
+        return cls(load_cache().get(adapter, {}) if adapter else {}, adapter)
+
+    def for_shape(self, path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> Tiles:
+        cls = shape_class(path, M, N, K, trans_a, trans_b)
+        return dict(self.by_class[cls]) if cls in self.by_class else default_tiles(M, N, K)
+
+    def describe(self) -> str:
+        """For summaries: 'default', or how many shape classes are tuned."""
+        n = len(self.by_class)
+        rows = "" if self.row_kernels == DEFAULT_ROWS else f", {self.row_kernels}-per-row row kernels"
+        weights = "" if self.weights == DEFAULT_WEIGHTS else ", weights transposed for the backward pass"
+        return (f"tuned ({n} shape classes cached)" if n else "default") + rows + weights

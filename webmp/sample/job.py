@@ -1,0 +1,228 @@
+"""Text generation without a GPU: loading a GPT run, checking the input, building its sampling plan.
+
+This is the half of `webmp sample` that does not need wgpu, so the server (webmp/serve/runs.py) builds
+the page's sampling plans with the same code as the command line (webmp/sample/replay.py, which replays a
+plan through wgpu-py):
+
+  job = prepare(run_dir, prompt, tokens=..., temperature=..., seed=...)   # SampleError: one line
+  plan, blob = job.plan(job.path(has_f16))   # webmp.models.gpt.build_gpt_sample_plan
+  ... replay plan["sample"]["program"], read plan["sample"]["seq"] ...
+  text = job.text(seq[prompt_tokens:])        # the prompt, then the generated characters
+
+An empty prompt starts the model from a newline (the character ending the line before the text),
+which is then not part of the text; a vocabulary without a newline refuses it. Temperature 0 is
+greedy (the argmax; ties to the lowest token id); above 0 each token is drawn from
+softmax(logits / temperature) with a counter-based RNG of the seed and the token's position, so a
+seed gives the same text on every adapter where the logits agree.
+
+The vocabulary comes from checkpoint.json ("vocab", written by `webmp train` and by browser runs);
+for runs written before it was saved, from the training data again if it is still there with the
+same sha256.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..config import TrainConfig
+from ..engine.plan import SamplePlan, resolve_f16_path
+from ..engine.tiles import TileTable
+from ..models.gpt import TOKENS_PER_SUBMIT, build_gpt_sample_plan, gpt_param_shapes
+from ..train.checkpoint import META, TENSORS, load_checkpoint
+from ..train.rundir import CONFIG
+
+DEFAULT_TOKENS = 200
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_SEED = 0
+START = "\n"  # what an empty prompt starts from
+
+
+class SampleError(ValueError):
+    """Bad input to sampling (run directory, prompt, settings), said in one line."""
+
+
+def check_settings(tokens: int, temperature: float, seed: int) -> None:
+    """SampleError unless tokens >= 1, temperature a finite number >= 0 and seed a 32-bit unsigned int."""
+    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 1:
+        raise SampleError(f"tokens must be a positive integer, got {tokens!r}")
+    if not 0 <= temperature < float("inf"):
+        raise SampleError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise SampleError(f"seed must be in 0 .. 2**32 - 1, got {seed!r}")
+
+
+def parse_settings(
+    tokens: str | None = None, temperature: str | None = None, seed: str | None = None
+) -> tuple[int, float, int]:
+    """(tokens, temperature, seed) from text (a URL's query), the defaults for None; SampleError
+    (one line, check_settings' words) for text that is not a number or out of range."""
+
+    def number(kind: type, name: str, text: str) -> int | float:
+        try:
+            return kind(text.strip())
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise SampleError(f"{name} must be {what}, got {text!r}") from None
+
+    n = DEFAULT_TOKENS if tokens is None else int(number(int, "tokens", tokens))
+    t = DEFAULT_TEMPERATURE if temperature is None else float(number(float, "temperature", temperature))
+    s = DEFAULT_SEED if seed is None else int(number(int, "seed", seed))
+    check_settings(n, t, s)
+    return n, t, s
+
+
+def encode_prompt(prompt: str, vocab: Sequence[str]) -> list[int]:
+    """Token ids of `prompt` (an empty one: START's); SampleError naming every character outside
+    the vocabulary."""
+    ids = {c: i for i, c in enumerate(vocab)}
+    if not prompt:
+        if START not in ids:
+            raise SampleError(
+                "an empty prompt starts from a newline, but this run's vocabulary has none; give a prompt"
+            )
+        return [ids[START]]
+    unknown = sorted(set(prompt) - set(ids))
+    if unknown:
+        shown = " ".join(repr(c) for c in unknown)
+        raise SampleError(
+            f"the prompt has {len(unknown)} character(s) outside the run's vocabulary of "
+            f"{len(vocab)}: {shown}"
+        )
+    return [ids[c] for c in prompt]
+
+
+@dataclass(frozen=True)
+class SampleJob:
+    """A checked request to generate text with a GPT: its shape (cfg), vocabulary (token id ->
+    character), f32 parameters (by name, as webmp.models.gpt.gpt_param_shapes), the prompt and its
+    token ids, and the settings. What is left to choose is where it runs: the f16 path and tiles."""
+
+    cfg: TrainConfig
+    vocab: list[str]
+    params: dict[str, np.ndarray]
+    prompt: str
+    prompt_ids: list[int]
+    tokens: int
+    temperature: float
+    seed: int
+
+    @classmethod
+    def new(
+        cls,
+        cfg: TrainConfig,
+        vocab: Sequence[str],
+        params: dict[str, np.ndarray],
+        prompt: str,
+        *,
+        tokens: int = DEFAULT_TOKENS,
+        temperature: float = DEFAULT_TEMPERATURE,
+        seed: int = DEFAULT_SEED,
+    ) -> SampleJob:
+        check_settings(tokens, temperature, seed)
+        ids = encode_prompt(prompt, vocab)
+        return cls(cfg, list(vocab), params, prompt, ids, int(tokens), float(temperature), int(seed))
+
+    def path(self, has_f16: bool, f16: str | None = None) -> str:
+        """The prelude for an adapter with or without shader-f16: the run's precision, and its f16
+        choice unless `f16` ('native', 'emulated', 'auto') overrides it (as the Trainer resolves it)."""
+        return resolve_f16_path(self.cfg.precision, f16 or self.cfg.f16, has_f16)
+
+    def plan(
+        self, path: str, tiles: TileTable | None = None, tokens_per_submit: int = TOKENS_PER_SUBMIT
+    ) -> tuple[SamplePlan, bytes]:
+        """The sampling plan and its blob on prelude `path` with matmul `tiles` (None: the defaults)."""
+        return build_gpt_sample_plan(
+            self.cfg, self.vocab, path, tiles, params=self.params, prompt=self.prompt_ids,
+            tokens=self.tokens, temperature=self.temperature, seed=self.seed,
+            tokens_per_submit=tokens_per_submit,
+        )  # fmt: skip
+
+    def text(self, generated: Sequence[int] | np.ndarray) -> str:
+        """The prompt followed by the generated tokens' characters (what `webmp sample` prints)."""
+        return self.prompt + "".join(self.vocab[int(i)] for i in generated)
+
+
+def prepare(
+    run_dir: str | Path,
+    prompt: str = "",
+    *,
+    tokens: int = DEFAULT_TOKENS,
+    temperature: float = DEFAULT_TEMPERATURE,
+    seed: int = DEFAULT_SEED,
+) -> SampleJob:
+    """The job of generating `tokens` characters after `prompt` with the GPT of `run_dir` (its
+    checkpoint); SampleError (one line) for bad settings, before the run is read, or a bad run or
+    prompt."""
+    check_settings(tokens, temperature, seed)
+    cfg, vocab, params = load_run(run_dir)
+    return SampleJob.new(cfg, vocab, params, prompt, tokens=tokens, temperature=temperature, seed=seed)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SampleError(f"{path}: unreadable ({e})") from None
+
+
+def load_run(run_dir: str | Path) -> tuple[TrainConfig, list[str], dict[str, np.ndarray]]:
+    """(config, vocabulary, f32 parameters) of a GPT run directory's checkpoint; SampleError (one
+    line) when it is not a directory, not a GPT run, has no checkpoint or no vocabulary."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise SampleError(f"{d}: no such run directory")
+    meta_path, config_path = d / META, d / CONFIG
+    if meta_path.is_file():
+        saved = _read_json(meta_path).get("config", {})
+    elif config_path.is_file():
+        saved = _read_json(config_path)
+    else:
+        raise SampleError(f"{d} is not a run directory (no {CONFIG} or {META})")
+    try:
+        cfg = TrainConfig(**{k: v for k, v in saved.items() if k in TrainConfig.model_fields})
+    except ValueError as e:
+        raise SampleError(f"{d}: its configuration is not valid ({' '.join(str(e).split())})") from None
+    if cfg.model != "gpt":
+        raise SampleError(f"{d} is a {cfg.model!r} run; webmp sample needs a run of --model gpt")
+    if not (d / TENSORS).is_file() or not meta_path.is_file():
+        raise SampleError(
+            f"{d} has no checkpoint ({TENSORS} + {META}); the run has not finished or saved one"
+        )
+    try:
+        contents, meta = load_checkpoint(d)
+    except (OSError, ValueError) as e:
+        raise SampleError(f"{d}: cannot read the checkpoint ({' '.join(str(e).split())})") from None
+    vocab = meta.get("vocab")
+    if vocab is None:
+        vocab = _vocab_from_data(d, cfg, meta.get("data_sha256"))
+    shapes = gpt_param_shapes(len(vocab), cfg.d_model, cfg.n_layer, cfg.context, cfg.tie_head)
+    params = {}
+    for name, shape in shapes.items():
+        raw = contents.get(name)
+        if raw is None or len(raw) != 4 * int(np.prod(shape)):
+            raise SampleError(
+                f"{d}: the checkpoint's {name} does not fit its configuration and vocabulary of "
+                f"{len(vocab)} (expected {shape} f32 values)"
+            )
+        params[name] = np.frombuffer(raw, np.float32).reshape(shape).copy()
+    return cfg, list(vocab), params
+
+
+def _vocab_from_data(d: Path, cfg: TrainConfig, sha256: str | None) -> list[str]:
+    """The vocabulary of a run that did not save it: its training data's, if unchanged."""
+    from ..data.tables import DataError
+    from ..data.text import load_text
+
+    what = cfg.data or "the default corpus (the Python standard library)"
+    try:
+        corpus = load_text(cfg.data)
+    except (DataError, OSError) as e:
+        raise SampleError(f"{d} saved no vocabulary, and its training data is unreadable: {e}") from None
+    if sha256 is not None and corpus.sha256 != sha256:
+        raise SampleError(f"{d} saved no vocabulary and its training data {what} changed since")
+    return corpus.vocab

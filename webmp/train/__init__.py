@@ -1,0 +1,1 @@
+"""Native training: the loop, data-parallel ranks, checkpoints, run directories."""

@@ -1,0 +1,382 @@
+"""The training loop: build the plan, run it on the GPU, log, checkpoint, evaluate, summarise.
+
+The host never touches a step: it submits train_step (one encoder, one submit) and, every log_every
+steps, maps the metrics ring. Weights are read back only for checkpoints.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import TrainConfig, resumed_config
+from ..data.tables import Dataset
+from ..data.text import TextCorpus, checkpoint_facts, describe_data, load_training_data, run_baseline_bits
+from ..engine.plan import describe_f16, resolve_f16_path
+from ..engine.runtime import GPU, Runtime, default_gpu, gpu_for_rank
+from ..engine.state import decode_records, decode_state
+from ..engine.tiles import TileTable
+from ..models import build_plan
+from .checkpoint import (
+    TENSORS,
+    checkpoint_buffers,
+    initial_weights_blob,
+    load_checkpoint,
+    load_initial_weights,
+    read_checkpoint_meta,
+    resume_blob,
+    save_checkpoint,
+)
+from .distributed import BeforeAllreduce, DataParallelStep, World, detect_world, digest
+from .rundir import (
+    METRICS,
+    RunDir,
+    RunSummary,
+    histogram_line,
+    new_run_dir,
+    result_line,
+    run_summary,
+    scale_collapse,
+)
+
+# Fields that must match between a checkpoint and the run resuming it.
+RESUME_LOCKED = (
+    "model",
+    "hidden",
+    "act",
+    "dataset",
+    "data",
+    "init_weights",
+    "input_scale",
+    "precision",
+    "batch_size",
+    "seed",
+    "init_gain",
+    "n_layer",
+    "n_head",
+    "d_model",
+    "context",
+    "tie_head",
+)
+
+
+class ScaleCollapseError(RuntimeError):
+    """An overflow happened with the loss scale already at min_scale (policy 'raise')."""
+
+
+class Trainer:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        out: str | Path | None = None,
+        resume: str | Path | None = None,
+        gpu: GPU | None = None,
+        dataset: Dataset | TextCorpus | None = None,
+        progress: bool = True,
+        log=print,
+        world: World | None = None,
+        before_allreduce: BeforeAllreduce | None = None,
+    ):
+        """Under an MPI launcher (or with `world`), one data-parallel rank: every rank trains on its
+        shard of each global batch, and only rank 0 writes the run directory (webmp.train.distributed)."""
+        self.world = world or detect_world()
+        self.writer = self.world.rank == 0
+        self.log = (log or (lambda *a, **k: None)) if self.writer else (lambda *a, **k: None)
+        self.progress = progress and self.writer
+        contents, meta = (None, None)
+        self.resume_changes: list[str] = []
+        if resume is None and out is not None and self.writer:
+            check_new_run_dir(out)
+        if resume is not None:
+            contents, meta = load_checkpoint(resume)
+            if cfg.steps <= meta["step"]:
+                raise ValueError(
+                    f"cannot resume: the checkpoint is at step {meta['step']} and steps is {cfg.steps}; "
+                    f"give steps > {meta['step']} to train further"
+                )
+            old = TrainConfig(**meta["config"])
+            _, self.resume_changes = resumed_config(old.model_dump(), cfg.model_dump())
+            clash = [
+                f"{k}: checkpoint {getattr(old, k)!r} vs {getattr(cfg, k)!r}"
+                for k in RESUME_LOCKED
+                if getattr(old, k) != getattr(cfg, k)
+            ]
+            if clash:
+                raise ValueError(
+                    "cannot resume: the config differs from the checkpoint's in " + "; ".join(clash)
+                )
+        self.cfg = cfg
+        self.data = dataset or load_training_data(cfg)
+        if meta is not None and meta.get("data_sha256") != self.data.sha256:
+            raise ValueError(
+                f"cannot resume: the data file {cfg.data} changed since the checkpoint "
+                f"(sha256 {meta.get('data_sha256')} then, {self.data.sha256} now)"
+            )
+        if gpu is None:
+            gpu = default_gpu() if self.world.size == 1 else gpu_for_rank(self.world.rank)
+        self.gpu = gpu
+        self.path = resolve_f16_path(cfg.precision, cfg.f16, self.gpu.has_f16)
+        self.tiles = TileTable.for_adapter(self.gpu.name)  # `webmp bench --tune`'s choices, else defaults
+        plan, blob = build_plan(
+            cfg, self.data, self.path, self.tiles, rank=self.world.rank, world=self.world.size
+        )
+        self.step = 0
+        if contents is None and cfg.init_weights is not None:
+            plan, blob = initial_weights_blob(plan, blob, load_initial_weights(cfg.init_weights, plan))
+        if contents is not None and meta is not None:
+            plan, blob = resume_blob(plan, blob, contents)
+            self.step = meta["step"]
+            if meta["f16_path"] != plan["f16_path"]:
+                warnings.warn(
+                    f"resuming a {meta['f16_path']} checkpoint on the {plan['f16_path']} f16 path: "
+                    "results will not be bit-identical to an uninterrupted run",
+                    stacklevel=2,
+                )
+        self.plan = plan
+        self.runtime = Runtime(plan, blob, self.gpu)
+        self.data_parallel = (
+            DataParallelStep(self.runtime, plan["data_parallel"], self.world, before_allreduce)
+            if "data_parallel" in plan
+            else None
+        )
+        if out is None:
+            out = (
+                Path(resume).parent
+                if resume is not None and Path(resume).name.endswith(".safetensors")
+                else resume
+            )
+        if out is None and self.writer:
+            out = new_run_dir()
+        self.run_path = Path(self.world.bcast(str(out)))
+        # only rank 0 writes; the other ranks' RunDir is never made (it would create the directory)
+        self.run_dir = RunDir(self.run_path) if self.writer else None
+        if resume is not None and self.run_dir is not None:
+            self.run_dir.truncate_metrics_after(self.step - 1)
+        self.last_checkpoint: tuple[Path, int] | None = (self.run_path, self.step) if resume else None
+        self.f16_description = describe_f16(self.path, cfg.f16)
+        if self.run_dir is not None:
+            self.run_dir.write_config(
+                cfg,
+                f16_path=plan["f16_path"],
+                adapter=self.gpu.name,
+                runtime="native",
+                data_sha256=self.data.sha256,
+            )
+        self.records: list[dict] = []
+        self.skipped_total = 0
+        self.warned_min_scale = False
+        self.wall = 0.0
+
+    # ------------------------------------------------------------------------------------------
+    def read_state(self) -> dict[str, float | int]:
+        return decode_state(self.runtime.read(self.plan["state"]["buffer"]))
+
+    def checkpoint(self) -> Path:
+        """Rank 0 saves the checkpoint; data-parallel ranks first check they hold the same bits."""
+        contents = {n: self.runtime.read(n) for n in checkpoint_buffers(self.plan)}
+        if self.world.size > 1:
+            self.world.check_same(
+                f"the weights, optimizer state and state words at step {self.step}",
+                digest([contents[n] for n in checkpoint_buffers(self.plan)]),
+            )
+        path = self.run_path
+        if self.run_dir is not None:
+            extra: dict[str, Any] = {"adapter": self.gpu.name, **checkpoint_facts(self.data)}
+            path = save_checkpoint(self.run_dir.path, self.plan, contents, extra)
+        self.last_checkpoint = (self.run_path, self.step)
+        return path
+
+    def evaluate(self) -> dict:
+        """Program 'eval': the test (or validation) counts, and a language model's summed loss."""
+        self.runtime.run("eval")
+        spec = self.plan["eval"]
+        correct, counted = np.frombuffer(self.runtime.read(spec["result_buffer"]), np.uint32)[:2]
+        loss_sum = None
+        if spec["loss_buffer"] is not None:
+            loss_sum = float(np.frombuffer(self.runtime.read(spec["loss_buffer"]), np.float32)[0])
+        return {"test_correct": int(correct), "test_count": int(counted), "val_loss_sum": loss_sum}
+
+    def _new_records(self, raw: bytes, first: int, last: int) -> list[dict]:
+        recs = [r for r in decode_records(raw) if first <= r["step"] <= last]
+        recs.sort(key=lambda r: r["step"])
+        if len(recs) != last - first + 1:
+            raise RuntimeError(f"metrics ring lost records between steps {first} and {last}")
+        return recs
+
+    def _histogram_line(self, last: dict) -> dict:
+        """The lens's counts read with the metrics: those of the step of record `last`."""
+        spec = self.plan["histograms"]
+        assert self.runtime.last_histograms is not None
+        counts = np.frombuffer(self.runtime.last_histograms, np.uint32)
+        layers = [
+            (lay["name"], counts[lay["offset"] : lay["offset"] + spec["buckets"]].tolist())
+            for lay in spec["layers"]
+        ]
+        return histogram_line(last["step"], last["scale"], spec["e_min"], spec["e_max"], layers)
+
+    def _handle_min_scale(self, recs: list[dict]) -> None:
+        msg = scale_collapse(recs, self.cfg.min_scale)
+        if msg is None:
+            return
+        if self.cfg.min_scale_policy == "raise":
+            kept = (
+                f"last checkpoint kept: {self.last_checkpoint[0]} (step {self.last_checkpoint[1]})"
+                if self.last_checkpoint
+                else "no checkpoint was written yet"
+            )
+            raise ScaleCollapseError(f"{msg}; {kept}")
+        if not self.warned_min_scale:
+            warnings.warn(msg + "; continuing (min_scale_policy=warn), these steps are skipped", stacklevel=2)
+        self.warned_min_scale = True
+
+    def run(self, stop_after: int | None = None) -> RunSummary:
+        """Train to cfg.steps; with stop_after, stop (and checkpoint) once that many steps are done."""
+        cfg = self.cfg
+        end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+        self.log(f"webmp: {cfg.precision}, {self.f16_description}, adapter {self.gpu.name}")
+        self.log(f"webmp: run directory {self.run_path}")
+        if self.world.size > 1:
+            n = self.world.size
+            self.log(
+                f"webmp: data-parallel over {n} ranks, each {cfg.batch_size // n} of every batch of "
+                f"{cfg.batch_size}"
+            )
+        for change in self.resume_changes:
+            self.log(f"webmp: resuming at step {self.step} with {change}")
+        if cfg.data is not None or isinstance(self.data, TextCorpus):
+            self.log(f"webmp: data {describe_data(self.data)}")
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
+        logged = self.step - 1
+        t0 = time.perf_counter()
+        try:
+            while self.step < end:
+                s = self.step + 1  # steps completed after this submit
+                ckpt = cfg.checkpoint_every > 0 and s % cfg.checkpoint_every == 0
+                read = s % cfg.log_every == 0 or s == end or ckpt
+                if self.data_parallel is not None:
+                    raw = self.data_parallel.run(s, read_metrics=read, histograms=read)
+                else:
+                    raw = self.runtime.run("train_step", read_metrics=read, histograms=read)
+                self.step = s
+                if raw is not None:
+                    recs = self._new_records(raw, logged + 1, s - 1)
+                    logged = s - 1
+                    if self.run_dir is not None:
+                        self.run_dir.append_metrics(recs)
+                        self.run_dir.append_histograms(self._histogram_line(recs[-1]))
+                    self.records += recs
+                    self.skipped_total += sum(r["skipped"] for r in recs)
+                    if bar is not None:
+                        last = recs[-1]
+                        bar.set_postfix(
+                            loss=f"{last['loss']:.4f}",
+                            scale=f"{last['scale']:g}",
+                            skipped=self.skipped_total,
+                            refresh=False,
+                        )
+                        bar.update(len(recs))
+                    self._handle_min_scale(recs)
+                if ckpt and s < cfg.steps:
+                    self.checkpoint()
+        finally:
+            if bar is not None:
+                bar.close()
+        self.wall = time.perf_counter() - t0
+        return self.finish()
+
+    def finish(self) -> RunSummary:
+        """Evaluate, checkpoint, summarise; rank 0 writes summary.json and curves.png (the other
+        ranks' summaries count only the records of this session)."""
+        state = self.read_state()
+        ev = self.evaluate()
+        self.checkpoint()
+        summary = run_summary(
+            self.cfg,
+            self.run_dir.read_metrics() if self.run_dir is not None else self.records,
+            state,
+            test_correct=ev["test_correct"],
+            test_count=ev["test_count"],
+            val_loss_sum=ev["val_loss_sum"],
+            unigram_bits=run_baseline_bits(self.cfg, self.data),
+            f16_path=self.plan["f16_path"],
+            f16_description=self.f16_description,
+            adapter=self.gpu.name,
+            runtime="native",
+            matmul_tiles=self.tiles.describe(),
+            memory=self.plan["memory"],
+            wall_seconds=self.wall,
+            steps_run=len(self.records),
+            readbacks=self.runtime.readbacks,
+            run_dir=self.run_path,
+        )
+        if self.data_parallel is not None:
+            summary["data_parallel"] = self.data_parallel.summary()
+        if self.run_dir is None:
+            return summary
+        self.run_dir.write_summary(summary)
+        self.run_dir.plot_curves(f"{self.cfg.precision} / {summary['f16_path']} — {result_line(summary)}")
+        self.run_dir.plot_histograms()
+        self.log(
+            f"webmp: done — train loss {summary['final_train_loss']:.4f}, {result_line(summary)}, "
+            f"{summary['skipped_steps']} skipped steps"
+        )
+        if self.data_parallel is not None:
+            dp = summary["data_parallel"]
+            self.log(
+                f"webmp: {dp['ranks']} ranks, per step: {dp['step_ms']:.2f} ms, of which readback "
+                f"{dp['readback_ms']:.2f}, all-reduce {dp['allreduce_ms']:.2f} ({dp['fused_bytes']} bytes), "
+                f"upload {dp['upload_ms']:.2f}"
+            )
+        self.log(f"webmp: run directory {self.run_dir.path}")
+        return summary
+
+
+def check_new_run_dir(out: str | Path) -> None:
+    """ValueError (one line) when `out` cannot hold a new run: a file, or a run directory already
+    (a second run would append to its metrics; --resume continues it)."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"--out {p}: is a file, not a directory")
+    if (p / METRICS).exists() or (p / TENSORS).exists():
+        raise ValueError(
+            f"--out {p}: holds a run already; continue it with --resume {p}, or choose another --out"
+        )
+
+
+def config_to_resume(resume: str | Path, given: dict[str, Any]) -> TrainConfig:
+    """The config `--resume` continues with: the checkpoint's own, with the fields in `given` changed."""
+    cfg, _ = resumed_config(read_checkpoint_meta(resume)["config"], given)
+    return cfg
+
+
+def train(
+    cfg: TrainConfig | None = None,
+    out: str | Path | None = None,
+    resume: str | Path | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> RunSummary:
+    """Python API: train and return the summary (also written to the run directory). With resume
+    and no cfg, the run continues with its checkpoint's config, `overrides` changed."""
+    if cfg is not None:
+        cfg = cfg.model_copy(update=overrides)
+    elif resume is not None:
+        cfg = config_to_resume(resume, overrides)
+    else:
+        cfg = TrainConfig(**overrides)
+    return Trainer(
+        TrainConfig(**cfg.model_dump()),
+        out=out,
+        resume=resume,
+        progress=progress,
+        log=print if progress else None,
+    ).run()
