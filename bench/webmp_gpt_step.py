@@ -12,8 +12,9 @@ import time
 
 import wgpu
 
-from webmp.bench.suite import SIZES, bench_corpus, bench_step, model_settings, step_plan
+from webmp.bench.suite import bench_corpus, bench_step, model_settings, step_plan
 from webmp.engine.runtime import default_gpu
+from webmp.presets import SIZES
 from webmp.tune import native as tune
 
 

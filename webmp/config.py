@@ -14,12 +14,6 @@ MLP_MODELS = ("mlp", "mlp-ln")
 MODEL_DEFAULTS: dict[str, dict[str, object]] = {
     "gpt": {"steps": 600, "batch_size": 16, "lr": 2e-3, "warmup": 60, "min_lr": 2e-4, "weight_decay": 0.1},
 }
-# Why loss scaling matters (webmp/train/demo.py, docs/loss-scaling.md, the page's "fp16 without scaling
-# fails" preset): a deep, narrow MLP with small initial weights, whose first layers' gradients fall
-# below f16's subnormal range without a loss scale.
-LOSS_SCALING_DEMO: dict[str, object] = {
-    "hidden": [64] * 6, "init_gain": 0.3, "steps": 600, "checkpoint_every": 0, "log_every": 50,
-}  # fmt: skip
 F32_NORMAL_MIN = 2.0**-126  # the smallest normal f32 (GPUs may flush subnormals to 0)
 F32_MAX = 3.4028234663852886e38
 BETA_F32_MAX = 1 - 2.0**-25  # from here up an f32 rounds to 1

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from webmp.config import LOSS_SCALING_DEMO, TrainConfig
+from webmp.config import TrainConfig
 from webmp.engine.plan import unpack_h
+from webmp.presets import LOSS_SCALING_DEMO, PRESETS
 from webmp.sample.job import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS
 from webmp.serve.client import Browser, LocalServer
-from webmp.serve.runs import PRESETS
 from webmp.train.rundir import RunDir
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

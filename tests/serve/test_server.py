@@ -20,10 +20,11 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from webmp.cli import main as cli_main
-from webmp.config import LOSS_SCALING_DEMO, MODEL_DEFAULTS, TrainConfig
+from webmp.config import MODEL_DEFAULTS, TrainConfig
 from webmp.data.text import load_text, unigram_bits_per_char
 from webmp.engine.state import METRIC_FIELDS, STATE_FIELDS, decode_state, encode_state
 from webmp.models import build_plan
+from webmp.presets import LOSS_SCALING_DEMO, PRESETS
 from webmp.serve.app import (
     MAX_JSON_BODY,
     UPLOT_DIR,
@@ -34,20 +35,12 @@ from webmp.serve.app import (
     request_refusal,
     server_token,
 )
+from webmp.serve.budget import MAX_BUFFER_BYTES, MAX_CACHED_PLANS, MAX_PLAN_BYTES, estimate_buffers
 from webmp.serve.client import LocalServer
+from webmp.serve.errors import InvalidConfig
+from webmp.serve.form import NOT_IN_BROWSER, check_browser_config
 from webmp.serve.messages import MAX_MESSAGE_BYTES
-from webmp.serve.runs import (
-    MAX_BUFFER_BYTES,
-    MAX_CACHED_PLANS,
-    MAX_PLAN_BYTES,
-    NOT_IN_BROWSER,
-    PRESETS,
-    InvalidConfig,
-    RunStore,
-    check_browser_config,
-    estimate_buffers,
-    training_data,
-)
+from webmp.serve.runs import RunStore, training_data
 from webmp.train.rundir import RunDir
 
 SMALL = dict(hidden=[16], batch_size=16, steps=30, log_every=10, checkpoint_every=10)

@@ -19,6 +19,7 @@ from webmp.engine.state import decode_state
 from webmp.engine.tiles import ROWS_KEY, SMALL_TILES, WEIGHT_FORMS, WEIGHTS_KEY, TileTable, default_tiles
 from webmp.models import build_plan
 from webmp.ops import MATMUL_CORES, ROW_FORMS, core_constants
+from webmp.presets import SIZES
 from webmp.tune import native as tune
 from webmp.tune.form_cases import FormSpec, faster_form, same_outputs
 
@@ -38,7 +39,7 @@ def result(gpu, tune_cache):
     return bench.run_bench("tiny", profile=True, gpu=gpu, log=lambda *a: None)
 
 
-TINY = bench.SIZES["tiny"]
+TINY = SIZES["tiny"]
 MODELS = [m["name"] for m in TINY["step_models"]]
 
 

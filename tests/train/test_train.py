@@ -716,7 +716,8 @@ def test_init_weights_refuses_what_is_no_safetensors_file(tmp_path):
 def test_init_weights_belong_to_the_run_and_the_native_trainer(tmp_path):
     """A resumed run keeps its weights' origin (the checkpoint holds the weights); a page cannot
     read a server's files, so browser runs refuse the field, saying why."""
-    from webmp.serve.runs import InvalidConfig, check_browser_config
+    from webmp.serve.errors import InvalidConfig
+    from webmp.serve.form import check_browser_config
 
     t = run(tmp_path, "r", steps=4)
     t.run(stop_after=2)

@@ -41,6 +41,7 @@ from ..data.text import TextCorpus, describe_data, load_text, tokenize
 from ..engine.plan import Plan, resolve_f16_path
 from ..engine.tiles import DEFAULT_TILES, Tiles, TileTable, cache_path, load_cache
 from ..models import build_plan
+from ..presets import GPT_BENCH_ALPHABET, SIZES, STEP_SETTINGS
 from ..tune import matmul_cases
 from ..tune import native as tune
 
@@ -58,90 +59,6 @@ PRODUCTS = {  # name -> (variant, trans_a, trans_b); the three products a traini
     "A.B": ("matmul_fwd", 0, 0),
     "At.B": ("matmul_wgrad", 1, 0),
     "A.Bt": ("matmul_dgrad", 0, 1),
-}
-
-# Preset sizes. "default" finishes in a few minutes on a 2-core CPU with lavapipe (the GPT's steps take
-# most of it); "gpu" is the real benchmark (4096^3 matmuls, a 4096-wide MLP at batch 1024); "tiny" is
-# for tests.
-#   square, train: matmul sizes (n for n^3; batch x in x out, timed as its three products)
-#   step_models: the models whose training step is timed, each a dict: "name" ("digits" trains on
-#     digits, "gpt" on gpt_corpus, others on synthetic data), "config" (TrainConfig fields),
-#     optionally "readbacks": True to count its readbacks, and any of STEP_SETTINGS (below) to
-#     override the preset's for this model alone
-#   step_rounds blocks of up to step_steps steps (about step_block_s seconds each) give the wall
-#     time per step; each round then alternates at least host_pairs (our step, floor step) pairs
-#     for host CPU time
-#   matmul_s: seconds per timed batch of matmuls; readback_steps, log_every: the readback count
-#   gpt_corpus: None for the default corpus (webmp.data.text.load_text(), what `webmp train --model gpt`
-#     trains on), or a number of characters of random text over GPT_BENCH_ALPHABET
-STEP_SETTINGS = ("step_rounds", "step_steps", "step_block_s", "host_pairs", "readback_steps", "log_every")
-GPT_BENCH_ALPHABET = "abcdefghij "
-SIZES: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        square=[32],
-        train=[(16, 40, 24)],
-        step_models=[
-            dict(name="digits", config=dict(hidden=[32], batch_size=16), readbacks=True),
-            dict(name="wide", config=dict(hidden=[48], batch_size=16)),
-            dict(
-                name="gpt",
-                config=dict(model="gpt", n_layer=1, n_head=2, d_model=16, context=8, batch_size=4),
-                readbacks=True,
-            ),
-        ],
-        gpt_corpus=2000,
-        step_rounds=2,
-        step_steps=3,
-        step_block_s=0.05,
-        host_pairs=3,
-        matmul_s=0.02,
-        core_rows=1,  # each core timed at the first matmul shape only (the pipelines cost more than the runs)
-        model_matmul_paths=1,  # the GPT's shapes on the first path only
-        readback_steps=20,
-        log_every=5,
-    ),
-    "default": dict(
-        square=[256, 512],
-        train=[(64, 256, 256), (128, 512, 512)],
-        step_models=[
-            dict(name="digits", config=dict(hidden=[256, 256], batch_size=64), readbacks=True),
-            dict(name="wide", config=dict(hidden=[512, 512], batch_size=128)),
-            # TrainConfig(model="gpt")'s shape; a step takes ~1 s here, so fewer of them
-            dict(
-                name="gpt",
-                config=dict(model="gpt"),
-                readbacks=True,
-                host_pairs=5,
-                readback_steps=20,
-                log_every=5,
-            ),
-        ],
-        gpt_corpus=None,
-        step_rounds=3,
-        step_steps=10,
-        step_block_s=0.5,
-        host_pairs=8,
-        matmul_s=0.15,
-        readback_steps=100,
-        log_every=10,
-    ),
-    "gpu": dict(
-        square=[1024, 2048, 4096],
-        train=[(1024, 4096, 4096)],
-        step_models=[
-            dict(name="digits", config=dict(hidden=[256, 256], batch_size=64), readbacks=True),
-            dict(name="wide", config=dict(hidden=[4096, 4096], batch_size=1024)),
-            dict(name="gpt", config=dict(model="gpt"), readbacks=True),
-        ],
-        gpt_corpus=None,
-        step_rounds=5,
-        step_steps=20,
-        step_block_s=2.0,
-        host_pairs=20,
-        matmul_s=0.5,
-        readback_steps=100,
-        log_every=10,
-    ),
 }
 
 

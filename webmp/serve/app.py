@@ -85,6 +85,9 @@ from ..tune.page import (
     tuned_forms,
     tuning_plan,
 )
+from .budget import check_plan_size
+from .errors import InvalidConfig, InvalidSample, InvalidUpload, PageRunError, RunStateConflict, UnknownRun
+from .form import page_form
 from .messages import (
     MAX_MESSAGE_BYTES,
     AdapterSignature,
@@ -99,19 +102,7 @@ from .messages import (
     parse_page_message,
 )
 from .native_runs import downsample
-from .runs import (
-    InvalidConfig,
-    InvalidSample,
-    InvalidUpload,
-    PageRun,
-    PageRunError,
-    RunStateConflict,
-    RunStore,
-    UnknownRun,
-    check_plan_size,
-    page_form,
-    training_data,
-)
+from .runs import PageRun, RunStore, training_data
 
 WS_PROTOCOL_MAX_BYTES = 4 * 2**20  # frames above this are cut by uvicorn itself (connection closed)
 # What one page's socket may send (token buckets: a burst, refilled at a rate). A page sends a hello,

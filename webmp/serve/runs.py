@@ -16,28 +16,20 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
-from ..config import LOSS_SCALING_DEMO, MODEL_FIELDS, TrainConfig
+from ..config import TrainConfig
 from ..data.tables import Dataset, load_dataset
 from ..data.text import TextCorpus, checkpoint_facts, load_text, run_baseline_bits
-from ..engine.plan import Plan, SamplePlan, describe_f16, h_bytes, resolve_f16_path
+from ..engine.plan import Plan, SamplePlan, describe_f16, resolve_f16_path
 from ..engine.state import decode_state
 from ..engine.tiles import TileTable
 from ..models import build_plan
-from ..models.gpt import gpt_param_shapes, working_copies
 from ..sample.job import (
-    DEFAULT_SEED,
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOKENS,
     SampleError,
     SampleJob,
     parse_settings,
@@ -57,6 +49,9 @@ from ..train.rundir import (
     scale_collapse,
     scale_shift,
 )
+from .budget import PlanCache, check_plan_size
+from .errors import InvalidConfig, InvalidSample, InvalidUpload, RunStateConflict, UnknownRun
+from .form import MAX_PAGE_PROMPT, MAX_PAGE_TOKENS, check_browser_config
 from .messages import (
     RUN_ID_RE,
     Failed,
@@ -76,56 +71,6 @@ RESUMABLE = {"created", "disconnected", "failed", "stopped"}  # a page may (re)s
 CONTINUABLE = RESUMABLE - {"created"}  # ...and these have trained: RunInfo.resumable, the page's Resume
 MAX_PENDING = 100_000  # records held back waiting for an earlier step
 Offer = Literal["native", "emulated"]  # whether the page's adapter has shader-f16
-# What a page may ask to generate (`webmp sample` has no limits): a sampling plan's `seq` holds the
-# prompt and the tokens, and every token is one replay of the forward pass on the page's GPU.
-MAX_PAGE_TOKENS = 2000
-MAX_PAGE_PROMPT = 2000  # characters
-
-
-class PageRunError(Exception):
-    """A request about a page run that cannot be honoured; the message says why."""
-
-
-class UnknownRun(PageRunError):
-    pass
-
-
-class RunStateConflict(PageRunError):
-    """The request does not fit the run's current status or configuration."""
-
-
-class InvalidUpload(PageRunError):
-    pass
-
-
-class InvalidConfig(PageRunError):
-    """A valid TrainConfig that a browser run cannot train."""
-
-
-class InvalidSample(PageRunError):
-    """Text generation settings or a prompt that cannot be used (webmp.sample.job's SampleError)."""
-
-
-# The plan's blob, training data included, goes to whichever client asks for it over HTTP: a data
-# path chosen by that client would let it read any file the server can.
-BROWSER_DATA = (
-    "browser runs train on the built-in datasets (the MLPs: the dataset field; gpt: the default "
-    "corpus, the server's Python standard library sources); data files (--data) are for native "
-    "`webmp train`"
-)
-
-
-BROWSER_INIT = (
-    "browser runs draw their initial weights from the seed; a weights file (--init-weights) is for "
-    "native `webmp train`"
-)
-
-
-def check_browser_config(cfg: TrainConfig) -> None:
-    if cfg.data is not None:
-        raise InvalidConfig(BROWSER_DATA)
-    if cfg.init_weights is not None:
-        raise InvalidConfig(BROWSER_INIT)
 
 
 @lru_cache(maxsize=4)
@@ -147,291 +92,11 @@ def training_data(cfg: TrainConfig) -> Dataset | TextCorpus:
 
 # --- what a run's plan would hold, before it is built ----------------------------------------------
 
-# A page's device gets WebGPU's default limits unless it asks for more, and can ask no more than its
-# adapter offers; 128 MiB is the default maxStorageBufferBindingSize (and browsers' usual offer), so
-# a plan whose largest buffer is above it would not run on most pages. The server budget bounds what
-# one plan (buffer list and blob, held while the page fetches it) may cost: the blob holds the
-# initial contents of the weights and the data, a fraction of the buffers' total.
-MAX_BUFFER_BYTES = 128 * 2**20
-MAX_PLAN_BYTES = 2**30  # 1 GiB of GPU buffers per run
-
-
-def estimate_buffers(cfg: TrainConfig, data: Dataset | TextCorpus, path: str) -> dict[str, int]:
-    """{buffer: bytes} of the plan build_plan(cfg, data, path) would make, from the config and the
-    data's shape alone (no arrays, no blob): the parameters (master, gradient, two moments, working
-    copy), the data and the activations, exactly as webmp/models sizes them; it leaves out the
-    small buffers (state, flags, metrics ring, norm partials, LayerNorm stats, indices), so its total is a
-    little under the plan's (tests/serve/test_server.py checks it against real plans)."""
-    sizes: dict[str, int] = {}
-
-    def f32(name: str, *shape: int) -> None:
-        n = 4
-        for d in shape:
-            n *= d
-        sizes[name] = max(4, n)
-
-    def h(name: str, rows: int, cols: int) -> None:
-        sizes[name] = max(4, h_bytes(rows, cols, path))
-
-    def param(name: str, shape: tuple[int, ...], copy: bool) -> None:
-        for prefix in ("", "g_", "m_", "v_"):
-            f32(prefix + name, *shape)
-        if copy:
-            h("h_" + name, shape[0], shape[1])
-
-    if isinstance(data, Dataset):
-        f32("train_x", *data.train_x.shape)
-        f32("train_y", *data.train_y.shape)
-        f32("test_x", *data.test_x.shape)
-        f32("test_y", *data.test_y.shape)
-        B, dims = cfg.batch_size, [data.features, *cfg.hidden, data.classes]
-        h("X", B, dims[0])
-        for l in range(len(dims) - 1):
-            param(f"W{l}", (dims[l], dims[l + 1]), True)
-            param(f"b{l}", (dims[l + 1],), False)
-            if l < len(dims) - 2:
-                h(f"Z{l}", B, dims[l + 1])
-                h(f"dZ{l}", B, dims[l + 1])
-                if cfg.model == "mlp-ln":
-                    param(f"ln_g{l}", (dims[l + 1],), False)
-                    param(f"ln_b{l}", (dims[l + 1],), False)
-                    h(f"Y{l}", B, dims[l + 1])
-                    h(f"dY{l}", B, dims[l + 1])
-            else:
-                f32("logits", B, dims[-1])
-                h("dlogits", B, dims[-1])
-        return sizes
-    V, D, T, H, L = data.vocab_size, cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer
-    R, Z = cfg.batch_size * T, cfg.batch_size * H
-    f32("tokens", len(data.train))
-    f32("val_tokens", max(1, min(len(data.val), cfg.val_tokens or len(data.val))))
-    copied = working_copies(L, cfg.tie_head)
-    for name, shape in gpt_param_shapes(V, D, L, T, cfg.tie_head).items():
-        param(name, tuple(shape), name in copied)
-    for l in range(L):
-        for name, cols in (
-            ("a", D),
-            ("qkv", 3 * D),
-            ("O", D),
-            ("x_mid", D),
-            ("m", D),
-            ("z", 4 * D),
-            ("x", D),
-        ):
-            h(f"{name}{l}", R, cols)
-        h(f"P{l}", Z * T, T)
-    h("X0", R, D)
-    f32("S", Z * T, T)
-    h("xf", R, D)
-    f32("logits", R, V)
-    h("dlogits", R, V)
-    for name, cols in (("dx", D), ("dY", D), ("dln", D), ("dO", D), ("dqkv", 3 * D), ("dz", 4 * D)):
-        h(name, R, cols)
-    h("dS", Z * T, T)
-    return sizes
-
-
-def check_plan_size(cfg: TrainConfig, data: Dataset | TextCorpus) -> None:
-    """InvalidConfig (naming the numbers) when the run's plan would not fit a page's default
-    WebGPU limits (MAX_BUFFER_BYTES) or the server's budget for one plan (MAX_PLAN_BYTES); the
-    'native' and 'emulated' paths size their buffers alike, so one estimate answers for both."""
-    sizes = estimate_buffers(cfg, data, "fp32" if cfg.precision == "fp32" else "native")
-    name = max(sizes, key=lambda n: sizes[n])
-    total = sum(sizes.values())
-    mib = 2**20
-    if sizes[name] > MAX_BUFFER_BYTES:
-        raise InvalidConfig(
-            f"this config's largest GPU buffer, {name}, would be {sizes[name]} bytes "
-            f"({sizes[name] / mib:.1f} MiB); a page's WebGPU device holds at most "
-            f"{MAX_BUFFER_BYTES} bytes ({MAX_BUFFER_BYTES // mib} MiB) in one buffer"
-        )
-    if total > MAX_PLAN_BYTES:
-        raise InvalidConfig(
-            f"this config's GPU buffers would total {total} bytes ({total / mib:.1f} MiB); "
-            f"the server serves plans of at most {MAX_PLAN_BYTES} bytes ({MAX_PLAN_BYTES // mib} MiB)"
-        )
-
-
-# Built plans are kept for the page's next requests (the plan, then its blob, then checkpoint
-# uploads and the summary): at most this many across all runs, the least recently used dropped (a
-# dropped one is rebuilt on demand, a GPT's in about a second). A plan within MAX_PLAN_BYTES has a
-# blob of a few hundred MB at most (weights and data), so the cache stays around a GB or below.
-MAX_CACHED_PLANS = 4
-PlanKey = tuple[str, str, str | None]  # run id, f16 path, the page's adapter key for tuned tiles
-
-
-class PlanCache:
-    """Built (plan, blob)s by PlanKey, least recently used first; shared by a store's runs and used
-    from worker threads (hence the lock; two threads may build the same plan once each)."""
-
-    def __init__(self, size: int = MAX_CACHED_PLANS):
-        self.size = size
-        self._lock = threading.Lock()
-        self._plans: OrderedDict[PlanKey, tuple[Plan, bytes]] = OrderedDict()
-
-    def get(self, key: PlanKey) -> tuple[Plan, bytes] | None:
-        with self._lock:
-            built = self._plans.get(key)
-            if built is not None:
-                self._plans.move_to_end(key)
-            return built
-
-    def put(self, key: PlanKey, built: tuple[Plan, bytes]) -> None:
-        with self._lock:
-            self._plans[key] = built
-            self._plans.move_to_end(key)
-            while len(self._plans) > self.size:
-                self._plans.popitem(last=False)
-
-    def drop(self, run_id: str) -> None:
-        with self._lock:
-            for key in [k for k in self._plans if k[0] == run_id]:
-                del self._plans[key]
-
-    def keys(self) -> list[PlanKey]:
-        with self._lock:
-            return list(self._plans)
-
 
 DEFAULT_CORPUS = "the default corpus (the server's Python standard library sources)"
 
 
 # --- the page's form -------------------------------------------------------------------------------
-
-# The page's form offers every TrainConfig field, generated from its JSON schema: the kind from the
-# type, the choices from the Literal, the help text from the docstring, the models that read it from
-# MODEL_FIELDS and the defaults from MODEL_DEFAULTS. Only the grouping and a few labels are the
-# form's own. COMMON fields show at once; the rest of a group sits under "more settings".
-FORM_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "model": ("model and data", (
-        "model", "hidden", "act", "init_gain", "input_scale", "dataset", "data", "init_weights",
-        "n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens",
-    )),
-    "precision": ("precision and loss scaling", (
-        "precision", "f16", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
-        "hysteresis", "min_scale", "min_scale_policy",
-    )),
-    "optimizer": ("optimizer and schedule", (
-        "steps", "batch_size", "lr", "schedule", "warmup", "min_lr", "weight_decay", "beta1", "beta2",
-        "eps", "clip_norm",
-    )),
-    "run": ("run", ("seed", "log_every", "checkpoint_every")),
-}  # fmt: skip
-COMMON = frozenset(
-    {"model", "hidden", "n_layer", "n_head", "d_model", "context", "precision", "init_scale", "steps",
-     "batch_size", "lr", "seed", "log_every"}
-)  # fmt: skip
-LABELS = {
-    "hidden": "hidden widths",
-    "n_layer": "layers",
-    "n_head": "heads",
-    "d_model": "width (d_model)",
-    "tie_head": "tied head",
-    "f16": "f16 path",
-    "lr": "learning rate",
-    "min_lr": "min learning rate",
-}
-# Fields a page cannot set, each with the reason the form shows next to it (the server refuses them
-# too: check_browser_config).
-NOT_IN_BROWSER = {"data": BROWSER_DATA, "init_weights": BROWSER_INIT}
-_KINDS = {"integer": "int", "number": "float", "boolean": "bool", "array": "int_list", "string": "text"}
-
-
-class Preset(BaseModel):
-    """A ready-made config the form offers: the overrides of its model's defaults."""
-
-    name: str
-    title: str
-    description: str
-    config: dict[str, Any]
-
-
-# What the presets show is measured: tests/serve/test_server.py checks each is a valid browser config,
-# tests/train/test_train.py::test_loss_scaling_matters the fp16-noscale failure (LOSS_SCALING_DEMO, the
-# numbers in docs/loss-scaling.md), tests/browser/test_browser.py runs "loss scaling at work" in a page.
-PRESETS = [
-    Preset(
-        name="loss-scaling",
-        title="Loss scaling at work",
-        description="mixed precision starting at a loss scale of 2^32: the first 10 steps overflow f16 and "
-        "are skipped while the scale backs off to 2^22; then it grows every 20 clean steps, overflows at "
-        "2^23 and backs off again (the saw-tooth of the loss-scale chart)",
-        config={"precision": "mixed", "init_scale": 2.0**32, "growth_interval": 20, "steps": 300,
-                "log_every": 10, "checkpoint_every": 0},
-    ),
-    Preset(
-        name="fp16-noscale",
-        title="fp16 without scaling fails",
-        description="a deep narrow MLP with small initial weights in f16 without loss scaling: the first "
-        "layers' gradients fall below f16's smallest subnormal (2^-24) and flush to zero, so those layers "
-        "never train and test accuracy stays far below fp32's (docs/loss-scaling.md); choose precision "
-        "mixed to see the same run train",
-        config={**LOSS_SCALING_DEMO, "precision": "fp16-noscale"},
-    ),
-    Preset(
-        name="fp32",
-        title="fp32 baseline",
-        description="the default MLP in fp32: the same kernels in f32, no loss scaling; what mixed "
-        "precision is compared against",
-        config={"precision": "fp32"},
-    ),
-    Preset(
-        name="gpt",
-        title="GPT (character model)",
-        description="a 2-layer character-level transformer on the server's Python standard library "
-        "sources, its defaults (600 steps: about four minutes on a CPU adapter); it generates text when done",
-        config={"model": "gpt"},
-    ),
-]  # fmt: skip
-
-
-def form_field(name: str, prop: dict[str, Any]) -> dict[str, Any]:
-    """One field of the form from its JSON schema property."""
-    if "enum" in prop or "const" in prop:
-        kind, choices = "choice", list(prop.get("enum", [prop.get("const")]))
-    else:
-        types = [t["type"] for t in prop.get("anyOf", [prop]) if t.get("type") != "null"]
-        kind, choices = _KINDS[types[0]], None
-    group = next(g for g, (_, names) in FORM_GROUPS.items() if name in names)
-    return {
-        "name": name,
-        "label": LABELS.get(name, name.replace("_", " ")),
-        "kind": kind,
-        "choices": choices,
-        "help": " ".join(prop.get("description", "").split()),
-        "models": list(MODEL_FIELDS[name]) if name in MODEL_FIELDS else None,
-        "group": group,
-        "common": name in COMMON,
-        "disabled": NOT_IN_BROWSER.get(name),
-    }
-
-
-def page_form() -> dict[str, Any]:
-    """What GET /api/form returns: every TrainConfig field ({name, label, kind: int | float | bool |
-    choice | int_list | text, choices, help, models: the models that read it, null for all, group,
-    common: shown before "more settings", disabled: why a page cannot set it, else null}) in
-    FORM_GROUPS' order, the groups ({name, title}), each model's defaults (a TrainConfig with only
-    `model` given: MODEL_DEFAULTS applied), the presets, and the text generation form's defaults
-    (`webmp sample`'s) and limits."""
-    props = TrainConfig.model_json_schema()["properties"]
-    names = [n for _, group in FORM_GROUPS.values() for n in group]
-    fields = [form_field(name, props[name]) for name in names]
-    defaults = {m: TrainConfig(model=m).model_dump() for m in props["model"]["enum"]}
-    sample = {
-        "prompt": "",
-        "tokens": DEFAULT_TOKENS,
-        "temperature": DEFAULT_TEMPERATURE,
-        "seed": DEFAULT_SEED,
-        "max_tokens": MAX_PAGE_TOKENS,
-        "max_prompt": MAX_PAGE_PROMPT,
-    }
-    return {
-        "fields": fields,
-        "groups": [{"name": g, "title": title} for g, (title, _) in FORM_GROUPS.items()],
-        "defaults": defaults,
-        "presets": [p.model_dump() for p in PRESETS],
-        "sample": sample,
-    }
 
 
 class PageRun:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import LOSS_SCALING_DEMO, TrainConfig
+from ..config import TrainConfig
+from ..presets import LOSS_SCALING_DEMO
 from .loop import Trainer
 
 DEMO = LOSS_SCALING_DEMO
