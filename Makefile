@@ -1,6 +1,6 @@
 # The two commands of the README, plus the fast tier for development. Each installs what it needs
 # first (scripts/setup.sh).
-.PHONY: train test check lint setup
+.PHONY: train test check lint setup benchmarks
 
 train:
 	@bash scripts/setup.sh train && . scripts/env.sh && webmp train $(ARGS)
@@ -29,3 +29,9 @@ lint:
 
 setup:
 	@bash scripts/setup.sh test
+
+# docs/benchmarks.md from fresh runs on this machine (bench/benchmarks.sh: the default-size bench,
+# tuned first, the cold starts, the data-parallel step, tinygrad beside where its venv is): 20-25
+# minutes of both cores here, so run it with nothing else on the machine
+benchmarks:
+	@bash scripts/setup.sh test && bash bench/benchmarks.sh $(ARGS)

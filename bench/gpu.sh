@@ -78,5 +78,5 @@ import os
 if a is None or (a.info.get("adapter_type") == "CPU" and not os.environ.get("WEBMP_BENCH_ALLOW_CPU")):
     raise SystemExit("bench/gpu.sh: no GPU adapter (Vulkan driver or loader missing?); not benchmarking a CPU")
 EOF
-python3 -m webmp.bench.suite --size gpu --tune --profile --out "$out/bench-gpu.json" "$@" 2> >(tee "$out/bench-gpu.log" >&2) \
+python3 -m webmp.bench.cli --size gpu --tune --profile --out "$out/bench-gpu.json" "$@" 2> >(tee "$out/bench-gpu.log" >&2) \
   | tee "$out/bench-gpu.txt"

@@ -2,7 +2,8 @@
 ($WEBGPU_CHROME, else Debian's) clicking the page's tuning button with the model set to gpt, then
 GPT runs, each in a fresh page, with the default plan, the tuned tiles only, and tiles and forms;
 prints one JSON line a run (steps/s between the records of step 19 and the last, as they reach the
-server). Not part of the tests or CI. docs/benchmarks.md "The page's own tuning pass".
+server). Not part of the tests or CI. Its figures: "The page's own tuning pass" in the history of
+docs/benchmarks.md (`git show 68a93d6:docs/benchmarks.md`).
 
     python3 bench/page_gpt_tuning.py [--choices 4] [--steps 60] [--out DIR]
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import json
 import math
 import os
@@ -188,6 +189,7 @@ def main() -> None:
 
     out = {
         "tool": "tinygrad",
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "tinygrad_version": version("tinygrad"),
         "dawn_python_version": version("dawn-python"),
         "python": platform.python_version(),

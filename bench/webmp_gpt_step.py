@@ -1,5 +1,5 @@
-"""webmp's GPT training step at given dims, timed as `webmp bench` times it (webmp.bench.suite.bench_step:
-blocks of our real step loop, then a wait), printed as one JSON object. The tinygrad half of
+"""webmp's GPT training step at given dims, timed as `webmp bench` times it (webmp.bench.step.bench_step:
+blocks of our real step loop, then a wait), printed as one JSON object. The webmp half of
 bench/tinygrad_side_by_side.sh. Tiles come from $WEBMP_TUNE_CACHE (the per-adapter tune cache)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import time
 
 import wgpu
 
-from webmp.bench.suite import bench_corpus, bench_step, model_settings, step_plan
+from webmp.bench.machine import run_info
+from webmp.bench.step import bench_corpus, bench_step, model_settings, step_plan
 from webmp.engine.runtime import default_gpu
 from webmp.presets import SIZES
 from webmp.tune import native as tune
@@ -50,6 +51,7 @@ def main() -> None:
     row, first, _ = bench_step(gpu, "gpt", plan, blob, settings, lambda *_: None, plan_s)
     out = {
         "tool": "webmp",
+        **run_info(),  # date, host (CPU model and count), webmp (version, commit)
         "adapter": gpu.name,
         "wgpu": wgpu.__version__,
         "python": platform.python_version(),

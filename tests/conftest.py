@@ -11,7 +11,10 @@ F16_PATHS = ["native", "emulated"]
 NO_F16 = "this adapter lacks 'shader-f16': native f16 cases skipped (emulated and fp32 still run)"
 # The longest files first: `make check` hands whole files to its two workers in collection order,
 # and one of these arriving last kept the other worker idle for ~10 s.
-HEAVY_FILES = ["test_server.py", "test_train.py", "test_kernels.py", "test_sample.py", "test_attention.py"]
+HEAVY_FILES = [
+    "test_rest.py", "test_train.py", "test_matmul.py", "test_sample.py", "test_attention.py",
+    "test_python_api.py",
+]  # fmt: skip
 
 
 def pytest_collection_modifyitems(items):

@@ -1,6 +1,18 @@
-"""Helpers shared by the kernel test modules (test_kernels.py, test_embedding.py): seeded inputs per
-case, the bound of a stored value, a registry of cached kernel runs, and the native-vs-emulated
-bit comparison."""
+"""Helpers shared by the kernel test modules (tests/kernels/: test_matmul.py, test_rows.py,
+test_optim.py, test_eval.py, test_attention.py, test_embedding.py) and a few model tests: seeded
+inputs per case, the bound of a stored value, a registry of cached kernel runs, and the
+native-vs-emulated bit comparison.
+
+The kernel tests check every kernel against its numpy reference, on each storage path (native f16,
+emulated f16, fp32), at shapes that are not multiples of any tile or workgroup size. Kernels run
+through webmp.testing.probe (the plan builder and runtime training uses). References
+(webmp.testing.reference) give the exact float64 value of each operation on the values the kernel reads;
+each test bounds |GPU - exact| elementwise by the arithmetic the kernel does:
+  - an f32 sum of n terms errs by at most dot_error(n) * sum|terms|, ~ 2 (n + 1) U32;
+  - a store in the activation format adds < 1 ulp: 2 U16 = 2^-10 relative for f16 (WGSL lets a
+    conversion round to either neighbour), 2^-24 absolute for f16 subnormals, 2 U32 for fp32.
+So in the f16 paths the store term, ~1e-3 relative, dominates; in fp32 the bounds are ~1e-6.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +22,16 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 
 from webmp import ops
 from webmp.engine.runtime import default_gpu
 from webmp.testing import reference as ref
 from webmp.testing.probe import run_op
 from webmp.testing.reference import store_error, store_tiny
+
+FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS = 1, 2, 4
+NO_LABEL = 0xFFFFFFFF
 
 
 def rng_for(name: str, path: str) -> np.random.Generator:
@@ -59,6 +75,23 @@ class Cases:
 
     def _run(self, name: str, path: str):
         return self.runs[name](path)
+
+    def native_matches_emulated(self):
+        """The test that both f16 paths give the same bits on every case registered so far: a test
+        module ends with `test_native_matches_emulated = CASES.native_matches_emulated()`."""
+
+        @pytest.mark.parametrize("name", sorted(self.runs))
+        def test_native_matches_emulated(name, gpu):
+            """Both f16 paths do the same f32 arithmetic in the same order on the same f16 values; they
+            differ only in the conversion builtin that stores (vec2<f16>(v) vs pack2x16float), and both
+            round operands with the same integer f16_round. On this adapter the two store conversions
+            round alike, so every output is bit-identical, as prelude_emulated.wgsl promises. (WGSL lets
+            each conversion pick either neighbour, so an adapter could differ by 1 f16 ulp in stores.)"""
+            if not gpu.has_f16:
+                pytest.skip("this adapter lacks 'shader-f16': nothing to compare the emulated path with")
+            assert_same_bits(name, self.run(name, "native")[1], self.run(name, "emulated")[1])
+
+        return test_native_matches_emulated
 
 
 def _flatten(out, prefix=""):

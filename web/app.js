@@ -1,10 +1,12 @@
-// The page: controls, adapter info, live charts, and the link between runner.js and the server.
+// The page: controls, adapter info, live charts, and the link between the GPU (runner.js, loops.js)
+// and the server.
 // Opening /?run=ID trains (or resumes) a created or disconnected run, follows a run another page
 // is training, and shows any other; Start always trains a new run from the form, Resume continues
 // the shown run with its own settings. The runs panel (runs.js) lists every run, the compare view
 // (compare.js) overlays chosen runs. A finished GPT run then generates text on this GPU from the sampling plan the server builds of its
 // final checkpoint (`webmp sample`'s), and the results panel offers to sample again.
-import {openGPU, Runner, checkPlan, train, generate, decode} from './runner.js';
+import {openGPU, Runner, checkPlan} from './runner.js';
+import {train, generate, decode} from './loops.js';
 import {adapterSignature, tuneKernels} from './tune.js';
 import {RunsPanel} from './runs.js';
 import {CompareView} from './compare.js';
@@ -375,7 +377,8 @@ const gpuReady = openGPU().then((gpu) => {
     ['adapter', [a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(' / ') || '(not reported)'],
     ['shader-f16', gpu.hasF16 ? 'yes: f16 runs natively' : 'no: f16 is emulated (stored as f16, computed in f32)'],
     ['f16 path', '(chosen when a run starts)'],
-    ...Object.entries(gpu.limits).map(([k, v]) => [k, String(v)]),
+    ['limits', details(`${Object.keys(gpu.limits).length} limits`,
+                       Object.entries(gpu.limits).map(([k, v]) => `${k} ${v}`).join(', '))],
     ['features', details(`${gpu.features.length} features`, gpu.features.join(', '))],
   ]);
   page.adapter = a;
@@ -676,7 +679,7 @@ async function trainRun(runId) {
 
 // --- text generation: a finished GPT run's sampling plan, replayed on this page's GPU -----------------
 // The server builds the plan from the run's final checkpoint with `webmp sample`'s code and checks the
-// settings (422 with one line); the page replays it (runner.js generate) and decodes the tokens with
+// settings (422 with one line); the page replays it (loops.js generate) and decodes the tokens with
 // the plan's vocabulary. The form starts at `webmp sample`'s defaults, served in GET /api/form.
 
 let sampleGeneration = 0;  // a newer run or sample makes an older sample's result stale

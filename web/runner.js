@@ -1,21 +1,15 @@
 // The browser runtime: creates what a webmp plan lists on navigator.gpu and replays its programs.
 // It is the twin of webmp/engine/runtime.py and decides nothing: kernels, dispatch order, sizes and
-// hyper-parameters all come from the plan built by webmp.engine.plan.build_plan on the server.
+// hyper-parameters all come from the plan built by webmp.models.build_plan on the server; the
+// device checks are the plan's required_features and required_limits, the metrics records and the
+// state words are decoded by the plan's metrics.fields and state.fields. The loops that replay a
+// plan (training on plan.schedule, sampling on plan.sample) are loops.js's.
 //
 // A training step is one command encoder with one compute pass holding the plan's dispatch list,
 // submitted once. Metrics stay in a GPU ring buffer that is copied to one reused staging buffer
-// and mapped only every plan.schedule.log_every steps (and at checkpoints and the end).
-//
-// A sampling plan (webmp.models.gpt.build_gpt_sample_plan, served by /api/runs/{id}/sample) is
-// replayed the same way by generate(): its one program plan.sample.program once per token,
-// plan.sample.tokens_per_submit replays a submit, then the token buffer is read once. It has no
-// state or metrics (a one-word stand-in buffer is named for both), which the Runner never needs
-// unless asked for records or the state.
-
-export const LIMIT_KEYS = ['maxStorageBufferBindingSize', 'maxBufferSize', 'maxStorageBuffersPerShaderStage',
-  // what the matmul tile choices must fit (webmp.tune.matmul_cases.fits), for the page's tuning pass
-  'maxComputeInvocationsPerWorkgroup', 'maxComputeWorkgroupSizeX', 'maxComputeWorkgroupSizeY',
-  'maxComputeWorkgroupStorageSize'];
+// and mapped only when run() is asked to read them. A sampling plan has no state or metrics (a
+// one-word stand-in buffer is named for both), which the Runner never needs unless asked for
+// records or the state.
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -35,7 +29,12 @@ export async function openGPU() {
   if (!adapter) throw new Error('navigator.gpu.requestAdapter() found no WebGPU adapter (10 tries)');
   const hasF16 = adapter.features.has('shader-f16');
   const hasSubgroups = adapter.features.has('subgroups');
-  const limits = Object.fromEntries(LIMIT_KEYS.map((k) => [k, adapter.limits[k]]));
+  // Every limit the adapter reports, at its value: checkPlan compares a plan's required_limits with
+  // them, and the page's tuning pass sends them to the server (its tile choices must fit them).
+  const limits = {};
+  for (const key in adapter.limits) {
+    if (typeof adapter.limits[key] === 'number') limits[key] = adapter.limits[key];
+  }
   const device = await adapter.requestDevice({
     requiredFeatures: [...(hasF16 ? ['shader-f16'] : []), ...(hasSubgroups ? ['subgroups'] : [])],
     requiredLimits: limits,
@@ -70,7 +69,7 @@ export function checkPlan(plan, gpu) {
 }
 
 // Rows of u32/f32 words -> objects, per [[name, 'u32'|'f32'], ...].
-export function decodeRecords(arrayBuffer, fields) {
+function decodeRecords(arrayBuffer, fields) {
   const u32 = new Uint32Array(arrayBuffer), f32 = new Float32Array(arrayBuffer);
   const out = [];
   for (let row = 0; row + fields.length <= u32.length; row += fields.length) {
@@ -279,59 +278,4 @@ export class Runner {
     this.destroyed = true;
     this.device.destroy();
   }
-}
-
-// Trains from `startStep` to plan.schedule.steps on the native Trainer's schedule: records are read
-// after step s when s % log_every == 0, s == steps or s % checkpoint_every == 0; checkpoints are
-// taken after step s when s % checkpoint_every == 0 and s < steps (the final one is the caller's).
-// shouldStop() is asked after each read, so a stopped run has every step it ran recorded. Each read
-// also runs the plan's gradient-range lens (plan.histograms) when it has one: onRecords(records,
-// {step, counts}) gets the counts after the last record's step, a list of counters per layer.
-// onStepDone(s, time) is called as the GPU finishes step s (s steps done; queue.onSubmittedWorkDone,
-// no buffer read), in step order: progress between metric reads. Returns the number of steps completed.
-export async function train(runner, {startStep, onRecords, onCheckpoint, shouldStop, onStepDone = () => {}}) {
-  const {steps, log_every: logEvery, checkpoint_every: ckptEvery} = runner.plan.schedule;
-  let step = startStep, logged = startStep - 1;
-  while (step < steps) {
-    const s = step + 1;
-    const ckpt = ckptEvery > 0 && s % ckptEvery === 0;
-    const read = s % logEvery === 0 || s === steps || ckpt;
-    const lens = read && Boolean(runner.plan.histograms);
-    const submitted = runner.run('train_step', read, 1, lens);  // submits before it returns
-    runner.device.queue.onSubmittedWorkDone().then(() => onStepDone(s, performance.now()), () => {});
-    const ring = await submitted;
-    step = s;
-    if (!ring) continue;
-    const recs = ring.filter((r) => r.step > logged && r.step < s).sort((a, b) => a.step - b.step);
-    if (recs.length !== s - 1 - logged) throw new Error(`the metrics ring lost records between steps ${logged + 1} and ${s - 1}`);
-    logged = s - 1;
-    await onRecords(recs, lens ? {step: s - 1, counts: runner.lastHistograms} : null);
-    if (ckpt && s < steps) await onCheckpoint(s);
-    if (shouldStop()) break;
-  }
-  return step;
-}
-
-// Replays a sampling plan (runner.plan.sample, webmp.engine.plan.SampleSpec): its program spec.tokens
-// times, spec.tokens_per_submit replays a submit, with no host work between tokens; then reads the
-// token buffer, its count and the overflow flags once. Returns the generated token ids (after the
-// spec.prompt_tokens of the prompt) and whether an activation overflowed the f16 range. The
-// sampling itself (window, forward pass, draw) is all in the plan's kernels.
-export async function generate(runner) {
-  const spec = runner.plan.sample;
-  for (let left = spec.tokens; left > 0; left -= spec.tokens_per_submit) {
-    await runner.run(spec.program, false, Math.min(left, spec.tokens_per_submit));
-  }
-  const raw = await runner.read([spec.seq, spec.seq_len, spec.flags]);
-  const words = new Uint32Array(raw);
-  const capacity = spec.prompt_tokens + spec.tokens;
-  const seqWords = runner.buffers[spec.seq].size / 4, lenWords = runner.buffers[spec.seq_len].size / 4;
-  const length = words[seqWords];
-  if (length !== capacity) throw new Error(`the GPU generated ${length - spec.prompt_tokens} of ${spec.tokens} tokens`);
-  return {ids: words.slice(spec.prompt_tokens, capacity), overflow: words[seqWords + lenWords] !== 0};
-}
-
-// Token ids -> text with the plan's vocabulary (token id -> character).
-export function decode(ids, vocab) {
-  return Array.from(ids, (i) => vocab[i]).join('');
 }

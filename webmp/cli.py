@@ -4,7 +4,7 @@
 field, named after it (underscores as dashes), typed by its annotation (int, float, str, bool,
 list[...] as comma-separated values, Literal[...] as choices, `T | None` as T), defaulting to its
 default and helped by its docstring. A new field is a new flag with nothing to add here. `serve` and
-`bench` parse their own arguments (webmp/serve/app.py, webmp/bench/suite.py); `sample`'s are below
+`bench` parse their own arguments (webmp/serve/cli.py, webmp/bench/cli.py); `sample`'s are below
 (the work is webmp/sample/replay.py's, imported when the command runs: it loads wgpu).
 """
 
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from . import __version__
-from .config import MODEL_DEFAULTS, TrainConfig, config_error_message
+from .config import MODEL_DEFAULTS, TrainConfig, config_error_message, find_meta
 
 COMMANDS = {
     "train": "train a model natively through wgpu-py",
@@ -29,7 +29,6 @@ COMMANDS = {
     "bench": "benchmark kernels, step overhead and memory",
 }
 SCALARS: dict[type, str] = {int: "INT", float: "FLOAT", str: "TEXT"}  # flag types and their metavars
-METAVARS = {"data": "PATH", "init_weights": "PATH"}  # fields whose metavar says more than their type's
 
 
 def flag_name(field: str) -> str:
@@ -88,17 +87,19 @@ def _flag_spec(name: str, field: FieldInfo, default: object) -> dict[str, Any]:
 
 
 def add_train_flags(p: argparse.ArgumentParser, model: type[BaseModel] = TrainConfig) -> None:
-    """One flag per field of `model` (TrainConfig), with the field's default and docstring as help."""
+    """One flag per field of `model` (TrainConfig), with the field's default and docstring as help and
+    its Meta.metavar, where it has one, instead of its type's."""
     group = p.add_argument_group("configuration", f"the fields of {model.__module__}.{model.__qualname__}")
     for name, field in model.model_fields.items():
         default = field.get_default(call_default_factory=True)
+        meta = find_meta(field)
         action = group.add_argument(
             flag_name(name),
             dest=name,
             default=argparse.SUPPRESS,  # a flag left out stays out: the model's default applies
             **{
                 **_flag_spec(f"{model.__qualname__}.{name}", field, default),
-                **({"metavar": METAVARS[name]} if name in METAVARS else {}),
+                **({"metavar": meta.metavar} if meta is not None and meta.metavar else {}),
             },
         )
         # set after add_argument, so that no action (BooleanOptionalAction) adds a default of its own
@@ -136,13 +137,15 @@ def train_parser() -> argparse.ArgumentParser:
 def cmd_train(argv: list[str]) -> int:
     args = train_parser().parse_args(argv)
     given = {k: getattr(args, k) for k in TrainConfig.model_fields if hasattr(args, k)}
+    resume = None
     try:
         if args.resume is None:
             cfg = config_from_args(args)
-        else:  # the run's own config, with only the flags given changed
-            from .train.loop import config_to_resume
+        else:  # the run's own config, with only the flags given changed (the checkpoint read once)
+            from .train.loop import Resume
 
-            cfg = config_to_resume(args.resume, given)
+            resume = Resume.read(args.resume)
+            cfg = resume.config(given)
     except ValidationError as e:
         print(f"webmp train: {config_error_message(e)}", file=sys.stderr)
         return 2
@@ -159,7 +162,7 @@ def cmd_train(argv: list[str]) -> int:
         return 1
     where = f" (rank {world.rank} of {world.size})" if world.size > 1 else ""
     try:
-        Trainer(cfg, out=args.out, resume=args.resume, progress=not args.quiet, world=world).run()
+        Trainer(cfg, out=args.out, resume=resume, progress=not args.quiet, world=world).run()
     except ScaleCollapseError as e:
         print(f"webmp train{where}: {e}", file=sys.stderr)
         world.abort(3)  # under MPI: ends every rank now (the others may wait in an all-reduce)
@@ -171,38 +174,22 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
+def _setting(name: str) -> Callable[[str], Any]:
+    """The argparse type of one sampling setting, checked by webmp.sample.job.SampleSettings: its
+    problem (argparse adds "argument --NAME: ") for a bad value, before the run directory is read."""
+    from .sample.job import SampleSettings, SettingError  # no wgpu there
 
+    def parse(text: str) -> Any:
+        try:
+            return getattr(SampleSettings.of(**{name: text}), name)
+        except SettingError as e:
+            raise argparse.ArgumentTypeError(e.problem) from None
 
-def _temperature(text: str) -> float:
-    try:
-        t = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a number, got {text!r}") from None
-    if not 0 <= t < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return t
-
-
-def _seed(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes an integer, got {text!r}") from None
-    if not 0 <= n < 2**32:
-        raise argparse.ArgumentTypeError(f"must be in 0 .. 4294967295, got {n}")
-    return n
+    return parse
 
 
 def sample_parser() -> argparse.ArgumentParser:
-    from .sample.job import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS  # no wgpu there
+    from .sample.job import SampleSettings  # no wgpu there
 
     p = argparse.ArgumentParser(
         prog="webmp sample",
@@ -216,23 +203,15 @@ def sample_parser() -> argparse.ArgumentParser:
         help="text to continue; its characters must be in the run's vocabulary (default: empty, the "
         "model starts after a newline)",
     )
-    p.add_argument(
-        "--tokens",
-        type=_positive_int,
-        default=DEFAULT_TOKENS,
-        metavar="N",
-        help=f"characters to generate (default: {DEFAULT_TOKENS})",
-    )
-    p.add_argument(
-        "--temperature",
-        type=_temperature,
-        default=DEFAULT_TEMPERATURE,
-        metavar="T",
-        help=f"softmax temperature; 0 = greedy, the most likely character (default: {DEFAULT_TEMPERATURE})",
-    )
-    p.add_argument(
-        "--seed", type=_seed, default=DEFAULT_SEED, help=f"seeds the draws (default: {DEFAULT_SEED})"
-    )
+    for name, metavar in (("tokens", "N"), ("temperature", "T"), ("seed", None)):
+        field = SampleSettings.model_fields[name]
+        p.add_argument(
+            flag_name(name),
+            type=_setting(name),
+            default=field.default,
+            metavar=metavar,
+            help=f"{field.description} (default: {field.default})",
+        )
     p.add_argument(
         "--f16",
         choices=("native", "emulated", "auto"),
@@ -290,10 +269,10 @@ def _dispatch(argv: list[str]) -> int:
         if cmd == "sample":
             return cmd_sample(rest)
         if cmd == "serve":
-            from .serve.app import cli_serve
+            from .serve.cli import cli_serve
 
             return cli_serve(rest)
-        from .bench.suite import cli_bench
+        from .bench.cli import cli_bench
 
         return cli_bench(rest)
     p = main_parser()

@@ -1,14 +1,22 @@
-"""Training configuration: one validated object shared by the CLI, the Python API and the server."""
+"""Training configuration: one validated object shared by the CLI, the Python API and the server.
+
+Each field's facts sit beside its type, default and docstring, in its `Meta`: the CLI's flags, the
+page's form, the resume rules and the browser refusal are generated from it, and its limits checked.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import KW_ONLY, dataclass
+from functools import cache
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 Precision = Literal["mixed", "fp32", "fp16-noscale"]
 F16Choice = Literal["native", "emulated", "auto"]
 MLP_MODELS = ("mlp", "mlp-ln")
+GPT_ONLY = ("gpt",)
 # Defaults that differ by model, applied to the fields a config leaves out. The GPT's train in about
 # four minutes on a 2-core CPU adapter (lavapipe): 600 steps of 16 windows of 64 characters.
 MODEL_DEFAULTS: dict[str, dict[str, object]] = {
@@ -17,30 +25,67 @@ MODEL_DEFAULTS: dict[str, dict[str, object]] = {
 F32_NORMAL_MIN = 2.0**-126  # the smallest normal f32 (GPUs may flush subnormals to 0)
 F32_MAX = 3.4028234663852886e38
 BETA_F32_MAX = 1 - 2.0**-25  # from here up an f32 rounds to 1
-# The fields only some models read; every other field applies to all of them.
-MODEL_FIELDS: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(("hidden", "act", "init_gain", "dataset", "input_scale"), MLP_MODELS),
-    **dict.fromkeys(("n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens"), ("gpt",)),
-}
+# The page's form groups (their titles and order are the form's: webmp.serve.form.GROUP_TITLES).
+FormGroup = Literal["model", "precision", "optimizer", "run"]
 
 
-# Counters the GPU keeps in 32 bits (webmp.engine.state's words).
-U32_FIELDS = ("steps", "growth_interval", "hysteresis", "warmup", "checkpoint_every", "val_tokens")
-# Sizes beyond any adapter a WebGPU device offers; the adapter's own limits are checked when the
-# plan is built (webmp.engine.runtime.GPU.check_plan), these catch typos before any work.
-SIZE_LIMITS = {
-    "hidden": 1 << 16, "d_model": 1 << 14, "n_head": 1 << 10, "n_layer": 1 << 10, "context": 1 << 13,
-    "batch_size": 1 << 20, "log_every": 1 << 16,
-}  # fmt: skip
-SIZE_WHY = {
-    "hidden": "a layer's width",
-    "d_model": "the residual stream's width",
-    "n_head": "attention heads",
-    "n_layer": "transformer blocks",
-    "context": "the attention scores grow with its square",
-    "batch_size": "rows a step",
-    "log_every": "the GPU's metrics ring holds log_every records",
-}
+@dataclass(frozen=True)
+class Size:
+    """A size beyond any adapter a WebGPU device offers (the adapter's own limits are checked when the
+    plan is built, webmp.engine.runtime.GPU.check_plan): this catches typos before any work."""
+
+    limit: int
+    why: str  # what the number counts, for the error message
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What a TrainConfig field is besides its type, default and docstring (its flag's help): its
+    place in the page's form, the models that read it, whether a browser run or a resume may change
+    it, its GPU-side limits and its flag's metavar. Every field carries one: `Annotated[T, Meta(...)]`."""
+
+    group: FormGroup  # the form's group that shows it
+    _: KW_ONLY
+    label: str | None = None  # the form's label; the name with spaces if None
+    common: bool = False  # shown before the group's "more settings"
+    form_after: str | None = None  # the form shows it right after this field, not in declaration order
+    models: tuple[str, ...] | None = None  # the models that read it; None: all of them
+    browser: str | None = None  # why a browser run cannot set it (it must keep its default); None: it can
+    locked: bool = False  # a resumed run must keep the checkpoint's value
+    u32: bool = False  # a counter the GPU keeps in 32 bits (webmp.engine.state's words)
+    size: Size | None = None
+    metavar: str | None = None  # the flag's, where it says more than its type's
+
+
+def find_meta(field: FieldInfo) -> Meta | None:
+    """The field's Meta, if its annotation carries one."""
+    return next((m for m in field.metadata if isinstance(m, Meta)), None)
+
+
+@cache
+def field_meta(model: type[BaseModel]) -> dict[str, Meta]:
+    """Each field's Meta, in declaration order; raises TypeError naming a field without one."""
+    metas = {name: find_meta(field) for name, field in model.model_fields.items()}
+    missing = [name for name, meta in metas.items() if meta is None]
+    if missing:
+        raise TypeError(
+            f"{model.__qualname__}: {', '.join(missing)} without a Meta (Annotated[T, Meta(group, ...)]: "
+            "the form, the resume rules and the limits read it)"
+        )
+    return {name: meta for name, meta in metas.items() if meta is not None}
+
+
+# The plan's blob, training data included, goes to whichever client asks for it over HTTP: a data
+# path chosen by that client would let it read any file the server can.
+BROWSER_DATA = (
+    "browser runs train on the built-in datasets (the MLPs: the dataset field; gpt: the default "
+    "corpus, the server's Python standard library sources); data files (--data) are for native "
+    "`webmp train`"
+)
+BROWSER_INIT = (
+    "browser runs draw their initial weights from the seed; a weights file (--init-weights) is for "
+    "native `webmp train`"
+)
 
 
 class TrainConfig(BaseModel):
@@ -49,96 +94,122 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
     # model and data
-    model: Literal["mlp", "mlp-ln", "gpt"] = "mlp"
+    model: Annotated[Literal["mlp", "mlp-ln", "gpt"], Meta("model", common=True, locked=True)] = "mlp"
     """mlp: Linear layers with an activation between them; mlp-ln adds LayerNorm after each hidden Linear;
     gpt: a character-level transformer (pre-LayerNorm, GPT-2 style) on a text corpus"""
-    hidden: list[int] = Field(default_factory=lambda: [256, 256])
+    hidden: Annotated[
+        list[int],
+        Meta("model", label="hidden widths", common=True, models=MLP_MODELS, locked=True,
+             size=Size(1 << 16, "a layer's width")),
+    ] = Field(default_factory=lambda: [256, 256])  # fmt: skip
     """hidden layer widths, comma-separated"""
-    act: Literal["gelu", "relu"] = "gelu"
+    act: Annotated[Literal["gelu", "relu"], Meta("model", models=MLP_MODELS, locked=True)] = "gelu"
     """activation after each hidden layer"""
-    init_gain: float = 1.0
+    init_gain: Annotated[float, Meta("model", models=MLP_MODELS, locked=True)] = 1.0
     """multiplies PyTorch's default Linear init"""
-    dataset: Literal["digits"] = "digits"
+    dataset: Annotated[Literal["digits"], Meta("model", models=MLP_MODELS, locked=True)] = "digits"
     """built-in training data (without --data): scikit-learn's 8x8 digits (10 classes), a fixed split"""
-    data: str | None = None
+    data: Annotated[str | None, Meta("model", browser=BROWSER_DATA, locked=True, metavar="PATH")] = None
     """training data file: for the MLPs .npz (arrays x, y) or .csv (last column the label), split 80/20
     like digits, without it the built-in dataset; for gpt any UTF-8 text (characters are the tokens,
     the last 10 % validation), without it the running Python's standard library sources"""
-    init_weights: str | None = None
+    init_weights: Annotated[
+        str | None, Meta("model", browser=BROWSER_INIT, locked=True, metavar="PATH")
+    ] = None  # fmt: skip
     """initial parameters from a safetensors file instead of drawing them from seed: one float tensor per
     parameter, named and shaped as this model's (weights [in, out]; a webmp checkpoint.safetensors
     works too, its optimizer state left out); the optimizer and loss scaler start fresh"""
     # the GPT's shape (ignored by the MLPs)
-    n_layer: int = 2
+    n_layer: Annotated[
+        int,
+        Meta("model", label="layers", common=True, models=GPT_ONLY, locked=True,
+             size=Size(1 << 10, "transformer blocks")),
+    ] = 2  # fmt: skip
     """gpt: transformer blocks"""
-    n_head: int = 4
+    n_head: Annotated[
+        int,
+        Meta("model", label="heads", common=True, models=GPT_ONLY, locked=True,
+             size=Size(1 << 10, "attention heads")),
+    ] = 4  # fmt: skip
     """gpt: attention heads; d_model / n_head, the head size, must be even"""
-    d_model: int = 128
+    d_model: Annotated[
+        int,
+        Meta("model", label="width (d_model)", common=True, models=GPT_ONLY, locked=True,
+             size=Size(1 << 14, "the residual stream's width")),
+    ] = 128  # fmt: skip
     """gpt: width of the residual stream (the MLP block is 4x as wide)"""
-    context: int = 64
+    context: Annotated[
+        int,
+        Meta("model", common=True, models=GPT_ONLY, locked=True,
+             size=Size(1 << 13, "the attention scores grow with its square")),
+    ] = 64  # fmt: skip
     """gpt: context length in characters (training windows and sampling)"""
-    tie_head: bool = True
+    tie_head: Annotated[bool, Meta("model", label="tied head", models=GPT_ONLY, locked=True)] = True
     """gpt: the output head is the token embedding's transpose (no head bias)"""
-    val_tokens: int = 32768
+    val_tokens: Annotated[int, Meta("model", models=GPT_ONLY, u32=True)] = 32768
     """gpt: validation characters evaluated at the end (the first ones of the split; 0 = all)"""
-    input_scale: float = 1.0
+    input_scale: Annotated[float, Meta("model", form_after="init_gain", models=MLP_MODELS, locked=True)] = 1.0
     """multiplies the normalised features"""
     # precision
-    precision: Precision = "mixed"
+    precision: Annotated[Precision, Meta("precision", common=True, locked=True)] = "mixed"
     """mixed: f16 matmuls, fp32 master weights, dynamic loss scaling; fp32: the same kernels in f32, no
     scaling; fp16-noscale: f16 without loss scaling"""
-    f16: F16Choice = "auto"
+    f16: Annotated[F16Choice, Meta("precision", label="f16 path")] = "auto"
     """f16 path: native needs the adapter's shader-f16 feature, emulated packs f16 into u32 words; auto
     picks native when the adapter has it"""
     # optimisation
-    steps: int = 1000
+    steps: Annotated[int, Meta("optimizer", common=True, u32=True)] = 1000
     """training steps, overflow-skipped ones included"""
-    batch_size: int = 64
+    batch_size: Annotated[
+        int, Meta("optimizer", common=True, locked=True, size=Size(1 << 20, "rows a step"))
+    ] = 64
     """examples per step (gpt: context windows per step)"""
-    lr: float = 1e-3
+    lr: Annotated[float, Meta("optimizer", label="learning rate", common=True)] = 1e-3
     """peak learning rate (AdamW)"""
-    schedule: Literal["cosine", "constant"] = "cosine"
+    schedule: Annotated[Literal["cosine", "constant"], Meta("optimizer")] = "cosine"
     """learning rate after warmup: cosine decay to min_lr, or constant"""
-    warmup: int = 50
+    warmup: Annotated[int, Meta("optimizer", u32=True)] = 50
     """linear warmup steps"""
-    min_lr: float = 0.0
+    min_lr: Annotated[float, Meta("optimizer", label="min learning rate")] = 0.0
     """final learning rate of the cosine schedule"""
-    weight_decay: float = 0.01
+    weight_decay: Annotated[float, Meta("optimizer")] = 0.01
     """AdamW's decoupled weight decay, on weight matrices only: the MLPs' Linear weights, every matrix of
     the gpt (token and position embeddings and an untied head included); never biases or LayerNorm
     parameters. (torch.optim.AdamW decays every parameter it is given.)"""
-    beta1: float = 0.9
+    beta1: Annotated[float, Meta("optimizer")] = 0.9
     """AdamW's first-moment decay"""
-    beta2: float = 0.999
+    beta2: Annotated[float, Meta("optimizer")] = 0.999
     """AdamW's second-moment decay"""
-    eps: float = 1e-8
+    eps: Annotated[float, Meta("optimizer")] = 1e-8
     """AdamW's denominator epsilon"""
-    clip_norm: float = 0.0
+    clip_norm: Annotated[float, Meta("optimizer")] = 0.0
     """max global gradient norm, applied after unscaling (0 = no clipping)"""
     # dynamic loss scaling (PyTorch GradScaler defaults; hysteresis 1 = PyTorch behaviour; the floor
     # min_scale is webmp's own)
-    init_scale: float = 65536.0
+    init_scale: Annotated[float, Meta("precision", common=True)] = 65536.0
     """initial loss scale"""
-    growth_factor: float = 2.0
+    growth_factor: Annotated[float, Meta("precision")] = 2.0
     """multiplies the scale after growth_interval clean steps"""
-    backoff_factor: float = 0.5
+    backoff_factor: Annotated[float, Meta("precision")] = 0.5
     """multiplies the scale when an overflow backs it off (see hysteresis); the step is skipped"""
-    growth_interval: int = 2000
+    growth_interval: Annotated[int, Meta("precision", u32=True)] = 2000
     """clean (overflow-free) steps before the scale grows"""
-    hysteresis: int = 1
+    hysteresis: Annotated[int, Meta("precision", u32=True)] = 1
     """overflows tolerated before the scale backs off (1 = PyTorch)"""
-    min_scale: float = 1.0
+    min_scale: Annotated[float, Meta("precision")] = 1.0
     """floor of the loss scale; an overflow at this scale is a min-scale event, which stops the run under
     the default min_scale_policy (raise). Not in PyTorch: GradScaler has no floor, its scale can fall
     below 1"""
-    min_scale_policy: Literal["raise", "warn"] = "raise"
+    min_scale_policy: Annotated[Literal["raise", "warn"], Meta("precision")] = "raise"
     """on a min-scale event: raise stops the run naming the step and last checkpoint; warn goes on"""
     # bookkeeping
-    seed: int = 0
+    seed: Annotated[int, Meta("run", common=True, locked=True)] = 0
     """seeds the initial weights and the data order"""
-    log_every: int = 50
+    log_every: Annotated[
+        int, Meta("run", common=True, size=Size(1 << 16, "the GPU's metrics ring holds log_every records"))
+    ] = 50
     """steps between metric readbacks from the GPU"""
-    checkpoint_every: int = 500
+    checkpoint_every: Annotated[int, Meta("run", u32=True)] = 500
     """steps between checkpoints (0 = only at the end)"""
 
     @model_validator(mode="before")
@@ -172,23 +243,19 @@ class TrainConfig(BaseModel):
             )
         return v
 
-    @field_validator(*U32_FIELDS)
+    @field_validator("*")
     @classmethod
-    def _u32(cls, v, info):
-        if v >= 2**32:
+    def _limits(cls, v, info):
+        """The GPU's 32-bit counters (Meta.u32) and the sizes no adapter offers (Meta.size)."""
+        meta = field_meta(cls)[info.field_name]
+        if meta.u32 and v >= 2**32:
             raise ValueError(
                 f"{info.field_name} must be below 2^32 = 4294967296 (a 32-bit counter on the GPU), got {v}"
             )
-        return v
-
-    @field_validator(*SIZE_LIMITS)
-    @classmethod
-    def _size(cls, v, info):
-        limit = SIZE_LIMITS[info.field_name]
         values = v if isinstance(v, list) else [v]
-        if any(x > limit for x in values):
+        if meta.size is not None and any(x > meta.size.limit for x in values):
             raise ValueError(
-                f"{info.field_name} must be at most {limit} ({SIZE_WHY[info.field_name]}), got {v}"
+                f"{info.field_name} must be at most {meta.size.limit} ({meta.size.why}), got {v}"
             )
         return v
 
@@ -286,6 +353,8 @@ class TrainConfig(BaseModel):
         return self.precision == "mixed"
 
 
+# Every field's Meta, checked here: a field without one is an import error.
+FIELD_META = field_meta(TrainConfig)
 SCHEDULE_FIELDS = ("steps", "lr", "schedule", "warmup", "min_lr")  # the learning-rate schedule's inputs
 
 

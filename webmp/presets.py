@@ -25,9 +25,9 @@ class Preset(BaseModel):
     config: dict[str, Any]
 
 
-# What the presets show is measured: tests/serve/test_server.py checks each is a valid browser config,
+# What the presets show is measured: tests/serve/test_rest.py checks each is a valid browser config,
 # tests/train/test_train.py::test_loss_scaling_matters the fp16-noscale failure (LOSS_SCALING_DEMO, the
-# numbers in docs/loss-scaling.md), tests/browser/test_browser.py runs "loss scaling at work" in a page.
+# numbers in docs/loss-scaling.md), tests/browser/test_browser_form.py runs "loss scaling at work" in a page.
 PRESETS = [
     Preset(
         name="loss-scaling",

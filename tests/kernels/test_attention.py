@@ -1,4 +1,4 @@
-"""The attention kernels (webmp/ops.py's attention section) against their float64 references, on each
+"""The attention kernels (webmp/ops/attention.py) against their float64 references, on each
 storage path (native f16, emulated f16, fp32), at shapes that are not powers of two, T = 1 included.
 
 Shapes are "BxTxHxd" (batch, context, heads, head size). Every product is one batched dispatch over
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_kernels import FLAG_H_STORE, kernel_case, rand_h, rng_for, run, stored_bound
+from kernel_cases import FLAG_H_STORE, Cases, rand_h, rng_for, stored_bound
 
 from webmp import ops
-from webmp.engine import tiles as tilecache
+from webmp.engine import tiles as engine_tiles
 from webmp.engine.runtime import default_gpu
 from webmp.testing import reference as ref
 from webmp.testing.probe import run_op
@@ -32,7 +32,7 @@ REG_TILES = {"WG_X": 8, "WG_Y": 2, "TM": 8, "TN": 8}
 # 16-row blocks reading op(B) two words a load: with d = 8 every batch of qkv and dO starts on an
 # even word, so the non-transposed B operands (V, K, Q, dO) are read in pairs.
 PAIR_TILES = {"WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 8, "B_PAIRS": 1}
-# The small-shape default (tilecache.SMALL_TILES): the register core with the sizes and the batch
+# The small-shape default (tiles.SMALL_TILES): the register core with the sizes and the batch
 # layouts read from the args uniform at run time (RUNTIME_DIMS).
 PRODUCT_SHAPES = [
     "2x7x3x6", "2x1x2x4", "2x37x2x6/small", "2x37x2x6/reg", "2x37x2x6/runtime", "2x7x3x6/runtime",
@@ -51,7 +51,7 @@ def parse(shape: str):
         tiles = REG_TILES if rest == ["reg"] else PAIR_TILES
         return B, T, H, d, {"core": "reg_sg" if default_gpu().has_subgroups else "reg", **tiles}
     if rest == ["runtime"]:
-        return B, T, H, d, dict(tilecache.SMALL_TILES)
+        return B, T, H, d, dict(engine_tiles.SMALL_TILES)
     return B, T, H, d, (SMALL_TILES if rest else None)
 
 
@@ -64,7 +64,10 @@ def buffer_shapes(B, T, H, d):
     return {"qkv": (B * T, 3 * D), "dqkv": (B * T, 3 * D), "O": (B * T, D), "dO": (B * T, D)}
 
 
-NAMES: list[str] = []  # the cases registered here (in test_kernels' registry, sharing its run cache)
+# Every kernel run is a registered case, cached per path (kernel_cases.Cases).
+CASES = Cases()
+kernel_case, run = CASES.case, CASES.run
+NAMES: list[str] = []  # the cases in registration order
 
 
 def case(name):
@@ -410,8 +413,9 @@ def test_causal_mask(path):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_native_matches_emulated(name, gpu):
-    """As for the other kernels (tests/kernels/test_kernels.py): both f16 paths do the same f32 arithmetic on
-    the same f16 values, and on this adapter their store conversions round alike."""
+    """As for the other kernels (kernel_cases.Cases.native_matches_emulated): both f16 paths do
+    the same f32 arithmetic on the same f16 values, and on this adapter their store conversions
+    round alike."""
     if not gpu.has_f16:
         pytest.skip("this adapter lacks 'shader-f16': nothing to compare the emulated path with")
     native, emulated = run(name, "native")[1], run(name, "emulated")[1]

@@ -4,7 +4,7 @@ embed_wgrad.wgsl), the residual add (add.wgsl), and softmax_xent with padding ro
 and a vocabulary-sized row. Odd shapes (T = 7, V = 11, D = 10 and 9, B = 3), every storage path,
 through webmp.testing.probe.run_op as a model dispatches them.
 
-Bounds as in test_kernels.py: an f32 sum of n terms errs by at most dot_error(n) * sum|terms|,
+Bounds as in kernel_cases: an f32 sum of n terms errs by at most dot_error(n) * sum|terms|,
 a store in the activation format by one ulp of the stored precision.
 """
 
@@ -429,7 +429,7 @@ def test_softmax_vocabulary_rows(gpu):
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_native_matches_emulated(name, gpu):
     """Same f32 arithmetic on the same f16 values; the stores differ only in the conversion builtin
-    (see test_kernels.py::test_native_matches_emulated)."""
+    (see kernel_cases.Cases.native_matches_emulated)."""
     if not gpu.has_f16:
         pytest.skip("this adapter lacks 'shader-f16'")
     assert_same_bits(name, run(name, "native")[1], run(name, "emulated")[1])

@@ -1,6 +1,6 @@
 """The gradient-range lens: its plan program, histograms.jsonl and histograms.png of a native run,
-and the shares against f16's range. (The kernel against numpy: tests/kernels/test_kernels.py; the page's
-lens: tests/browser/test_browser.py.)"""
+and the shares against f16's range. (The kernel against numpy: tests/kernels/test_optim.py; the page's
+lens: tests/browser/test_browser_reliability.py.)"""
 
 from __future__ import annotations
 
@@ -109,9 +109,9 @@ def lens_sizes(config: str) -> tuple[int, list[int]]:
 
 
 def lens_counts(config: dict | None = None) -> list[list[int]]:
-    """Counts that fit the lens of `config`'s plan (default: test_server's SMALL): every value in
-    the zero bucket."""
-    from test_server import SMALL
+    """Counts that fit the lens of `config`'s plan (default: tests/serve/helpers.py's SMALL): every
+    value in the zero bucket."""
+    from tests.serve.helpers import SMALL
 
     buckets, values = lens_sizes(json.dumps(config or SMALL, sort_keys=True))
     return [[n] + [0] * (buckets - 1) for n in values]
@@ -124,8 +124,7 @@ def test_server_stores_the_pages_histograms_and_refuses_bad_ones(tmp_path):
     Counts that do not fit the plan (layers, buckets, totals), of a step whose record is neither
     stored nor in the message, not after the last stored, or not u32 are refused with one line
     naming what is wrong, and nothing of the message is written (its records neither)."""
-    from test_server import SMALL, connect, hello, leave, record, send, serving
-
+    from tests.serve.helpers import SMALL, connect, hello, leave, record, send, serving
     from webmp.serve.app import create_app
 
     with serving(create_app(tmp_path / "runs")) as client:
@@ -218,7 +217,7 @@ def test_gpt_lens_counts_each_block_where_the_backward_pass_leaves_it(gpu):
     equal numpy's histogram of those buffers after the same step cut short where the lens counts
     them (the lens program up to that point, its counting left out, on a fresh runtime)."""
     from webmp.engine.runtime import Runtime
-    from webmp.serve.runs import training_data
+    from webmp.serve.page_data import training_data
 
     cfg = TrainConfig(**TINY_GPT, steps=4)
     path = "native" if gpu.has_f16 else "emulated"

@@ -141,7 +141,7 @@ def test_gpt_gradients_are_the_same_bits_with_every_matmul_core(path, gpu):
 
 @pytest.mark.parametrize("tie_head", [True, False], ids=["tied", "untied"])
 def test_gpt_gradients_are_the_same_bits_with_transposed_weights(path, gpu, tie_head):
-    """With the weights form "transposed" (tilecache.WEIGHTS_KEY) the backward pass transposes each
+    """With the weights form "transposed" (tiles.WEIGHTS_KEY) the backward pass transposes each
     working copy it multiplies by (transpose_h), and the tied head's logits read wte transposed:
     those products become A·B, with the same gradients and loss bit for bit as the A·Bᵀ products
     on the copies as stored (untied: the head's matrix in the backward pass too)."""
@@ -321,7 +321,7 @@ def test_gpt_trains(gpu):
 @pytest.mark.slow  # two GPT plans' pipelines; the kernels are compared bit for bit in the fast tier
 def test_gpt_row_kernel_forms_train_identically(gpu, tmp_path, monkeypatch):
     """The GPT plan built with the thread-per-row row kernels (the adapter's cache entry under
-    tilecache.ROWS_KEY) trains 4 steps to records bit-identical to the workgroup forms'."""
+    tiles.ROWS_KEY) trains 4 steps to records bit-identical to the workgroup forms'."""
     import json
 
     from webmp.engine.tiles import ROWS_KEY

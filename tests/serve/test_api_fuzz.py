@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from tests.kernels.test_lens import lens_counts
-from tests.serve.test_server import BASE, SMALL, hello, records_msg, summary_msg
-from webmp.serve.app import WS_RATE_CLOSE, create_app
+from tests.serve.helpers import BASE, SMALL, hello, records_msg, summary_msg
+from webmp.serve.app import create_app
 from webmp.serve.messages import MAX_MESSAGE_BYTES
+from webmp.serve.security import WS_RATE_CLOSE
 
 TOKEN = "fuzz-token"
 # no 5xx, and every answer one the schema documents: its status, content type, headers and body
@@ -123,7 +124,7 @@ def test_api_refuses_every_request_without_the_token(tmp_path, given_token):
 # --- the run WebSocket -----------------------------------------------------------------------------
 
 REPLY_SECONDS = 10.0  # a frame not answered within this fails the test (a hang is a bug, not a wait)
-# close codes the socket documents (webmp/serve/app.py): 4401 refused, 4404 no such run, 4409 a page
+# close codes the socket documents (webmp/serve/sockets.py): 4401 refused, 4404 no such run, 4409 a page
 # already connected, 4429 over the rate limit
 CLOSE_CODES = {4401, 4404, 4409, WS_RATE_CLOSE}
 WEIRD = st.one_of(

@@ -3,8 +3,8 @@
 shape classes with the tile choices the page's device allows, outputs are judged against float64
 (a wrong one is never kept), the fastest correct choice is stored under the adapter's key, and a
 run's plan asked for with that key uses it; the same for the forms (row kernels, weights), whose
-forms must agree.
-The page's side is tests/browser/test_browser.py::test_page_tunes_its_matmuls_and_runs_on_the_choice."""
+forms must agree. The page's side is
+tests/browser/test_browser_reliability.py::test_page_tunes_its_matmuls_and_runs_on_the_choice."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from webmp.engine.tiles import DEFAULT_TILES, ROWS_KEY, WEIGHTS_KEY, TileTable, 
 from webmp.models import build_plan
 from webmp.ops import b_pairs
 from webmp.serve.app import create_app
-from webmp.serve.runs import training_data
+from webmp.serve.page_data import training_data
 from webmp.tune.form_cases import same_outputs
 from webmp.tune.matmul_cases import CANDIDATES, candidates, fits, kebab_limits
 from webmp.tune.page import (
@@ -34,7 +34,7 @@ from webmp.tune.page import (
 )
 
 CFG = dict(hidden=[24], batch_size=16, steps=4, log_every=2, checkpoint_every=0)
-# a browser's limits (camelCase, as runner.js LIMIT_KEYS sends them): 256 threads, 16 KiB shared
+# a browser's limits (camelCase, as runner.js's openGPU sends the adapter's): 256 threads, 16 KiB shared
 LIMITS = {
     "maxComputeInvocationsPerWorkgroup": 256,
     "maxComputeWorkgroupSizeX": 256,

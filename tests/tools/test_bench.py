@@ -7,11 +7,29 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from webmp.bench import suite as bench
+import webmp
+from webmp.bench.cli import run_bench
+from webmp.bench.machine import cpu_info
+from webmp.bench.markdown import render
+from webmp.bench.readbacks import bench_readbacks
+from webmp.bench.report import TARGETS, format_table, readback_verdict
+from webmp.bench.step import (
+    StepLoop,
+    bare_dispatches,
+    bare_replay,
+    cache_warm,
+    model_data,
+    model_settings,
+    model_shape,
+    step_plan,
+    synthetic_dataset,
+)
 from webmp.config import TrainConfig
 from webmp.engine.plan import pack_h
 from webmp.engine.runtime import Runtime
@@ -36,7 +54,7 @@ def tune_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def result(gpu, tune_cache):
-    return bench.run_bench("tiny", profile=True, gpu=gpu, log=lambda *a: None)
+    return run_bench("tiny", profile=True, gpu=gpu, log=lambda *a: None)
 
 
 TINY = SIZES["tiny"]
@@ -48,10 +66,10 @@ def plans(gpu, tune_cache):
     """{(model, precision): plan} as the tiny bench built them (rebuilt: building compiles nothing)."""
     out = {}
     for m in TINY["step_models"]:
-        data = bench.model_data(m, TINY)
-        log_every = bench.model_settings(TINY, m)["log_every"]
+        data = model_data(m, TINY)
+        log_every = model_settings(TINY, m)["log_every"]
         for precision in ("mixed", "fp32"):
-            out[m["name"], precision] = bench.step_plan(gpu, m, data, precision, log_every)[0]
+            out[m["name"], precision] = step_plan(gpu, m, data, precision, log_every)[0]
     return out
 
 
@@ -68,6 +86,7 @@ def test_result_is_json_with_every_section(result):
         "size",
         "adapter",
         "host",
+        "webmp",
         "tune",
         "matmul",
         "model_matmuls",
@@ -82,6 +101,9 @@ def test_result_is_json_with_every_section(result):
     ):
         assert key in back, key
     assert back["adapter"]["name"] and isinstance(back["adapter"]["shader_f16"], bool)
+    # what docs/benchmarks.md names beside each table: the machine, the adapter's driver, webmp
+    assert back["host"]["cpus"] >= 1 and "cpu_model" in back["host"] and "driver" in back["adapter"]
+    assert back["webmp"]["version"] == webmp.__version__
 
 
 @pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
@@ -146,7 +168,7 @@ def test_train_step_rows(result, plans):
         assert r["submits_per_step"] == 1
         assert r["steps_timed"] >= 2 and r["host_steps_timed"] >= TINY["host_pairs"]
         assert 0 < r["host_pairs_in_median"] <= r["host_steps_timed"]
-        assert r["shape"] == bench.model_shape(plan)
+        assert r["shape"] == model_shape(plan)
         if r["model"] == "gpt":
             cfg = plan["config"]
             assert r["tokens_per_step"] == cfg["batch_size"] * cfg["context"] == 4 * 8
@@ -183,13 +205,13 @@ def test_first_step_rows(result, plans):
 def test_cache_warm_from_this_process_writes():
     llvmpipe = "llvmpipe (LLVM 15.0.6, 256 bits) (Mesa 25.0.7)"
     # a few bytes per kernel: access times refreshed, every shader found; kilobytes: one compiled
-    assert bench.cache_warm(llvmpipe, 140, 2044, 0, "/c") is True
-    assert bench.cache_warm(llvmpipe, 140, 2044 + 6000, 6000, "/c") is False
-    assert bench.cache_warm(llvmpipe, 140, 2044, 68363, "/c") is True  # another process wrote to it
-    assert bench.cache_warm(llvmpipe, 140, None, 0, "/c") is True  # no /proc: the cache's size
-    assert bench.cache_warm(llvmpipe, 140, None, 10, "/c") is False
-    assert bench.cache_warm(llvmpipe, 140, 0, 0, None) is None  # MESA_SHADER_CACHE_DISABLE
-    assert bench.cache_warm("NVIDIA H200 (Vulkan)", 140, 0, 0, "/c") is None
+    assert cache_warm(llvmpipe, 140, 2044, 0, "/c") is True
+    assert cache_warm(llvmpipe, 140, 2044 + 6000, 6000, "/c") is False
+    assert cache_warm(llvmpipe, 140, 2044, 68363, "/c") is True  # another process wrote to it
+    assert cache_warm(llvmpipe, 140, None, 0, "/c") is True  # no /proc: the cache's size
+    assert cache_warm(llvmpipe, 140, None, 10, "/c") is False
+    assert cache_warm(llvmpipe, 140, 0, 0, None) is None  # MESA_SHADER_CACHE_DISABLE
+    assert cache_warm("NVIDIA H200 (Vulkan)", 140, 0, 0, "/c") is None
 
 
 @pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
@@ -199,7 +221,7 @@ def test_memory_from_plan_accounting(result, plans):
         assert m["mixed"]["master_weights"] == m["fp32"]["master_weights"] > 0
         assert m["mixed"]["working_weights"] * 2 == m["fp32"]["working_weights"]
         # f16 activations: half the bytes, except the f32 logits, loss rows and labels
-        assert 0.5 <= m["activation_ratio"] <= bench.TARGETS["activation_ratio"], name
+        assert 0.5 <= m["activation_ratio"] <= TARGETS["activation_ratio"], name
         # the reported ratio is the plans' buffer list summed, and what halving every h buffer gives
         acts = {
             p: [b for b in plans[name, p]["buffers"] if b["category"] == "activations"]
@@ -243,13 +265,13 @@ def test_readbacks_in_the_training_loop(result, model):
     assert rb["runtime_readbacks_in_loop"] == 4  # Runtime.readbacks agrees with the wrapped calls
     assert rb["readbacks_between_logs"] == 0
     assert rb["reads_after_training"]  # the final state/eval/checkpoint reads are seen too
-    assert bench.readback_verdict(rb)
+    assert readback_verdict(rb)
     assert result["summary"]["targets"]["readbacks_per_log_interval"]["met"]
 
 
 def test_readback_counting_sees_reads_between_logs(gpu):
     # a checkpoint every 3 steps reads weights between the log intervals of 10
-    rb = bench.bench_readbacks(gpu, steps=10, log_every=10, checkpoint_every=3)
+    rb = bench_readbacks(gpu, steps=10, log_every=10, checkpoint_every=3)
     assert rb["readbacks_between_logs"] > 0
     assert rb["readbacks_per_100_steps"] > rb["limit_per_100_steps"]
 
@@ -270,7 +292,7 @@ def test_profile_sorted_and_complete(result, gpu):
 
 @pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_table_prints_every_section(result):
-    text = bench.format_table(result)
+    text = format_table(result)
     for needle in (
         "matmul GFLOP/s",
         "training step",
@@ -295,9 +317,9 @@ def test_bare_replay_runs_the_real_step(gpu, digits):
     """The floor replays the same dispatches: the GPU-side step counter advances by one per replay."""
     plan, blob = build_plan(TrainConfig(hidden=[16], batch_size=8), digits, "fp32")
     rt = Runtime(plan, blob, gpu)
-    bench.bare_replay(rt.device, bench.bare_dispatches(rt), 3)
+    bare_replay(rt.device, bare_dispatches(rt), 3)
     assert decode_state(rt.read("state"))["iteration"] == 3
-    bench.StepLoop(rt, log_every=2)()
+    StepLoop(rt, log_every=2)()
     assert decode_state(rt.read("state"))["iteration"] == 4
 
 
@@ -385,6 +407,124 @@ def test_plan_shapes_lists_each_matmul(digits):
 
 
 def test_synthetic_dataset_shape():
-    d = bench.synthetic_dataset(12, 20, classes=3)
+    d = synthetic_dataset(12, 20, classes=3)
     assert d.train_x.shape == (20, 12) and d.test_x.shape == (10, 12)
     assert d.train_y.max() < 3 and np.isfinite(d.train_x).all()
+
+
+# --- docs/benchmarks.md from the JSON (webmp.bench.markdown) ---------------------------------------
+
+HOST = {"machine": "x86_64", "cpu_model": "AMD EPYC 9B14", "cpu_id": "family 25 model 17"}
+HOST |= {"cpu_mhz": 2600, "cpus": 2, "python": "3.11.7", "numpy": "2.4.6", "wgpu": "0.32.0", "torch": None}
+ADAPTER = {"name": "llvmpipe (LLVM 15.0.6, 256 bits) (Mesa 25.0.7; Vulkan)", "driver": "Mesa 25.0.7"}
+ADAPTER |= {
+    "device": "llvmpipe (LLVM 15.0.6, 256 bits)",
+    "backend": "Vulkan",
+    "type": "CPU",
+    "shader_f16": True,
+}
+WEBMP = {"version": "0.1.0", "commit": "0123456789abcdef", "modified": False}
+MACHINE = "AMD EPYC 9B14 (2 CPUs, family 25 model 17, 2600 MHz, x86_64)"
+SECTIONS = [
+    "## Matmul kernels", "### The GPT's matmul shapes", "## Training step", "## Time to the first step",
+    "## Memory by category", "## Readbacks in the training loop", "## GPU time per kernel", "## Cold start",
+    "## Data-parallel step", "## Side by side with tinygrad", "## Targets", "## How the figures are taken",
+    "## Making this page", "## History",
+]  # fmt: skip
+PROSE = ("## How the figures are taken", "## Making this page", "## History")
+
+
+def other_runs() -> tuple[list[dict], dict, list[dict]]:
+    """A cold start, a data-parallel run and a tinygrad side-by-side, as their JSON looks."""
+    run = {"date": "2026-12-02T04:40:00+00:00", "host": HOST, "webmp": WEBMP}
+    rows = [
+        {"where": w, "cache": c, "kernels": 26, "plan_s": 0.01, "runtime_s": 0.6, "first_step_s": s,
+         "plan_to_first_step_s": s + 0.6, "adapter": ADAPTER["name"], "browser": "/opt/chrome"}
+        for w, c, s in [("native", "cold", 2.3), ("native", "warm", 0.2), ("page", "cold", 3.7),
+                        ("page", "warm", 0.1)]
+    ]  # fmt: skip
+    cold = {"format": "webmp-bench-cold/1", **run, "config": {}, "rows": rows, "page_cold_target": {}}
+    parts = {"grads_ms": 32.2, "readback_ms": 1.0, "allreduce_ms": 1.5, "upload_ms": 0.3, "update_ms": 1.2}
+    dp = {"ranks": 2, "fused_bytes": 340276, **parts, "step_ms": 36.1, "comm_share": 0.075}
+    ranks = {"size": "default", "ranks": 2, **run, "models": {"digits": {**dp, "adapter": ADAPTER["name"]}}}
+    first = {"total_s": 1.5, "mesa_cache_warm": True, "bytes_written": 900, "mesa_cache_bytes_added": 0}
+    step = {"batch": 16, "wall_ms_per_step": 109.0}
+    tinygrad = {"tool": "tinygrad", "tinygrad_version": "0.14.0", "dims": {"batch_size": 16, "n_layer": 2}}
+    tinygrad |= {"adapter": {"device": "llvmpipe", "description": "Mesa"}, "steps": 10, "step_s_median": 1.44}
+    tinygrad |= {"step_s_block_mean": 1.63, "time_to_first_step_s": 44.4}
+    webmp_row = {"tool": "webmp", **run, "adapter": ADAPTER["name"], "step": step, "first_step": first}
+    return [cold], ranks, [webmp_row, tinygrad]
+
+
+def assert_tables_and_machine(text: str, machine: str, sections: list[str]) -> None:
+    """Each section there, in order, with a table, and under each of the tables the machine line."""
+    at = [text.index(s) for s in sections]
+    assert at == sorted(at), "sections out of order"
+    for s, start, end in zip(sections, at, at[1:] + [len(text)], strict=True):
+        part = text[start:end]
+        if s.startswith("## ") and s not in PROSE:
+            assert "\n| " in part and machine in part, s
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_markdown_from_the_tiny_bench(result, tmp_path):
+    """`python -m webmp.bench.markdown` on the tiny bench's JSON (and the other runs' JSON): every
+    area's table, each under the line naming the machine, the adapter's driver and the date."""
+    colds, ranks, sbs = other_runs()
+    files = {"bench.json": result, "cold.json": colds[0], "ranks.json": ranks}
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    (tmp_path / "sbs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in sbs))
+    args = [str(tmp_path / "bench.json"), "--cold-start", str(tmp_path / "cold.json"), "--ranks"]
+    args += [str(tmp_path / "ranks.json"), "--side-by-side", str(tmp_path / "sbs.jsonl")]
+    out = subprocess.run(
+        [sys.executable, "-m", "webmp.bench.markdown", *args], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    host, adapter = result["host"], result["adapter"]
+    ours = f"{host['cpu_model']} ({host['cpus']} CPUs"
+    assert_tables_and_machine(text, ours, SECTIONS[:7])
+    assert_tables_and_machine(text, ours, ["## Targets"])
+    assert f"driver {adapter['driver']}" in text and result["date"] in text
+    assert_tables_and_machine(text, MACHINE, SECTIONS[7:10])
+    for m in result["matmul"]:
+        assert f"| {m['M']} x {m['N']} x {m['K']} |" in text
+    assert f"**{result['model_matmuls']['gpt']['median_gflops']['native']:.2f}**" in text
+    for s in result["train_step"]:
+        assert f"| {s['model']} | {s['shape']} | {s['batch']} | {s['precision']} |" in text
+    assert "| activations |" in text and "| 0.109 | 1.440 (1.630) | **0.076** |" in text
+    assert "Not recorded" not in text
+
+
+def test_markdown_says_what_is_missing():
+    """A JSON without its sections (and of an older format: no CPU model, no driver) still makes a
+    page: each missing area is said where its table would be."""
+    r = {"format": "webmp-bench/2", "date": "2026-11-30T15:51:00+00:00", "size": "default",
+         "adapter": {"name": ADAPTER["name"], "type": "CPU", "shader_f16": True},
+         "host": {"machine": "x86_64", "cpus": 2}}  # fmt: skip
+    text = render(r)
+    for section in SECTIONS:
+        assert section in text
+    for what in ("the matmul section", "the training step", "the first steps", "memory", "readbacks",
+                 "a profile", "a cold-start run", "a data-parallel run", "a side-by-side run"):  # fmt: skip
+        assert f"*Not recorded: {what}" in text, what
+    assert "CPU model not recorded (2 CPUs, x86_64)" in text and ADAPTER["name"] in text
+    assert "webmp version not recorded" in text
+    colds, ranks, sbs = other_runs()
+    text = render(r, colds, ranks, sbs)
+    assert_tables_and_machine(text, MACHINE, SECTIONS[7:10])
+    assert "| native | cold | 26 | 0.01 | 0.60 | 2.30 | 2.90 |" in text
+    assert "webmp 0.1.0 at 0123456789" in text
+
+
+def test_cpu_info_reads_the_first_processor(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text(
+        "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC 9B14\n"
+        "cpu MHz\t\t: 2599.998\n\nprocessor\t: 1\nmodel name\t: something else\n"
+    )
+    info = cpu_info(str(path))
+    assert info["cpu_model"] == "AMD EPYC 9B14" and info["cpu_id"] == "family 25 model 17"
+    assert info["cpu_mhz"] == 2600 and info["cpus"] >= 1
+    assert cpu_info(str(tmp_path / "none"))["cpu_id"] is None

@@ -90,7 +90,9 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> None:
     )
     (wheel,) = dist.glob("webmp-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {f"webmp/shaders/{p.name}" for p in (ROOT / "shaders").glob("*.wgsl")}
+    shaders = sorted((ROOT / "shaders").rglob("*.wgsl"))  # a folder per kernel family
+    assert shaders
+    expected = {f"webmp/{p.relative_to(ROOT).as_posix()}" for p in shaders}
     web = (".html", ".js", ".css", ".svg")
     expected |= {f"webmp/web/{p.name}" for p in (ROOT / "web").iterdir() if p.suffix in web}
     expected |= {f"webmp/web/node_modules/uplot/dist/{f}" for f in ("uPlot.esm.js", "uPlot.min.css")}

@@ -1,5 +1,6 @@
-"""How the package hangs together: no import cycle among webmp's modules (imports inside functions
-included), and the parts that do not train stay free of wgpu."""
+"""How the package hangs together: its folders are layers, each importing only the folders below it
+(imports inside functions included), with no import cycle among its modules; the parts that do not
+train stay free of wgpu; the test tiers are set by folder."""
 
 from __future__ import annotations
 
@@ -47,6 +48,64 @@ def module_imports() -> dict[str, set[str]]:
             deps.update(t for t in targets if t in files)
         graph[name] = deps - {name, ""}  # webmp/__init__.py only holds the version
     return graph
+
+
+# The package's layers, lowest first (docs/architecture.md draws them): a folder (or top-level
+# module) may import its own modules and those of ALLOWED[folder], all of them in lower layers.
+LAYERS = [
+    ("resources", "config", "presets"),
+    ("engine", "data"),
+    ("ops",),
+    ("models",),
+    ("train", "tune", "testing"),
+    ("sample",),
+    ("serve",),
+    ("bench",),
+    ("cli",),
+    ("__main__",),
+]
+ALLOWED = {
+    "resources": set(),
+    "config": set(),
+    "presets": set(),
+    "engine": {"resources"},
+    "data": {"config"},
+    "ops": {"engine"},
+    "models": {"config", "data", "engine", "ops"},
+    "train": {"config", "data", "engine", "models", "presets"},
+    "tune": {"config", "data", "engine", "models", "ops"},
+    "testing": {"config", "data", "engine", "models", "ops"},
+    "sample": {"config", "data", "engine", "models", "train"},
+    "serve": {"config", "data", "engine", "models", "presets", "resources", "sample", "train", "tune"},
+    "bench": {"config", "data", "engine", "models", "ops", "presets", "serve", "train", "tune"},
+    "cli": {"bench", "config", "presets", "sample", "serve", "train"},
+    "__main__": {"cli"},
+}
+
+
+def _folder(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_the_layers_table_points_down():
+    layer = {name: i for i, names in enumerate(LAYERS) for name in names}
+    assert set(layer) == set(ALLOWED)
+    for folder, allowed in ALLOWED.items():
+        upward = {a for a in allowed if layer[a] >= layer[folder]}
+        assert not upward, f"{folder} may import {upward}, which are not below it"
+
+
+def test_every_folder_imports_only_the_layers_below_it():
+    graph = {m: deps for m, deps in module_imports().items() if m}  # webmp/__init__.py: the version
+    folders = {_folder(m) for m in graph}
+    assert folders == set(ALLOWED), f"folders without a layer: {folders - set(ALLOWED)}"
+    wrong = sorted(
+        f"{module} imports {dep}"
+        for module, deps in graph.items()
+        for dep in deps
+        if _folder(dep) != _folder(module) and _folder(dep) not in ALLOWED[_folder(module)]
+    )
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
 def test_no_import_cycle():
@@ -97,3 +156,22 @@ def test_tiers_are_set_by_folder():
     assert {t.split("::")[0].removeprefix("tests/") for t in slow} >= slow_files
     browser = _collected("-m", "browser")
     assert browser and all(t.startswith("tests/browser/") for t in browser)
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 600, 80
+
+
+def test_modules_and_functions_fit_in_a_head():
+    """No module over 600 lines, no function over 80 (the models' plans included: classes by phase)."""
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{rel}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    too_long.append(f"{rel}:{node.lineno} {node.name}: {lines} lines")
+    assert not too_long, "\n".join(too_long)

@@ -262,13 +262,13 @@ def test_auto_falls_back_to_emulated_and_says_so(tmp_path, monkeypatch):
         Trainer(TrainConfig(**SMALL, f16="native"), out=tmp_path / "nat", progress=False, log=None)
 
 
-@pytest.mark.slow  # kernel by kernel in the fast tier (test_kernels, test_gpt_native_emulated_identical)
+@pytest.mark.slow  # kernel by kernel in the fast tier (tests/kernels/, test_gpt_native_emulated_identical)
 def test_native_and_emulated_f16_train_alike(tmp_path):
     """30 steps on each f16 path end bit-identical: every metrics record, master weight, working
     copy and moment. Both paths do the same f32 arithmetic on the same f16 values and round
     operands with the same integer f16_round; they differ only in the store conversion
     (vec2<f16>(v) vs pack2x16float), which rounds alike on this adapter (WGSL lets each pick either
-    neighbour, so another adapter could differ by an f16 ulp: test_kernels.py's
+    neighbour, so another adapter could differ by an f16 ulp: the kernel tests'
     test_native_matches_emulated would show it kernel by kernel)."""
     if not default_gpu().has_f16:
         pytest.skip("adapter lacks shader-f16")
@@ -470,7 +470,7 @@ def test_resume_from_an_older_checkpoint(tmp_path):
 def test_gpt_resume_is_exact(tmp_path, monkeypatch, weights):
     """A GPT stopped mid-interval and resumed from its checkpoint ends bit-identical to an
     uninterrupted run: weights, optimizer state, metrics (the window order lives in data_pos). In
-    both weights forms (tilecache.WEIGHTS_KEY): the transposed copies are made from the working
+    both weights forms (tiles.WEIGHTS_KEY): the transposed copies are made from the working
     copies each step, so a checkpoint needs none of them."""
     from webmp.engine.runtime import default_gpu
     from webmp.engine.tiles import WEIGHTS_KEY
@@ -498,6 +498,42 @@ def test_gpt_resume_is_exact(tmp_path, monkeypatch, weights):
         assert a[n] == b[n], f"buffer {n} differs after resume"
     assert whole.run_dir.read_metrics() == resumed.run_dir.read_metrics()
     assert whole.run_dir.read_summary()["val_loss"] == resumed.run_dir.read_summary()["val_loss"]
+
+
+def test_a_resume_reads_its_checkpoint_once(tmp_path, monkeypatch, capsys):
+    """`webmp train --resume` reads checkpoint.json and the tensors once: the config it continues
+    with and the Trainer's buffers come from the same read (webmp.train.loop.Resume)."""
+    import webmp.train.checkpoint as checkpoint
+
+    run(tmp_path, "part", steps=5).run()
+    reads = {"meta": 0, "tensors": 0}
+    read_meta, load = checkpoint.read_checkpoint_meta, checkpoint.load
+
+    def counted(what, f):
+        def wrapper(*args, **kwargs):
+            reads[what] += 1
+            return f(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(checkpoint, "read_checkpoint_meta", counted("meta", read_meta))
+    monkeypatch.setattr(checkpoint, "load", counted("tensors", load))
+    done = cli(["train", "--resume", str(tmp_path / "part"), "--steps", "8", "--quiet"])
+    assert done == 0, capsys.readouterr().err
+    assert reads == {"meta": 1, "tensors": 1}
+
+
+def test_the_loop_reads_the_plans_schedule(tmp_path):
+    """The native loop reads the metrics and checkpoints on plan["schedule"], as web/loops.js does
+    (the plan is built from the config: here its schedule is changed after the build)."""
+    t = run(tmp_path, "schedule", steps=10, log_every=5, checkpoint_every=0)
+    t.plan["schedule"]["checkpoint_every"] = 4
+    taken, checkpoint = [], t.checkpoint
+    t.checkpoint = lambda: (taken.append(t.step), checkpoint())[1]
+    t.run()
+    assert taken == [4, 8, 10]  # and the final one, finish's
+    assert t.runtime.readbacks == 4  # after steps 4, 5, 8 and 10
+    assert [r["step"] for r in t.run_dir.read_metrics()] == list(range(10))
 
 
 def test_checkpoint_round_trips_the_scaler_state(tmp_path):

@@ -1,5 +1,6 @@
-"""`webmp bench --cold-start`: from a run's plan to its first finished step, natively and in the page,
-with the GPU driver's shader cache cold and then warm.
+"""`webmp bench --cold-start [gpt]`: from a run's plan to its first finished step (the default MLP's, or
+TrainConfig(model="gpt")'s; default tiles), natively and in the page, with the GPU driver's shader
+cache cold and then warm. The JSON names the host and webmp's commit (webmp.bench.machine).
 
 lavapipe compiles a pipeline's shaders when it is first dispatched and keeps them in Mesa's on-disk
 cache ($MESA_SHADER_CACHE_DIR), so a first step on a new machine (or after a driver update) pays
@@ -28,13 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .machine import run_info
+
 PAGE_TARGET_S = 5.0
 
 _NATIVE = """
 import json, sys, time
 t0 = time.perf_counter()
 from webmp.config import TrainConfig
-from webmp.serve.runs import training_data
+from webmp.serve.page_data import training_data
 from webmp.models import build_plan
 from webmp.engine.plan import resolve_f16_path
 from webmp.engine.runtime import Runtime, default_gpu
@@ -137,7 +140,13 @@ def cold_start(config: dict[str, Any] | None = None, log=print, page: bool = Tru
         "target": PAGE_TARGET_S,
         "met": (cold_page["plan_to_first_step_s"] <= PAGE_TARGET_S) if cold_page and lavapipe else None,
     }
-    return {"config": config, "rows": rows, "page_cold_target": target}
+    return {
+        "format": "webmp-bench-cold/1",
+        **run_info(),
+        "config": config,
+        "rows": rows,
+        "page_cold_target": target,
+    }
 
 
 def format_cold_start(r: dict[str, Any]) -> str:

@@ -3,7 +3,7 @@
 A plan says *what* runs: the buffers (name, size, category, initial contents), the kernels (shader
 files, entry point, override constants, binding layout) and the programs (ordered dispatch lists
 with their bindings and workgroup counts). This module holds its format (the TypedDicts below) and
-`PlanBuilder`; the launchers of webmp/ops.py add dispatches to a builder, and the models of
+`PlanBuilder`; the launchers of webmp/ops/ add dispatches to a builder, and the models of
 webmp/models/ compose them (`webmp.models.build_plan`). A runtime (webmp/engine/runtime.py natively,
 web/runner.js in the browser) only creates what the plan lists and replays it; it decides nothing.
 
@@ -14,6 +14,7 @@ weights, gradients, Adam moments, loss, norms and statistics are f32.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
@@ -332,8 +333,15 @@ def unpack_h(raw: bytes, rows: int, cols: int, path: str) -> np.ndarray:
 
 
 class PlanBuilder:
-    def __init__(self, path: str):
+    """The buffers, kernels and programs of a plan, and the blob of the buffers' initial contents.
+
+    A dry builder (dry=True) declares every buffer and dispatch alike but keeps no initial contents:
+    its buffers' `init` is None and its blob stays empty, so that a plan's sizes can be known from
+    its declarations alone (webmp.models.plan_buffers), without the arrays of a large config."""
+
+    def __init__(self, path: str, *, dry: bool = False):
         self.path = path
+        self.dry = dry
         self.prelude = PRELUDES[path]
         self.buffers: dict[str, BufferSpec] = {}
         self.blob = bytearray()
@@ -362,7 +370,7 @@ class PlanBuilder:
             "shape": list(shape),
             "init": None,
         }
-        if init is not None:
+        if init is not None and not self.dry:
             if len(init) > nbytes:
                 raise ValueError(f"initial contents of {name} exceed its size")
             spec["init"] = {"offset": len(self.blob), "bytes": len(init)}
@@ -377,13 +385,13 @@ class PlanBuilder:
         return self.buffer(name, h_bytes(rows, cols, self.path), category, "h", (rows, cols), init)
 
     def f32(self, name: str, shape: Sequence[int], category: str, init: Any = None) -> str:
-        n = int(np.prod(shape))
-        data = None if init is None else np.asarray(init, np.float32).tobytes()
+        n = math.prod(shape)
+        data = None if init is None or self.dry else np.asarray(init, np.float32).tobytes()
         return self.buffer(name, 4 * n, category, "f32", shape, data)
 
     def u32(self, name: str, shape: Sequence[int], category: str, init: Any = None) -> str:
-        n = int(np.prod(shape))
-        data = None if init is None else np.asarray(init, np.uint32).tobytes()
+        n = math.prod(shape)
+        data = None if init is None or self.dry else np.asarray(init, np.uint32).tobytes()
         return self.buffer(name, 4 * n, category, "u32", shape, data)
 
     def require_bytes(self, entry: str, buffer: str, nbytes: int, what: str) -> None:

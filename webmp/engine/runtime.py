@@ -1,5 +1,10 @@
 """wgpu-py runtime: creates what a plan lists and replays its programs. It decides nothing.
 
+The twin of web/runner.js: a device (`GPU`, with the adapter's real limits), the plan's check
+(its required_features and required_limits), the replay of its programs and the reads of its
+buffers (`Runtime`; the state words by the plan's state.fields). The loops over a runtime are
+webmp/train/loop.py's (training, on plan.schedule) and webmp/sample/replay.py's (sampling).
+
 A training step is one command encoder with one compute pass holding the plan's dispatch list,
 submitted once. Metrics stay in a GPU ring buffer; `run` copies it to a reused staging buffer and
 maps it only when asked to (every log_every steps).
@@ -18,6 +23,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader i
 import wgpu
 
 from .plan import HistogramSpec, KernelPlan
+from .state import decode_state
 
 NO_ADAPTER = (
     "No WebGPU adapter was found. On a machine without a GPU install a Vulkan driver "
@@ -25,18 +31,19 @@ NO_ADAPTER = (
     "shader-f16), or run `make setup`."
 )
 
-LIMIT_KEYS = {  # plan name -> wgpu-py name
-    "maxStorageBufferBindingSize": "max-storage-buffer-binding-size",
-    "maxBufferSize": "max-buffer-size",
-    "maxStorageBuffersPerShaderStage": "max-storage-buffers-per-shader-stage",
-}
-
-
 NATIVE_BACKENDS = ("Vulkan", "Metal", "D3D12")  # wgpu's OpenGL backend lacks shader-f16, among others
 
 
+def _webgpu_limit_name(name: str) -> str:
+    """wgpu-py's name of a limit (max-buffer-size) in WebGPU's JavaScript spelling (maxBufferSize),
+    the one plans' required_limits use."""
+    first, *rest = name.split("-")
+    return first + "".join(w.upper() if w[0].isdigit() else w.capitalize() for w in rest)
+
+
 class GPU:
-    """One adapter and device, with the adapter's real limits requested; the best adapter unless
+    """One adapter and device, with the adapter's real limits requested (all of them, as the page
+    does: a plan's required_limits are checked against them by name); the best adapter unless
     `adapter` is given (gpu_for_rank)."""
 
     def __init__(self, features: list[str] | None = None, power_preference="high-performance", adapter=None):
@@ -60,10 +67,9 @@ class GPU:
         missing = wanted - set(adapter.features)
         if missing:
             raise RuntimeError(f"the WebGPU adapter lacks required features: {sorted(missing)}")
-        self.limits = {k: adapter.limits[v] for k, v in LIMIT_KEYS.items()}
+        self.limits = {_webgpu_limit_name(k): v for k, v in adapter.limits.items()}  # the plans' names
         self.device = adapter.request_device_sync(
-            required_features=sorted(wanted),
-            required_limits={v: adapter.limits[v] for v in LIMIT_KEYS.values()},
+            required_features=sorted(wanted), required_limits=dict(adapter.limits)
         )
         self.features = set(wanted)
         self.runtime_cache: OrderedDict[str, Runtime] = OrderedDict()  # webmp.testing.probe's runtimes
@@ -89,7 +95,7 @@ class GPU:
                 "for this adapter (TileTable.for_adapter) or the defaults"
             )
         for key, need in plan["required_limits"].items():
-            have = self.limits[key]
+            have = self.limits.get(key, 0)
             if need > have:
                 worst = (
                     max(plan["buffers"], key=lambda b: b["bytes"])
@@ -261,6 +267,11 @@ class Runtime:
         if len(data) > self.buffers[name].size:
             raise ValueError(f"{len(data)} bytes do not fit buffer {name} ({self.buffers[name].size})")
         self.device.queue.write_buffer(self.buffers[name], 0, data)
+
+    def read_state(self) -> dict[str, float | int]:
+        """The state words, {field: value} by the plan's state.fields."""
+        state = self.plan["state"]
+        return decode_state(self.read(state["buffer"]), state["fields"])
 
     def sync(self) -> None:
         self.device.queue.read_buffer(self.buffers[self.plan["state"]["buffer"]])

@@ -1,10 +1,11 @@
 """The GPU's training-state words and metrics records: their layout, and the one codec for both.
 
-`State` in shaders/common.wgsl and the record written by shaders/scaler.wgsl are rows of 32-bit
-words, each a u32 or an f32. STATE_FIELDS and METRIC_FIELDS list them in word order; the plan
-carries both lists so the browser runner decodes by name too. Everything else (the plan's initial
-state, checkpoints, the server's upload check, tests) goes through `encode_state`, `decode_state`
-and `decode_records` here, by field name, never by word offset.
+`State` in shaders/common/common.wgsl and the record written by shaders/optim/scaler.wgsl are rows
+of 32-bit words, each a u32 or an f32. STATE_FIELDS and METRIC_FIELDS list them in word order; the plan
+carries both lists (its state.fields and metrics.fields), and both runtimes decode what they read
+by the plan's lists (web/runner.js, webmp/engine/runtime.py, webmp/train/loop.py). Everything else
+(the plan's initial state, checkpoints, the server's upload check, tests) goes through
+`encode_state`, `decode_state` and `decode_records` here, by field name, never by word offset.
 """
 
 from __future__ import annotations
@@ -86,11 +87,13 @@ def decode_records(raw: bytes, fields: Fields = METRIC_FIELDS) -> list[dict[str,
     ]
 
 
-def decode_state(raw: bytes) -> dict[str, float | int]:
-    """{field: value} of the state buffer (raw may be longer than the state words)."""
-    if len(raw) < STATE_BYTES:
-        raise ValueError(f"state buffer holds {len(raw)} bytes, the state is {STATE_BYTES}")
-    return decode_records(raw[:STATE_BYTES], STATE_FIELDS)[0]
+def decode_state(raw: bytes, fields: Fields = STATE_FIELDS) -> dict[str, float | int]:
+    """{field: value} of the state buffer (raw may be longer than the state words); fields: a
+    plan's state.fields."""
+    nbytes = 4 * len(fields)
+    if len(raw) < nbytes:
+        raise ValueError(f"state buffer holds {len(raw)} bytes, the state is {nbytes}")
+    return decode_records(raw[:nbytes], fields)[0]
 
 
 def initial_state(scale: float, hysteresis: int) -> bytes:

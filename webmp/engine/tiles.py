@@ -1,7 +1,7 @@
 """Matmul tile shapes: the defaults, the shape classes and the per-adapter cache on disk.
 
-The matmul kernels take their core (tiles["core"]: "tiled", the default, shaders/matmul.wgsl;
-"reg" and "reg_sg", shaders/matmul_reg.wgsl: see webmp.ops.MATMUL_CORES) and tile shape as
+The matmul kernels take their core (tiles["core"]: "tiled", the default, shaders/matmuls/matmul.wgsl;
+"reg" and "reg_sg", shaders/matmuls/matmul_reg.wgsl: see webmp.ops.MATMUL_CORES) and tile shape as
 pipeline-overridable constants (WG_X, WG_Y, TM, TN, and BK for the tiled core); RUNTIME_DIMS: 1
 makes them read the product's sizes and layouts from a uniform at run time instead of taking them
 as constants (one pipeline for every size: SMALL_TILES below); B_PAIRS: 1 makes the register cores
@@ -34,7 +34,7 @@ DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 
 # Small products (at most SMALL_MACS multiply-adds: every matmul of the default GPT, whose largest
 # is 1024 x 512 x 128 = 2^26) default to the register core's 4 x 4 blocks (32 x 32 per workgroup of
 # 64 threads, no workgroup memory) with their sizes read at run time (RUNTIME_DIMS,
-# shaders/matmul_operands.wgsl), so one pipeline serves every such product of a variant, transposes
+# shaders/matmuls/matmul_operands.wgsl), so one pipeline serves every such product of a variant, transposes
 # and activation. Measured on lavapipe (docs/benchmarks.md "Cold start"): it compiles ~3x faster
 # than the tiled core's written-out 8 x 8 blocks and runs faster at these sizes (the GPT's shapes
 # 10 against 7 GFLOP/s), so a first step waits far less. On a GPU a product this size takes a

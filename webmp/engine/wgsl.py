@@ -3,8 +3,11 @@
 A kernel is a list of files from shaders/ joined in order with "\n" (`join_sources`): a precision
 prelude, common.wgsl, then the family's file(s), shared ones first and the file with the entry
 point last (runtimes label the module with the last file). The lists are spelled out in
-webmp/ops.py, one launcher per family (`PlanBuilder.kernel` adds the first two; `matmul_sources`
-for the matmul variants).
+webmp/ops/, one launcher per family (`PlanBuilder.kernel` adds the first two; `matmul_sources`
+for the matmul variants). A file is named by its file name alone, wherever it sits under
+shaders/ (shaders/common/ for the preludes, common.wgsl and reduce.wgsl, else the folder of its
+family: matmuls/, attention/, rows/, optim/, data/, embed/, eval/, sample/, as webmp/ops/'s
+modules); `webmp.resources.shader_path` finds it.
 Bindings are read from the `@group(0) @binding(i) var<storage, ...>` (or `var<uniform>`)
 declarations of all the files (`parse_bindings`), so the plan can carry explicit bind group layouts
 that both runtimes create without further logic.
@@ -115,7 +118,7 @@ import re
 from functools import cache
 from typing import Literal, TypedDict
 
-from ..resources import SHADER_DIR
+from ..resources import shader_path
 
 PRELUDES = {"native": "prelude_native.wgsl", "emulated": "prelude_emulated.wgsl", "fp32": "prelude_f32.wgsl"}
 # Files that use an optional WebGPU feature (its WebGPU name; the plan requires it). wgpu-py's naga
@@ -132,10 +135,7 @@ _BINDING = re.compile(
 
 @cache
 def read_shader(name: str) -> str:
-    path = (SHADER_DIR / name).resolve()
-    if path.parent != SHADER_DIR or not path.is_file():
-        raise FileNotFoundError(f"no shader {name!r} in {SHADER_DIR}")
-    return path.read_text()
+    return shader_path(name).read_text()
 
 
 def source_features(sources: list[str] | tuple[str, ...]) -> set[str]:
@@ -169,7 +169,6 @@ def element_kind(wgsl_type: str) -> str:
 BindingType = Literal["read-only-storage", "storage", "uniform"]
 
 
-@cache
 class Binding(TypedDict):
     binding: int
     name: str
@@ -185,6 +184,7 @@ _BINDING_TYPES: dict[str, BindingType] = {
 }
 
 
+@cache  # a plan builder asks for the same kernels' bindings many times; callers copy each (Binding(**b))
 def parse_bindings(sources: tuple[str, ...]) -> tuple[Binding, ...]:
     found: dict[int, Binding] = {}
     for name in sources:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..config import TrainConfig
 from ..data.tables import Dataset
 from ..data.text import TextCorpus
-from ..engine.plan import Plan
+from ..engine.plan import BufferSpec, Plan
 from ..engine.tiles import TileTable
 from .gpt import build_gpt_plan
 from .mlp import build_mlp_plan
@@ -19,17 +19,29 @@ def build_plan(
     *,
     rank: int = 0,
     world: int = 1,
+    dry: bool = False,
 ) -> tuple[Plan, bytes]:
     """The plan and its initial-contents blob for training `cfg` on `data` with prelude `path`
     ('native', 'emulated' or 'fp32'); matmul tile shapes from `tiles` (default: DEFAULT_TILES).
     The MLPs take a Dataset, the GPT a TextCorpus (its shape: build_gpt_plan's defaults).
-    With `world` > 1: data-parallel rank `rank`'s plan (its `data_parallel` key says how to run it)."""
+    With `world` > 1: data-parallel rank `rank`'s plan (its `data_parallel` key says how to run it).
+    dry: a dry run (PlanBuilder's), the same plan without initial contents (every buffer's init
+    None, the blob empty): what plan_buffers reads."""
     if cfg.model in ("mlp", "mlp-ln"):
         if isinstance(data, TextCorpus):
             raise TypeError(f"model {cfg.model!r} trains on a Dataset, not a TextCorpus")
-        return build_mlp_plan(cfg, data, path, tiles, rank, world)
+        return build_mlp_plan(cfg, data, path, tiles, rank, world, dry=dry)
     if cfg.model == "gpt":
         if not isinstance(data, TextCorpus):
             raise TypeError(f"model 'gpt' trains on a TextCorpus, got {type(data).__name__}")
-        return build_gpt_plan(cfg, data, path, tiles, rank=rank, world=world)
+        return build_gpt_plan(cfg, data, path, tiles, rank=rank, world=world, dry=dry)
     raise ValueError(f"unknown model {cfg.model!r}")
+
+
+def plan_buffers(
+    cfg: TrainConfig, data: Dataset | TextCorpus, path: str, tiles: TileTable | None = None
+) -> list[BufferSpec]:
+    """The buffers build_plan(cfg, data, path, tiles) declares (names, bytes, categories, shapes),
+    from a dry run of the same code: no parameter is drawn and no blob built (their `init` is
+    None), so that a config too large to build is sized in milliseconds."""
+    return build_plan(cfg, data, path, tiles, dry=True)[0]["buffers"]

@@ -6,6 +6,7 @@ forward, backward and evaluation dispatches in between."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
 import numpy as np
@@ -54,14 +55,33 @@ class Param(TypedDict):
     decay: bool  # AdamW weight decay applies (weight matrices; not biases or LayerNorm parameters)
 
 
-def pytorch_linear_init(
-    fan_in: int, fan_out: int, rng: np.random.Generator, gain: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """nn.Linear's default init (uniform in +-1/sqrt(fan_in)) times gain; weight stored [in, out]."""
+Init = Callable[[], np.ndarray]
+"""A parameter's initial value, computed when the builder keeps initial contents (not in a dry run)."""
+
+
+def pytorch_linear_init(rng: np.random.Generator, fan_in: int, shape: tuple[int, ...], gain: float) -> Init:
+    """nn.Linear's default init (uniform in +-1/sqrt(fan_in)) times gain, of a weight [in, out] or a
+    bias [out]: one draw from `rng` when called (the weight's, then the bias's)."""
     bound = gain / math.sqrt(fan_in)
-    w = rng.uniform(-bound, bound, size=(fan_in, fan_out)).astype(np.float32)
-    b = rng.uniform(-bound, bound, size=fan_out).astype(np.float32)
-    return w, b
+    return lambda: rng.uniform(-bound, bound, size=shape).astype(np.float32)
+
+
+def replayed(pb: PlanBuilder, emit: Callable[[str], None]) -> Callable[[str], None]:
+    """`emit` (which appends a pass's dispatches to a program) for a pass that appends the same
+    dispatches every time and declares nothing after its first (a model's forward pass in program
+    'eval', once a chunk): the first call runs it, later ones append what it appended again. The
+    plan is the same as with `emit` every time, built in a fraction of the time."""
+    recorded: list[Dispatch] = []
+
+    def emit_again(program: str) -> None:
+        if not recorded:
+            start = len(pb.programs.get(program, []))
+            emit(program)
+            recorded.extend(pb.programs[program][start:])
+        else:
+            pb.programs[program] += recorded
+
+    return emit_again
 
 
 def check_shard(batch_size: int, rank: int, world: int) -> None:
@@ -80,15 +100,27 @@ class ModelBuilder:
 
     With `world` > 1 ranks (data-parallel), this rank's plan trains on `local_batch` =
     batch_size / world of every global batch, rows from rank * local_batch on, and its training
-    step is two programs, `grads_program` and `update_program` (else both are train_step)."""
+    step is two programs, `grads_program` and `update_program` (else both are train_step).
+
+    The tile table picks how some launchers run: `matmul` and `attention_matmul` are ops' launchers
+    with the tile shape it gives the product's shape; the row kernels (layernorm_fwd/bwd,
+    attn_softmax_fwd/bwd) take its form as `rows=mb.rows`. With dry=True the builder is dry
+    (PlanBuilder): parameters are declared without drawing their initial values."""
 
     def __init__(
-        self, cfg: TrainConfig, path: str, tiles: TileTable | None = None, rank: int = 0, world: int = 1
+        self,
+        cfg: TrainConfig,
+        path: str,
+        tiles: TileTable | None = None,
+        rank: int = 0,
+        world: int = 1,
+        *,
+        dry: bool = False,
     ):
         check_shard(cfg.batch_size, rank, world)
         self.cfg = cfg
         self.path = path
-        self.pb = PlanBuilder(path)
+        self.pb = PlanBuilder(path, dry=dry)
         self.tiles = tiles or TileTable()
         self.params: list[Param] = []
         self.rank, self.world = rank, world
@@ -98,13 +130,18 @@ class ModelBuilder:
         self.global_rows = 0  # loss rows of the global batch, set by bookkeeping
         # (dispatch index in grads_program, lens layers counted there): see lens_point
         self.lens_points: list[tuple[int, list[tuple[str, str]]]] = []
+        self.histogram_spec: HistogramSpec | None = None  # set by histograms, which finish requires
+
+    @property
+    def rows(self) -> str:
+        """The row kernels' form the table gives (TileTable.row_kernels, one of ops.ROW_FORMS)."""
+        return self.tiles.row_kernels
 
     @property
     def counted_rows(self) -> int | None:
         """softmax_xent's `counted` in the training step: the global batch's rows on a data-parallel
         rank (so the ranks' gradients sum to the global mean's), else None (this batch's)."""
         return self.global_rows if self.world > 1 else None
-        self.histogram_spec: HistogramSpec | None = None
 
     def bookkeeping(self, batch: int) -> None:
         """The GPU state, the overflow flags, per-row losses (`batch` of this rank's, and a
@@ -126,32 +163,82 @@ class ModelBuilder:
         pb.u32("metrics", ring, "other", np.full(ring, NO_STEP))
         pb.u32("eval_result", (2,), "other")
 
-    def param(self, name: str, init: np.ndarray, copy_shape: tuple[int, int] | None = None) -> Param:
-        """A trained tensor: f32 master, gradient and both Adam moments; with copy_shape also a
-        working copy in the activation format (what the matmuls read), and weight decay."""
-        pb, shape = self.pb, list(init.shape)
+    def param(
+        self, name: str, shape: Sequence[int], init: Init, *, copy: bool = False, decay: bool = False
+    ) -> Param:
+        """A trained tensor: f32 master (from `init`, called here unless the builder is dry),
+        gradient and both Adam moments; with `copy` also a working copy in the activation format
+        (what the matmuls read); `decay`: AdamW's weight decay applies."""
+        pb, shape = self.pb, list(shape)
+        value = None if pb.dry else init()
         entry: Param = {
             "name": name,
             "shape": shape,
-            "master": pb.f32(name, shape, "master_weights", init),
+            "master": pb.f32(name, shape, "master_weights", value),
             "grad": pb.f32("g_" + name, shape, "gradients"),
             "m": pb.f32("m_" + name, shape, "optimizer_state"),
             "v": pb.f32("v_" + name, shape, "optimizer_state"),
             "copy": None,
-            "decay": copy_shape is not None,
+            "decay": decay,
         }
-        if copy_shape is not None:
-            rows, cols = copy_shape
-            entry["copy"] = pb.h(
-                "h_" + name, rows, cols, category="working_weights", init=pack_h(init, self.path)
-            )
+        if copy:
+            rows, cols = shape
+            packed = None if value is None else pack_h(value, self.path)
+            entry["copy"] = pb.h("h_" + name, rows, cols, category="working_weights", init=packed)
         self.params.append(entry)
         return entry
 
-    def matmul(self, program: str, variant: str, **kw: Any) -> None:
-        """ops.matmul with the tile shape the table gives this shape."""
-        shape = (self.path, kw["M"], kw["N"], kw["K"], kw.get("trans_a", 0), kw.get("trans_b", 0))
-        ops.matmul(self.pb, program, variant, tiles=self.tiles.for_shape(*shape), **kw)
+    def matmul(
+        self,
+        program: str,
+        variant: str,
+        *,
+        A: str,
+        B: str,
+        C: str,
+        M: int,
+        N: int,
+        K: int,
+        a_act: int = 0,
+        trans_a: int = 0,
+        trans_b: int = 0,
+        bias: str | None = None,
+        Zprev: str | None = None,
+        out_act: int = 0,
+        flags: str = "flags",
+    ) -> None:
+        """ops.matmul of one (unbatched) product, with the tile shape the table gives its shape."""
+        tiles = self.tiles.for_shape(self.path, M, N, K, trans_a, trans_b)
+        ops.matmul(
+            self.pb, program, variant, A=A, B=B, C=C, M=M, N=N, K=K, a_act=a_act, trans_a=trans_a,
+            trans_b=trans_b, bias=bias, Zprev=Zprev, out_act=out_act, flags=flags, tiles=tiles,
+        )  # fmt: skip
+
+    def attention_matmul(
+        self,
+        program: str,
+        variant: str,
+        *,
+        B: int,
+        T: int,
+        H: int,
+        d: int,
+        qkv: str | None = None,
+        P: str | None = None,
+        dO: str | None = None,
+        dS: str | None = None,
+        S: str | None = None,
+        O: str | None = None,
+        dP: str | None = None,
+        dqkv: str | None = None,
+        flags: str = "flags",
+    ) -> None:
+        """ops.attention_matmul with the tile shape the table gives one batch-head's product."""
+        tiles = self.tiles.for_shape(self.path, *ops.attention_shape(variant, T, d))
+        ops.attention_matmul(
+            self.pb, program, variant, B=B, T=T, H=H, d=d, qkv=qkv, P=P, dO=dO, dS=dS, S=S, O=O, dP=dP,
+            dqkv=dqkv, flags=flags, tiles=tiles,
+        )  # fmt: skip
 
     def weight_transposed(self, program: str, p: Param) -> tuple[str, int]:
         """Weight p's working copy for a product that reads it transposed (the GPT's backward pass:
@@ -167,27 +254,6 @@ class ModelBuilder:
         ops.transpose_h(self.pb, program, X=str(p["copy"]), Y=t, rows=rows, cols=cols)
         return t, 0
 
-    def attention_matmul(self, program: str, variant: str, **kw: Any) -> None:
-        """ops.attention_matmul with the tile shape the table gives one batch-head's product."""
-        shape = ops.attention_shape(variant, kw["T"], kw["d"])
-        ops.attention_matmul(self.pb, program, variant, tiles=self.tiles.for_shape(self.path, *shape), **kw)
-
-    def layernorm_fwd(self, program: str, **kw: Any) -> None:
-        """ops.layernorm_fwd in the row kernels' form the table gives (TileTable.row_kernels)."""
-        ops.layernorm_fwd(self.pb, program, rows=self.tiles.row_kernels, **kw)
-
-    def layernorm_bwd(self, program: str, **kw: Any) -> None:
-        """ops.layernorm_bwd in the table's row kernels' form."""
-        ops.layernorm_bwd(self.pb, program, rows=self.tiles.row_kernels, **kw)
-
-    def attn_softmax_fwd(self, program: str, **kw: Any) -> None:
-        """ops.attn_softmax_fwd in the table's row kernels' form."""
-        ops.attn_softmax_fwd(self.pb, program, rows=self.tiles.row_kernels, **kw)
-
-    def attn_softmax_bwd(self, program: str, **kw: Any) -> None:
-        """ops.attn_softmax_bwd in the table's row kernels' form."""
-        ops.attn_softmax_bwd(self.pb, program, rows=self.tiles.row_kernels, **kw)
-
     def optimizer(self) -> None:
         """After the backward pass (in update_program): overflow check and norm partials over every
         master gradient, the scaler's verdict and metrics record (over the global batch's loss
@@ -196,11 +262,11 @@ class ModelBuilder:
         bases, total = [], 0
         for p in self.params:
             bases.append(total)
-            total += ops.grad_stats_workgroups(int(np.prod(p["shape"])))
+            total += ops.grad_stats_workgroups(math.prod(p["shape"]))
         pb.f32("norm_partials", (total,), "other")
         for p, base in zip(self.params, bases, strict=True):
             ops.grad_stats(
-                pb, program, G=p["grad"], partials="norm_partials", N=int(np.prod(p["shape"])), BASE=base
+                pb, program, G=p["grad"], partials="norm_partials", N=math.prod(p["shape"]), BASE=base
             )
         ops.scaler_step(
             pb,
@@ -210,15 +276,19 @@ class ModelBuilder:
             loss_rows=LOSS_ROWS_ALL if self.world > 1 else "loss_rows",
             metrics="metrics",
         )
+        b1, b2, eps = cfg.beta1, cfg.beta2, cfg.eps
         for p in self.params:
             wd = cfg.weight_decay if p["decay"] else 0.0
-            hyper: dict[str, Any] = {"WD": wd, "BETA1": cfg.beta1, "BETA2": cfg.beta2, "EPS": cfg.eps}
-            moments: dict[str, Any] = {"P": p["master"], "G": p["grad"], "Mo": p["m"], "V": p["v"]}
+            P, G, Mo, V = p["master"], p["grad"], p["m"], p["v"]
             if p["copy"]:
                 rows, cols = p["shape"]
-                ops.adamw_copy(pb, program, Wh=p["copy"], ROWS=rows, COLS=cols, **moments, **hyper)
+                ops.adamw_copy(
+                    pb, program, P=P, G=G, Mo=Mo, V=V, Wh=p["copy"], ROWS=rows, COLS=cols, WD=wd, BETA1=b1,
+                    BETA2=b2, EPS=eps,
+                )  # fmt: skip
             else:
-                ops.adamw(pb, program, N=int(np.prod(p["shape"])), **moments, **hyper)
+                N = math.prod(p["shape"])
+                ops.adamw(pb, program, P=P, G=G, Mo=Mo, V=V, N=N, WD=wd, BETA1=b1, BETA2=b2, EPS=eps)
 
     def lens_point(self, layers: list[tuple[str, str]]) -> None:
         """Here, in the backward pass of grads_program, the (label, buffer) activation gradients
@@ -336,7 +406,7 @@ class ModelBuilder:
         gradients: list[FusedRegion] = []
         offset = 0
         for p in self.params:
-            n = int(np.prod(p["shape"]))
+            n = math.prod(p["shape"])
             gradients.append({"buffer": p["grad"], "offset": offset, "floats": n})
             offset += n
         local = self.global_rows // self.world

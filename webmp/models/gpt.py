@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -31,9 +31,18 @@ from .. import ops
 from ..config import TrainConfig
 from ..data.tables import check_tokens, eval_windows, perm_bits
 from ..data.text import TextCorpus
-from ..engine.plan import PLAN_FORMAT, EvalSpec, Plan, SamplePlan, memory_by_category, pack_h
+from ..engine.plan import (
+    PLAN_FORMAT,
+    EvalSpec,
+    Plan,
+    PlanBuilder,
+    SamplePlan,
+    SampleSpec,
+    memory_by_category,
+    pack_h,
+)
 from ..engine.tiles import TileTable
-from .common import EVAL, EVAL_FLAGS, ModelBuilder
+from .common import EVAL, EVAL_FLAGS, Init, ModelBuilder, Param, replayed
 
 GELU = ops.ACT_CODES["gelu"]
 
@@ -96,22 +105,34 @@ def gpt_param_shapes(V: int, D: int, n_layer: int, Tmax: int, tie_head: bool) ->
 
 
 def gpt_init(V: int, D: int, n_layer: int, n_head: int, Tmax: int, rng, tie_head: bool) -> dict:
-    """float32 parameters with GPT-2's initialisation: every matrix (wte, wpe, Wqkv, W1, Whead)
-    normal(0, 0.02), except the residual projections Wo and W2, normal(0, 0.02 / sqrt(2 n_layer))
-    (each layer adds two branches to the residual stream); biases 0; LayerNorm gains 1, shifts 0.
-    Drawn in gpt_param_shapes' order from `rng` (a numpy Generator), one rng.normal per matrix."""
+    """float32 parameters with GPT-2's initialisation (gpt_init_param), drawn in gpt_param_shapes'
+    order from `rng` (a numpy Generator), one rng.normal per matrix."""
     if D % n_head:
         raise ValueError(f"D = {D} is not a multiple of n_head = {n_head}")
-    params = {}
-    for name, shape in gpt_param_shapes(V, D, n_layer, Tmax, tie_head).items():
-        if len(shape) == 2:
-            std = 0.02 / math.sqrt(2 * n_layer) if name.startswith(("Wo", "W2")) else 0.02
-            params[name] = rng.normal(0.0, std, shape).astype(np.float32)
-        elif name.startswith(("ln1_g", "ln2_g", "lnf_g")):
-            params[name] = np.ones(shape, np.float32)
-        else:
-            params[name] = np.zeros(shape, np.float32)
-    return params
+    shapes = gpt_param_shapes(V, D, n_layer, Tmax, tie_head)
+    return {name: gpt_init_param(name, shape, n_layer, rng) for name, shape in shapes.items()}
+
+
+def gpt_init_param(name: str, shape: tuple[int, ...], n_layer: int, rng: np.random.Generator) -> np.ndarray:
+    """Parameter `name`'s GPT-2 initialisation: a matrix (wte, wpe, Wqkv, W1, Whead) normal(0, 0.02),
+    except the residual projections Wo and W2, normal(0, 0.02 / sqrt(2 n_layer)) (each layer adds
+    two branches to the residual stream); biases 0; LayerNorm gains 1, shifts 0."""
+    if len(shape) == 2:
+        std = 0.02 / math.sqrt(2 * n_layer) if name.startswith(("Wo", "W2")) else 0.02
+        return rng.normal(0.0, std, shape).astype(np.float32)
+    if name.startswith(("ln1_g", "ln2_g", "lnf_g")):
+        return np.ones(shape, np.float32)
+    return np.zeros(shape, np.float32)
+
+
+class Heads(TypedDict):
+    """The attention's shape, as the attention launchers take it: B windows of T positions, H heads
+    of size d."""
+
+    B: int
+    T: int
+    H: int
+    d: int
 
 
 class GPTForward:
@@ -142,7 +163,7 @@ class GPTForward:
         self.V, self.D, self.T, self.L, self.tie_head = V, D, T, L, tie_head
         self.R = R = windows * T
         self.master, self.copy = master, copy
-        self.att: dict[str, Any] = {"B": windows, "T": T, "H": H, "d": D // H}
+        self.att: Heads = {"B": windows, "T": T, "H": H, "d": D // H}
         pb, Z = self.pb, windows * H
         pb.h("X0", R, D)
         self.lay: list[dict[str, str]] = []
@@ -177,15 +198,15 @@ class GPTForward:
 
     def _ln(self, program: str, x: str, gname: str, bname: str, y: str, stats: str, flags: str) -> None:
         m = self.master
-        self.mb.layernorm_fwd(
-            program, Z=x, gamma=m(gname), beta=m(bname), Y=y, stats=stats, M=self.R, N=self.D,
-            flags=flags,
+        ops.layernorm_fwd(
+            self.pb, program, Z=x, gamma=m(gname), beta=m(bname), Y=y, stats=stats, M=self.R, N=self.D,
+            flags=flags, rows=self.mb.rows,
         )  # fmt: skip
 
     def emit(self, program: str, flags: str = "flags") -> None:
         """The forward dispatches, idx -> logits, appended to `program`; their f16 stores raise
         overflow bits in `flags`."""
-        pb, mb, m, w, att = self.pb, self.mb, self.master, self.copy, {**self.att, "flags": flags}
+        pb, mb, m, w, att = self.pb, self.mb, self.master, self.copy, self.att
         R, D, T, V = self.R, self.D, self.T, self.V
         ops.embed_fwd(pb, program, idx="idx", wte=m("wte"), wpe=m("wpe"), X="X0", R=R, T=T, D=D, flags=flags)
         for l, c in enumerate(self.lay):
@@ -194,9 +215,9 @@ class GPTForward:
                 program, "matmul_fwd", A=c["a"], B=w(f"Wqkv{l}"), C=c["qkv"], bias=m(f"bqkv{l}"),
                 M=R, N=3 * D, K=D, flags=flags,
             )  # fmt: skip
-            mb.attention_matmul(program, "scores", qkv=c["qkv"], S="S", **att)
-            mb.attn_softmax_fwd(program, S="S", P=c["P"], **att)
-            mb.attention_matmul(program, "values", P=c["P"], qkv=c["qkv"], O=c["O"], **att)
+            mb.attention_matmul(program, "scores", qkv=c["qkv"], S="S", flags=flags, **att)
+            ops.attn_softmax_fwd(pb, program, S="S", P=c["P"], flags=flags, rows=mb.rows, **att)
+            mb.attention_matmul(program, "values", P=c["P"], qkv=c["qkv"], O=c["O"], flags=flags, **att)
             mb.matmul(
                 program, "matmul_fwd", A=c["O"], B=w(f"Wo{l}"), C=c["x_mid"], bias=m(f"bo{l}"),
                 M=R, N=D, K=D, flags=flags,
@@ -240,6 +261,7 @@ def build_gpt_plan(
     params: dict[str, np.ndarray] | None = None,
     rank: int = 0,
     world: int = 1,
+    dry: bool = False,
 ) -> tuple[Plan, bytes]:
     """The GPT's plan (shape: cfg.n_layer, n_head, d_model, context, tie_head): programs train_step
     (batch_size windows of `context` tokens from the train split) and eval (over the first
@@ -248,159 +270,208 @@ def build_gpt_plan(
 
     params: the initial parameters by name (gpt_param_shapes); default
     gpt_init with numpy's generator seeded by cfg.seed. With `world` > 1: data-parallel rank
-    `rank`'s plan (ModelBuilder), batch_size / world windows of each global batch."""
-    mb = ModelBuilder(cfg, path, tiles, rank, world)
-    pb = mb.pb
-    V, D, T, H, L = corpus.vocab_size, cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer
-    tie_head = cfg.tie_head
-    check_shape(D, H, L)
-    Bw = mb.local_batch
-    R = Bw * T
-    train = check_tokens(corpus.train, V, T, f"{corpus.name} (train split)")
-    val = np.asarray(corpus.val, np.uint32)
-    if cfg.val_tokens:
-        val = val[: cfg.val_tokens]
-    shapes = gpt_param_shapes(V, D, L, T, tie_head)
-    if params is None:
-        params = gpt_init(V, D, L, H, T, np.random.default_rng(cfg.seed), tie_head)
-    check_params(params, shapes)
+    `rank`'s plan (ModelBuilder), batch_size / world windows of each global batch. dry: a dry run."""
+    mb = ModelBuilder(cfg, path, tiles, rank, world, dry=dry)
+    gpt = GPT(mb, corpus, params)
+    gpt.train_step()
+    mb.optimizer()
+    evaluation = gpt.evaluation()
+    mb.histograms(gpt.lens_layers())
+    return mb.finish([gpt.V, *([gpt.D] * gpt.L), gpt.V], evaluation)
 
-    pb.u32("tokens", (len(train),), "data", train)
-    pb.u32("val_tokens", (max(1, len(val)),), "data", val if len(val) else None)
-    mb.bookkeeping(R)
-    pb.u32("idx", (R,), "activations")
-    pb.u32("targets", (R,), "activations")
 
-    # parameters, in gpt_param_shapes' order; matrices read by matmuls get a working copy (wte too
-    # when it is the tied head's matrix), decay per gpt_decays
-    copied = working_copies(L, tie_head)
-    P: dict[str, Any] = {}
-    for name, shape in shapes.items():
-        init = np.asarray(params[name], np.float32)
-        copy_shape = (shape[0], shape[1]) if name in copied else None
-        P[name] = mb.param(name, init, copy_shape)
-        P[name]["decay"] = gpt_decays(name)
+class GPT:
+    """The GPT's training plan: the constructor declares its buffers (data, bookkeeping, parameters
+    in gpt_param_shapes' order, GPTForward's activations, the backward deltas), the methods add its
+    programs."""
 
-    def w(name: str) -> str:
-        return str(P[name]["copy"])
+    def __init__(self, mb: ModelBuilder, corpus: TextCorpus, params: dict[str, np.ndarray] | None):
+        cfg, pb = mb.cfg, mb.pb
+        self.mb, self.pb = mb, pb
+        self.V, self.D, self.T, self.H, self.L = V, D, T, H, L = (
+            corpus.vocab_size, cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer,
+        )  # fmt: skip
+        self.tie_head = cfg.tie_head
+        check_shape(D, H, L)
+        self.Bw = Bw = mb.local_batch
+        self.R = R = Bw * T
+        self.train = check_tokens(corpus.train, V, T, f"{corpus.name} (train split)")
+        val = np.asarray(corpus.val, np.uint32)
+        self.val = val[: cfg.val_tokens] if cfg.val_tokens else val
+        shapes = gpt_param_shapes(V, D, L, T, self.tie_head)
+        if params is not None:
+            check_params(params, shapes)
 
-    def m(name: str) -> str:
-        return str(P[name]["master"])
+        pb.u32("tokens", (len(self.train),), "data", self.train)
+        pb.u32("val_tokens", (max(1, len(self.val)),), "data", self.val if len(self.val) else None)
+        mb.bookkeeping(R)
+        pb.u32("idx", (R,), "activations")
+        pb.u32("targets", (R,), "activations")
+        # matrices read by matmuls get a working copy (wte too when it is the tied head's matrix)
+        copied = working_copies(L, self.tie_head)
+        rng = np.random.default_rng(cfg.seed)
+        self.P: dict[str, Param] = {}
+        for name, shape in shapes.items():
+            init = self._initial(name, shape, params, rng)
+            self.P[name] = mb.param(name, shape, init, copy=name in copied, decay=gpt_decays(name))
+        self.fw = GPTForward(
+            mb, V=V, D=D, T=T, H=H, L=L, windows=Bw, tie_head=self.tie_head, master=self.m, copy=self.w
+        )
+        pb.h("dlogits", R, V)
+        for name, cols in (("dx", D), ("dY", D), ("dln", D), ("dO", D), ("dqkv", 3 * D), ("dz", 4 * D)):
+            pb.h(name, R, cols)
+        pb.h("dS", Bw * H * T, T)
+        pb.u32("spans", (V, 2), "activations")
+        pb.u32("order", (R,), "activations")
 
-    def g(name: str) -> str:
-        return str(P[name]["grad"])
+    def _initial(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        params: dict[str, np.ndarray] | None,
+        rng: np.random.Generator,
+    ) -> Init:
+        """Parameter `name`'s initial value: params[name], else drawn from `rng` as gpt_init draws it."""
+        if params is not None:
+            given = params[name]
+            return lambda: np.asarray(given, np.float32)
+        return lambda: gpt_init_param(name, shape, self.L, rng)
 
-    fw = GPTForward(mb, V=V, D=D, T=T, H=H, L=L, windows=Bw, tie_head=tie_head, master=m, copy=w)
-    lay, x_final = fw.lay, fw.x_final
-    # backward
-    pb.h("dlogits", R, V)
-    for name, cols in (("dx", D), ("dY", D), ("dln", D), ("dO", D), ("dqkv", 3 * D), ("dz", 4 * D)):
-        pb.h(name, R, cols)
-    pb.h("dS", Bw * H * T, T)
-    pb.u32("spans", (V, 2), "activations")
-    pb.u32("order", (R,), "activations")
-    att = fw.att
-    forward = fw.emit
+    def w(self, name: str) -> str:
+        """Parameter `name`'s working copy."""
+        return str(self.P[name]["copy"])
 
-    def block_deltas(l: int) -> list[tuple[str, str]]:
-        """The lens's layers of block l: the backward deltas every block writes into shared buffers."""
-        return [(f"{n} (block {l})", n) for n in ("dz", "dqkv", "dO", "dS")]
+    def m(self, name: str) -> str:
+        """Parameter `name`'s f32 master."""
+        return self.P[name]["master"]
 
-    def layernorm_back(program: str, x: str, stats: str, gname: str, bname: str, dZ: str = "dln") -> None:
-        """dY (the LayerNorm output's gradient) -> its parameters' gradients and dZ."""
-        ops.layernorm_wgrad(pb, program, dY="dY", Z=x, stats=stats, dgamma=g(gname), dbeta=g(bname), M=R, N=D)
-        mb.layernorm_bwd(program, dY="dY", Z=x, stats=stats, gamma=m(gname), dZ=dZ, M=R, N=D)
+    def g(self, name: str) -> str:
+        """Parameter `name`'s gradient."""
+        return self.P[name]["grad"]
 
-    # --- the training step ---------------------------------------------------------------------
-    S = mb.grads_program
-    ops.gather_windows(
-        pb, S, tokens="tokens", idx="idx", targets="targets", n_tokens=len(train), T=T, batch=Bw,
-        seed=cfg.seed, perm_bits=perm_bits(len(train) - T), pos_per_window=T, shard=rank * Bw,
-    )  # fmt: skip
-    forward(S)
-    ops.softmax_xent(
-        pb, S, logits="logits", labels="targets", loss_rows="loss_rows", dlogits="dlogits", B=R, C=V,
-        counted=mb.counted_rows,
-    )  # fmt: skip
-    # head: its weight gradient, and dxf into dY
-    if tie_head:  # g_wte = dlogits^T xf (the embedding's part is added by embed_wgrad at the end)
-        mb.matmul(S, "matmul_wgrad", A="dlogits", B="xf", C=g("wte"), M=V, N=D, K=R, trans_a=1)
-        mb.matmul(S, "matmul_plain", A="dlogits", B=w("wte"), C="dY", M=R, N=D, K=V)
-    else:
+    def train_step(self) -> None:
+        """The training step up to complete gradients (grads_program): the next windows, forward,
+        the loss and dlogits, then backward from the head through the blocks to the embeddings."""
+        mb, pb, S, T, R, V, D = self.mb, self.pb, self.mb.grads_program, self.T, self.R, self.V, self.D
+        n_train = len(self.train)
+        ops.gather_windows(
+            pb, S, tokens="tokens", idx="idx", targets="targets", n_tokens=n_train, T=T, batch=self.Bw,
+            seed=mb.cfg.seed, perm_bits=perm_bits(n_train - T), pos_per_window=T, shard=mb.rank * self.Bw,
+        )  # fmt: skip
+        self.fw.emit(S)
+        ops.softmax_xent(
+            pb, S, logits="logits", labels="targets", loss_rows="loss_rows", dlogits="dlogits", B=R, C=V,
+            counted=mb.counted_rows,
+        )  # fmt: skip
+        self.head_backward(S)
+        self.layernorm_back(S, self.fw.x_final, "lnf_stats", "lnf_g", "lnf_b", dZ="dx")
+        for l in reversed(range(self.L)):
+            self.block_backward(S, l)
+            mb.lens_point(self.block_deltas(l))  # block l - 1 overwrites them
+        ops.token_rows(pb, S, idx="idx", spans="spans", order="order", R=R, V=V)
+        ops.embed_wgrad(
+            pb, S, spans="spans", order="order", dX="dx", dwte=self.g("wte"), dwpe=self.g("wpe"), R=R, T=T,
+            V=V, D=D, accumulate=self.tie_head,
+        )  # fmt: skip
+
+    def head_backward(self, S: str) -> None:
+        """The head's weight gradient, and dxf into dY."""
+        mb, pb, g, R, V, D = self.mb, self.pb, self.g, self.R, self.V, self.D
+        if self.tie_head:  # g_wte = dlogits^T xf (the embedding's part is added by embed_wgrad at the end)
+            mb.matmul(S, "matmul_wgrad", A="dlogits", B="xf", C=g("wte"), M=V, N=D, K=R, trans_a=1)
+            mb.matmul(S, "matmul_plain", A="dlogits", B=self.w("wte"), C="dY", M=R, N=D, K=V)
+            return
         mb.matmul(S, "matmul_wgrad", A="xf", B="dlogits", C=g("Whead"), M=D, N=V, K=R, trans_a=1)
         ops.colsum(pb, S, G="dlogits", out=g("bhead"), M=R, N=V)
-        Wt, tb = mb.weight_transposed(S, P["Whead"])
+        Wt, tb = mb.weight_transposed(S, self.P["Whead"])
         mb.matmul(S, "matmul_plain", A="dlogits", B=Wt, C="dY", M=R, N=D, K=V, trans_b=tb)
-    layernorm_back(S, x_final, "lnf_stats", "lnf_g", "lnf_b", dZ="dx")
-    for l in reversed(range(L)):
-        c = lay[l]
+
+    def block_backward(self, S: str, l: int) -> None:
+        """Block l's backward pass: dx (the gradient of its output) through the MLP branch, then the
+        attention branch, into the parameters' gradients and dx (the gradient of its input)."""
+        mb, pb, g, c, R, D, att = self.mb, self.pb, self.g, self.fw.lay[l], self.R, self.D, self.fw.att
         # MLP branch: x = x_mid + gelu(z) W2 + b2 receives dx
         mb.matmul(
             S, "matmul_wgrad", A=c["z"], B="dx", C=g(f"W2{l}"), M=4 * D, N=D, K=R, a_act=GELU, trans_a=1
         )
         ops.colsum(pb, S, G="dx", out=g(f"b2{l}"), M=R, N=D)
-        Wt, tb = mb.weight_transposed(S, P[f"W2{l}"])
+        Wt, tb = mb.weight_transposed(S, self.P[f"W2{l}"])
         mb.matmul(
             S, "matmul_dgrad", A="dx", B=Wt, C="dz", Zprev=c["z"], M=R, N=4 * D, K=D,
             trans_b=tb, out_act=GELU,
         )  # fmt: skip
         mb.matmul(S, "matmul_wgrad", A=c["m"], B="dz", C=g(f"W1{l}"), M=D, N=4 * D, K=R, trans_a=1)
         ops.colsum(pb, S, G="dz", out=g(f"b1{l}"), M=R, N=4 * D)
-        Wt, tb = mb.weight_transposed(S, P[f"W1{l}"])
+        Wt, tb = mb.weight_transposed(S, self.P[f"W1{l}"])
         mb.matmul(S, "matmul_plain", A="dz", B=Wt, C="dY", M=R, N=D, K=4 * D, trans_b=tb)
-        layernorm_back(S, c["x_mid"], c["ln2"], f"ln2_g{l}", f"ln2_b{l}")
+        self.layernorm_back(S, c["x_mid"], c["ln2"], f"ln2_g{l}", f"ln2_b{l}")
         ops.add_h(pb, S, A="dln", Y="dx", M=R, N=D)
         # attention branch: x_mid = x_in + O Wo + bo receives dx
         mb.matmul(S, "matmul_wgrad", A=c["O"], B="dx", C=g(f"Wo{l}"), M=D, N=D, K=R, trans_a=1)
         ops.colsum(pb, S, G="dx", out=g(f"bo{l}"), M=R, N=D)
-        Wt, tb = mb.weight_transposed(S, P[f"Wo{l}"])
+        Wt, tb = mb.weight_transposed(S, self.P[f"Wo{l}"])
         mb.matmul(S, "matmul_plain", A="dx", B=Wt, C="dO", M=R, N=D, K=D, trans_b=tb)
         mb.attention_matmul(S, "dv", P=c["P"], dO="dO", dqkv="dqkv", **att)
         mb.attention_matmul(S, "dp", dO="dO", qkv=c["qkv"], dP="S", **att)
-        mb.attn_softmax_bwd(S, P=c["P"], dP="S", dS="dS", **att)
+        ops.attn_softmax_bwd(pb, S, P=c["P"], dP="S", dS="dS", rows=mb.rows, **att)
         mb.attention_matmul(S, "dq", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
         mb.attention_matmul(S, "dk", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
         mb.matmul(S, "matmul_wgrad", A=c["a"], B="dqkv", C=g(f"Wqkv{l}"), M=D, N=3 * D, K=R, trans_a=1)
         ops.colsum(pb, S, G="dqkv", out=g(f"bqkv{l}"), M=R, N=3 * D)
-        Wt, tb = mb.weight_transposed(S, P[f"Wqkv{l}"])
+        Wt, tb = mb.weight_transposed(S, self.P[f"Wqkv{l}"])
         mb.matmul(S, "matmul_plain", A="dqkv", B=Wt, C="dY", M=R, N=D, K=3 * D, trans_b=tb)
-        layernorm_back(S, c["x_in"], c["ln1"], f"ln1_g{l}", f"ln1_b{l}")
+        self.layernorm_back(S, c["x_in"], c["ln1"], f"ln1_g{l}", f"ln1_b{l}")
         ops.add_h(pb, S, A="dln", Y="dx", M=R, N=D)
-        mb.lens_point(block_deltas(l))  # block l - 1 overwrites them
-    ops.token_rows(pb, S, idx="idx", spans="spans", order="order", R=R, V=V)
-    ops.embed_wgrad(
-        pb, S, spans="spans", order="order", dX="dx", dwte=g("wte"), dwpe=g("wpe"), R=R, T=T, V=V, D=D,
-        accumulate=tie_head,
-    )  # fmt: skip
-    mb.optimizer()
 
-    # --- evaluation over the validation split: next-character accuracy and the summed loss -----
-    E = EVAL
-    io: dict[str, Any] = {"logits": "logits", "labels": "targets", "result": "eval_result", "B": R, "C": V}
-    chunks = ops.cdiv(eval_windows(len(val), T), Bw) if len(val) > 1 else 0
-    pb.f32("val_loss_partial", (max(1, chunks),), "other")
-    pb.f32("val_loss_sum", (1,), "other")
-    sums: dict[str, Any] = {"partial": "val_loss_partial", "total": "val_loss_sum", "chunks": max(1, chunks)}
-    ops.eval_reset(pb, E, **io)
-    for chunk in range(chunks):
-        ops.gather_windows_eval(
-            pb, E, tokens="val_tokens", idx="idx", targets="targets", n_tokens=len(val), T=T, batch=Bw,
-            offset=chunk * Bw,
+    def layernorm_back(
+        self, program: str, x: str, stats: str, gname: str, bname: str, dZ: str = "dln"
+    ) -> None:
+        """dY (the LayerNorm output's gradient) -> its parameters' gradients and dZ."""
+        pb, g, R, D = self.pb, self.g, self.R, self.D
+        ops.layernorm_wgrad(pb, program, dY="dY", Z=x, stats=stats, dgamma=g(gname), dbeta=g(bname), M=R, N=D)
+        ops.layernorm_bwd(
+            pb, program, dY="dY", Z=x, stats=stats, gamma=self.m(gname), dZ=dZ, M=R, N=D, rows=self.mb.rows
+        )
+
+    def block_deltas(self, l: int) -> list[tuple[str, str]]:
+        """The lens's layers of block l: the backward deltas every block writes into shared buffers."""
+        return [(f"{n} (block {l})", n) for n in ("dz", "dqkv", "dO", "dS")]
+
+    def evaluation(self) -> EvalSpec:
+        """Program 'eval' over the validation split: next-character accuracy and the summed loss."""
+        pb, E, T, Bw, R, V, val = self.pb, EVAL, self.T, self.Bw, self.R, self.V, self.val
+        chunks = ops.cdiv(eval_windows(len(val), T), Bw) if len(val) > 1 else 0
+        n = max(1, chunks)
+        pb.f32("val_loss_partial", (n,), "other")
+        pb.f32("val_loss_sum", (1,), "other")
+        forward = replayed(pb, lambda program: self.fw.emit(program, flags=EVAL_FLAGS))
+        ops.eval_reset(pb, E, logits="logits", labels="targets", result="eval_result", B=R, C=V)
+        for chunk in range(chunks):
+            ops.gather_windows_eval(
+                pb, E, tokens="val_tokens", idx="idx", targets="targets", n_tokens=len(val), T=T, batch=Bw,
+                offset=chunk * Bw,
+            )  # fmt: skip
+            forward(E)
+            ops.eval_count(pb, E, logits="logits", labels="targets", result="eval_result", B=R, C=V)
+            ops.eval_loss_chunk(
+                pb, E, logits="logits", labels="targets", partial="val_loss_partial", total="val_loss_sum",
+                B=R, C=V, chunk=chunk, chunks=n,
+            )  # fmt: skip
+        ops.eval_loss_total(
+            pb, E, logits="logits", labels="targets", partial="val_loss_partial", total="val_loss_sum",
+            B=R, C=V, chunks=n,
         )  # fmt: skip
-        forward(E, flags=EVAL_FLAGS)
-        ops.eval_count(pb, E, **io)
-        ops.eval_loss_chunk(pb, E, logits="logits", labels="targets", B=R, C=V, chunk=chunk, **sums)
-    ops.eval_loss_total(pb, E, logits="logits", labels="targets", B=R, C=V, **sums)
-    evaluation: EvalSpec = {
-        "result_buffer": "eval_result",
-        "test_rows": max(0, len(val) - 1),
-        "loss_buffer": "val_loss_sum",
-    }
-    # dx after the step: the embeddings' gradient (the residual stream's at the input)
-    mb.histograms(
-        [("dlogits", "dlogits"), ("dx (embeddings)", "dx"), *(d for l in range(L) for d in block_deltas(l))]
-    )
-    return mb.finish([V, *([D] * L), V], evaluation)
+        return {
+            "result_buffer": "eval_result",
+            "test_rows": max(0, len(val) - 1),
+            "loss_buffer": "val_loss_sum",
+        }
+
+    def lens_layers(self) -> list[tuple[str, str]]:
+        """The gradient-range lens's layers: dlogits, dx after the step (the embeddings' gradient,
+        the residual stream's at the input), and every block's deltas (counted at its lens point)."""
+        blocks = [d for l in range(self.L) for d in self.block_deltas(l)]
+        return [("dlogits", "dlogits"), ("dx (embeddings)", "dx"), *blocks]
 
 
 # --- text generation -------------------------------------------------------------------------------
@@ -450,13 +521,7 @@ def build_gpt_sample_plan(
     # the runtimes stage a plan's metrics buffer; this plan has no metrics or state, and this word
     # stands in for both (never read)
     pb.u32("no_metrics", (1,), "other")
-    copied = working_copies(L, cfg.tie_head)
-    for name in shapes:
-        value = np.asarray(params[name], np.float32)
-        pb.f32(name, value.shape, "master_weights", value)
-        if name in copied:
-            rows, cols = value.shape
-            pb.h("h_" + name, rows, cols, category="working_weights", init=pack_h(value, path))
+    sample_weights(pb, [(name, params[name]) for name in shapes], working_copies(L, cfg.tie_head))
     pb.u32("seq", (capacity,), "data", prompt_ids)
     pb.u32("seq_len", (1,), "data", [len(prompt_ids)])
     pb.u32("idx", (T,), "activations")
@@ -471,28 +536,43 @@ def build_gpt_sample_plan(
         pb, P, logits="logits", seq="seq", seq_len="seq_len", V=V, T=T, capacity=capacity,
         temperature=temperature, seed=seed,
     )  # fmt: skip
+    sample: SampleSpec = {
+        "program": P,
+        "seq": "seq",
+        "seq_len": "seq_len",
+        "flags": "flags",
+        "prompt_tokens": len(prompt_ids),
+        "tokens": tokens,
+        "tokens_per_submit": tokens_per_submit,
+        "temperature": temperature,
+        "seed": seed,
+        "vocab": list(vocab),
+    }
+    return sample_plan(cfg, pb, sample), bytes(pb.blob)
 
+
+def sample_weights(pb: PlanBuilder, params: list[tuple[str, np.ndarray]], copied: set[str]) -> None:
+    """The (name, value) parameters, in order, as the sampling plan's buffers: each f32 master under
+    its name and, for the matrices in `copied`, its working copy h_<name> packed from it (pack_h)."""
+    for name, param in params:
+        value = np.asarray(param, np.float32)
+        pb.f32(name, value.shape, "master_weights", value)
+        if name in copied:
+            rows, cols = value.shape
+            pb.h("h_" + name, rows, cols, category="working_weights", init=pack_h(value, pb.path))
+
+
+def sample_plan(cfg: TrainConfig, pb: PlanBuilder, sample: SampleSpec) -> SamplePlan:
+    """The sampling plan of builder `pb`, which holds its buffers and program."""
     kp = pb.kernel_plan(state="no_metrics", metrics="no_metrics")
-    plan: SamplePlan = {
+    return {
         **kp,
         "format": PLAN_FORMAT,
         "config": cfg.model_dump(),
         "precision": cfg.precision,
-        "f16_path": None if path == "fp32" else path,
+        "f16_path": None if pb.path == "fp32" else pb.path,
         "prelude": pb.prelude,
         "blob_bytes": len(pb.blob),
-        "sample": {
-            "program": P,
-            "seq": "seq",
-            "seq_len": "seq_len",
-            "flags": "flags",
-            "prompt_tokens": len(prompt_ids),
-            "tokens": tokens,
-            "tokens_per_submit": tokens_per_submit,
-            "temperature": temperature,
-            "seed": seed,
-            "vocab": list(vocab),
-        },
+        "sample": sample,
         "memory": memory_by_category(kp["buffers"]),
     }
-    return plan, bytes(pb.blob)

@@ -1,13 +1,16 @@
 """Text generation without a GPU: loading a GPT run, checking the input, building its sampling plan.
 
-This is the half of `webmp sample` that does not need wgpu, so the server (webmp/serve/runs.py) builds
-the page's sampling plans with the same code as the command line (webmp/sample/replay.py, which replays a
-plan through wgpu-py):
+This is the half of `webmp sample` that does not need wgpu, so the server (webmp/serve/sampling.py)
+builds the page's sampling plans with the same code as the command line (webmp/sample/replay.py,
+which replays a plan through wgpu-py):
 
   job = prepare(run_dir, prompt, tokens=..., temperature=..., seed=...)   # SampleError: one line
   plan, blob = job.plan(job.path(has_f16))   # webmp.models.gpt.build_gpt_sample_plan
   ... replay plan["sample"]["program"], read plan["sample"]["seq"] ...
   text = job.text(seq[prompt_tokens:])        # the prompt, then the generated characters
+
+The settings (tokens, temperature, seed) are checked by one model, `SampleSettings`, for
+`webmp sample`'s flags, this API and the server's query alike, in the same words.
 
 An empty prompt starts the model from a newline (the character ending the line before the text),
 which is then not part of the text; a vocabulary without a newline refuses it. Temperature 0 is
@@ -26,8 +29,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from ..config import TrainConfig
 from ..engine.plan import SamplePlan, resolve_f16_path
@@ -46,34 +52,78 @@ class SampleError(ValueError):
     """Bad input to sampling (run directory, prompt, settings), said in one line."""
 
 
-def check_settings(tokens: int, temperature: float, seed: int) -> None:
-    """SampleError unless tokens >= 1, temperature a finite number >= 0 and seed a 32-bit unsigned int."""
-    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 1:
-        raise SampleError(f"tokens must be a positive integer, got {tokens!r}")
-    if not 0 <= temperature < float("inf"):
-        raise SampleError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
-        raise SampleError(f"seed must be in 0 .. 2**32 - 1, got {seed!r}")
+class SettingError(SampleError):
+    """A refused setting, "<setting> <problem>" ("tokens must be a positive integer, got 0"):
+    `webmp sample` puts the problem after its flag instead (argparse's "argument --tokens: ...")."""
+
+    def __init__(self, setting: str, problem: str):
+        super().__init__(f"{setting} {problem}")
+        self.setting, self.problem = setting, problem
 
 
-def parse_settings(
-    tokens: str | None = None, temperature: str | None = None, seed: str | None = None
-) -> tuple[int, float, int]:
-    """(tokens, temperature, seed) from text (a URL's query), the defaults for None; SampleError
-    (one line, check_settings' words) for text that is not a number or out of range."""
+def _refused(problem: str, value: object) -> PydanticCustomError:
+    return PydanticCustomError("sample_setting", problem + ", got {got}", {"got": repr(value)})
 
-    def number(kind: type, name: str, text: str) -> int | float:
+
+def _from_text(value: object, kind: type[int] | type[float]) -> object:
+    """A setting given as text (a flag, a URL's query) as a number; anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return kind(value.strip())
+    except ValueError:
+        raise _refused("must be an integer" if kind is int else "must be a number", value) from None
+
+
+def _is_int(value: object) -> TypeGuard[int | np.integer]:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+class SampleSettings(BaseModel):
+    """How much text to generate and how: one set of checks and messages for `webmp sample`'s flags,
+    the Python API's keywords and the server's sampling query (which adds the page's limits:
+    webmp/serve/form.py). A value may be text; `of` refuses a bad one with a SettingError."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tokens: int = Field(DEFAULT_TOKENS, description="characters to generate")
+    temperature: float = Field(
+        DEFAULT_TEMPERATURE, description="softmax temperature; 0 = greedy, the most likely character"
+    )
+    seed: int = Field(DEFAULT_SEED, description="seeds the draws")
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens(cls, value: object) -> int:
+        n = _from_text(value, int)
+        if not _is_int(n) or n < 1:
+            raise _refused("must be a positive integer", n)
+        return int(n)
+
+    @field_validator("temperature", mode="before")
+    @classmethod
+    def _temperature(cls, value: object) -> float:
+        t = _from_text(value, float)
+        if not isinstance(t, (int, float, np.integer, np.floating)) or not 0 <= t < float("inf"):
+            raise _refused("must be a finite number >= 0", t)
+        return float(t)
+
+    @field_validator("seed", mode="before")
+    @classmethod
+    def _seed(cls, value: object) -> int:
+        s = _from_text(value, int)
+        if not _is_int(s) or not 0 <= s < 2**32:
+            raise _refused("must be in 0 .. 2**32 - 1", s)
+        return int(s)
+
+    @classmethod
+    def of(cls, **values: object) -> SampleSettings:
+        """The settings `values` give (None: the default); SettingError for the first bad one."""
         try:
-            return kind(text.strip())
-        except ValueError:
-            what = "an integer" if kind is int else "a number"
-            raise SampleError(f"{name} must be {what}, got {text!r}") from None
-
-    n = DEFAULT_TOKENS if tokens is None else int(number(int, "tokens", tokens))
-    t = DEFAULT_TEMPERATURE if temperature is None else float(number(float, "temperature", temperature))
-    s = DEFAULT_SEED if seed is None else int(number(int, "seed", seed))
-    check_settings(n, t, s)
-    return n, t, s
+            return cls.model_validate({k: v for k, v in values.items() if v is not None})
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise SettingError(".".join(str(p) for p in first["loc"]), first["msg"]) from None
 
 
 def encode_prompt(prompt: str, vocab: Sequence[str]) -> list[int]:
@@ -123,9 +173,11 @@ class SampleJob:
         temperature: float = DEFAULT_TEMPERATURE,
         seed: int = DEFAULT_SEED,
     ) -> SampleJob:
-        check_settings(tokens, temperature, seed)
+        settings = SampleSettings.of(tokens=tokens, temperature=temperature, seed=seed)
         ids = encode_prompt(prompt, vocab)
-        return cls(cfg, list(vocab), params, prompt, ids, int(tokens), float(temperature), int(seed))
+        return cls(
+            cfg, list(vocab), params, prompt, ids, settings.tokens, settings.temperature, settings.seed
+        )
 
     def path(self, has_f16: bool, f16: str | None = None) -> str:
         """The prelude for an adapter with or without shader-f16: the run's precision, and its f16
@@ -158,7 +210,7 @@ def prepare(
     """The job of generating `tokens` characters after `prompt` with the GPT of `run_dir` (its
     checkpoint); SampleError (one line) for bad settings, before the run is read, or a bad run or
     prompt."""
-    check_settings(tokens, temperature, seed)
+    SampleSettings.of(tokens=tokens, temperature=temperature, seed=seed)
     cfg, vocab, params = load_run(run_dir)
     return SampleJob.new(cfg, vocab, params, prompt, tokens=tokens, temperature=temperature, seed=seed)
 

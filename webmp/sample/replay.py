@@ -5,7 +5,8 @@ GPU buffer `seq`, a program adding one token (window, the training plan's forwar
 and how often to replay it. Loading a run, checking the input and building the plan are
 webmp/sample/job.py's (no wgpu there: the server builds the browser page's sampling plans with
 it); this module replays the program `tokens_per_submit` times a submit through wgpu-py (no host
-work per token) and reads `seq` once at the end (`replay`).
+work per token) and reads `seq` once at the end (`replay`, whose twin in the page is web/loops.js's
+generate).
 
   sample(run_dir, prompt, tokens=..., temperature=..., seed=...) -> prompt + generated text
   generate(cfg, vocab, params, prompt, ...)                       the same without a run directory
@@ -33,7 +34,7 @@ from .job import (
     DEFAULT_TEMPERATURE,
     DEFAULT_TOKENS,
     SampleJob,
-    check_settings,
+    SampleSettings,
     prepare,
 )
 
@@ -79,13 +80,13 @@ def generate_ids(
     resolve_f16_path of cfg's precision and f16 choice, as the Trainer); tiles: matmul tiles
     (default: the adapter's tuned table, as the Trainer); tokens_per_submit: program replays a
     submit (the plan's SampleSpec)."""
-    check_settings(tokens, temperature, seed)
+    settings = SampleSettings.of(tokens=tokens, temperature=temperature, seed=seed)
     gpu = gpu or default_gpu()
     path = path or resolve_f16_path(cfg.precision, cfg.f16, gpu.has_f16)
     tiles = tiles or TileTable.for_adapter(gpu.name)
     plan, blob = build_gpt_sample_plan(
-        cfg, vocab, path, tiles, params=params, prompt=prompt_ids, tokens=tokens,
-        temperature=temperature, seed=seed, tokens_per_submit=tokens_per_submit,
+        cfg, vocab, path, tiles, params=params, prompt=prompt_ids, tokens=settings.tokens,
+        temperature=settings.temperature, seed=settings.seed, tokens_per_submit=tokens_per_submit,
     )  # fmt: skip
     return replay(plan, blob, gpu)
 

@@ -10,8 +10,8 @@ from collections import OrderedDict
 from ..config import TrainConfig
 from ..data.tables import Dataset
 from ..data.text import TextCorpus
-from ..engine.plan import Plan, h_bytes
-from ..models.gpt import gpt_param_shapes, working_copies
+from ..engine.plan import Plan
+from ..models import plan_buffers
 from .errors import InvalidConfig
 
 # A page's device gets WebGPU's default limits unless it asks for more, and can ask no more than its
@@ -26,85 +26,21 @@ MAX_PLAN_BYTES = 2**30  # 1 GiB of GPU buffers per run
 
 
 def estimate_buffers(cfg: TrainConfig, data: Dataset | TextCorpus, path: str) -> dict[str, int]:
-    """{buffer: bytes} of the plan build_plan(cfg, data, path) would make, from the config and the
-    data's shape alone (no arrays, no blob): the parameters (master, gradient, two moments, working
-    copy), the data and the activations, exactly as webmp/models sizes them; it leaves out the
-    small buffers (state, flags, metrics ring, norm partials, LayerNorm stats, indices), so its total is a
-    little under the plan's (tests/serve/test_server.py checks it against real plans)."""
-    sizes: dict[str, int] = {}
-
-    def f32(name: str, *shape: int) -> None:
-        n = 4
-        for d in shape:
-            n *= d
-        sizes[name] = max(4, n)
-
-    def h(name: str, rows: int, cols: int) -> None:
-        sizes[name] = max(4, h_bytes(rows, cols, path))
-
-    def param(name: str, shape: tuple[int, ...], copy: bool) -> None:
-        for prefix in ("", "g_", "m_", "v_"):
-            f32(prefix + name, *shape)
-        if copy:
-            h("h_" + name, shape[0], shape[1])
-
-    if isinstance(data, Dataset):
-        f32("train_x", *data.train_x.shape)
-        f32("train_y", *data.train_y.shape)
-        f32("test_x", *data.test_x.shape)
-        f32("test_y", *data.test_y.shape)
-        B, dims = cfg.batch_size, [data.features, *cfg.hidden, data.classes]
-        h("X", B, dims[0])
-        for l in range(len(dims) - 1):
-            param(f"W{l}", (dims[l], dims[l + 1]), True)
-            param(f"b{l}", (dims[l + 1],), False)
-            if l < len(dims) - 2:
-                h(f"Z{l}", B, dims[l + 1])
-                h(f"dZ{l}", B, dims[l + 1])
-                if cfg.model == "mlp-ln":
-                    param(f"ln_g{l}", (dims[l + 1],), False)
-                    param(f"ln_b{l}", (dims[l + 1],), False)
-                    h(f"Y{l}", B, dims[l + 1])
-                    h(f"dY{l}", B, dims[l + 1])
-            else:
-                f32("logits", B, dims[-1])
-                h("dlogits", B, dims[-1])
-        return sizes
-    V, D, T, H, L = data.vocab_size, cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer
-    R, Z = cfg.batch_size * T, cfg.batch_size * H
-    f32("tokens", len(data.train))
-    f32("val_tokens", max(1, min(len(data.val), cfg.val_tokens or len(data.val))))
-    copied = working_copies(L, cfg.tie_head)
-    for name, shape in gpt_param_shapes(V, D, L, T, cfg.tie_head).items():
-        param(name, tuple(shape), name in copied)
-    for l in range(L):
-        for name, cols in (
-            ("a", D),
-            ("qkv", 3 * D),
-            ("O", D),
-            ("x_mid", D),
-            ("m", D),
-            ("z", 4 * D),
-            ("x", D),
-        ):
-            h(f"{name}{l}", R, cols)
-        h(f"P{l}", Z * T, T)
-    h("X0", R, D)
-    f32("S", Z * T, T)
-    h("xf", R, D)
-    f32("logits", R, V)
-    h("dlogits", R, V)
-    for name, cols in (("dx", D), ("dY", D), ("dln", D), ("dO", D), ("dqkv", 3 * D), ("dz", 4 * D)):
-        h(name, R, cols)
-    h("dS", Z * T, T)
-    return sizes
+    """{buffer: bytes} of every buffer the plan build_plan(cfg, data, path) declares, exactly: the
+    models' own declarations, from a dry run (webmp.models.plan_buffers: no arrays, no blob).
+    ValueError when the models refuse the config (a shape they cannot make, a launcher's limit)."""
+    return {b["name"]: b["bytes"] for b in plan_buffers(cfg, data, path)}
 
 
 def check_plan_size(cfg: TrainConfig, data: Dataset | TextCorpus) -> None:
     """InvalidConfig (naming the numbers) when the run's plan would not fit a page's default
-    WebGPU limits (MAX_BUFFER_BYTES) or the server's budget for one plan (MAX_PLAN_BYTES); the
-    'native' and 'emulated' paths size their buffers alike, so one estimate answers for both."""
-    sizes = estimate_buffers(cfg, data, "fp32" if cfg.precision == "fp32" else "native")
+    WebGPU limits (MAX_BUFFER_BYTES) or the server's budget for one plan (MAX_PLAN_BYTES), or
+    cannot be built at all; the 'native' and 'emulated' paths size their buffers alike, so one
+    estimate answers for both."""
+    try:
+        sizes = estimate_buffers(cfg, data, "fp32" if cfg.precision == "fp32" else "native")
+    except ValueError as e:
+        raise InvalidConfig(f"this config makes no plan: {e}") from None
     name = max(sizes, key=lambda n: sizes[n])
     total = sum(sizes.values())
     mib = 2**20

@@ -237,7 +237,9 @@ class LocalServer(Client):
     def __init__(
         self, runs: str | Path = "runs", token: str | None = None, host: str = "127.0.0.1", port: int = 0
     ):
-        from .app import LOOPBACK_NAMES, bind_socket, create_app, host_name, make_server
+        from .app import create_app
+        from .cli import bind_socket, make_server
+        from .security import LOOPBACK_NAMES, host_name
 
         self.app = create_app(runs, token, LOOPBACK_NAMES | {host_name(host)})
         sock = bind_socket(host, port)

@@ -1,5 +1,5 @@
-"""What a request about a browser run can be refused for: the PageRunError family (webmp/serve/app.py
-maps each to an HTTP status and a WebSocket reply).
+"""What a request about a browser run can be refused for: the PageRunError family (webmp/serve/api.py
+maps each to an HTTP status, webmp/serve/sockets.py to a WebSocket reply).
 """
 
 from __future__ import annotations

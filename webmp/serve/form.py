@@ -1,13 +1,13 @@
-"""The page's form: every TrainConfig field from its JSON schema, grouped, labelled, and disabled with
-its reason where a browser run cannot set it; the presets and the sampling form's defaults (GET
-/api/form).
+"""The page's form: every TrainConfig field from its JSON schema and its Meta (group, label, the
+models that read it, disabled with its reason where a browser run cannot set it), the groups' titles
+and order; the presets and the sampling form's defaults (GET /api/form).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..config import MODEL_FIELDS, TrainConfig
+from ..config import FIELD_META, Meta, TrainConfig, field_meta
 from ..presets import PRESETS
 from ..sample.job import (
     DEFAULT_SEED,
@@ -24,107 +24,79 @@ MAX_PAGE_TOKENS = 2000
 MAX_PAGE_PROMPT = 2000  # characters
 
 
-# The plan's blob, training data included, goes to whichever client asks for it over HTTP: a data
-# path chosen by that client would let it read any file the server can.
-BROWSER_DATA = (
-    "browser runs train on the built-in datasets (the MLPs: the dataset field; gpt: the default "
-    "corpus, the server's Python standard library sources); data files (--data) are for native "
-    "`webmp train`"
-)
-
-
-BROWSER_INIT = (
-    "browser runs draw their initial weights from the seed; a weights file (--init-weights) is for "
-    "native `webmp train`"
-)
+# Fields a page cannot set, each with the reason the form shows next to it (their Meta.browser).
+NOT_IN_BROWSER = {name: meta.browser for name, meta in FIELD_META.items() if meta.browser is not None}
 
 
 def check_browser_config(cfg: TrainConfig) -> None:
-    if cfg.data is not None:
-        raise InvalidConfig(BROWSER_DATA)
-    if cfg.init_weights is not None:
-        raise InvalidConfig(BROWSER_INIT)
+    """Refuse a config that sets a field a page cannot (its Meta.browser, the reason InvalidConfig
+    gives): one whose value is not its default."""
+    fields = type(cfg).model_fields
+    for name, meta in field_meta(type(cfg)).items():
+        if meta.browser is not None and getattr(cfg, name) != fields[name].get_default(
+            call_default_factory=True
+        ):
+            raise InvalidConfig(meta.browser)
 
 
-# The page's form offers every TrainConfig field, generated from its JSON schema: the kind from the
-# type, the choices from the Literal, the help text from the docstring, the models that read it from
-# MODEL_FIELDS and the defaults from MODEL_DEFAULTS. Only the grouping and a few labels are the
-# form's own. COMMON fields show at once; the rest of a group sits under "more settings".
-FORM_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "model": ("model and data", (
-        "model", "hidden", "act", "init_gain", "input_scale", "dataset", "data", "init_weights",
-        "n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens",
-    )),
-    "precision": ("precision and loss scaling", (
-        "precision", "f16", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
-        "hysteresis", "min_scale", "min_scale_policy",
-    )),
-    "optimizer": ("optimizer and schedule", (
-        "steps", "batch_size", "lr", "schedule", "warmup", "min_lr", "weight_decay", "beta1", "beta2",
-        "eps", "clip_norm",
-    )),
-    "run": ("run", ("seed", "log_every", "checkpoint_every")),
-}  # fmt: skip
-
-
-COMMON = frozenset(
-    {"model", "hidden", "n_layer", "n_head", "d_model", "context", "precision", "init_scale", "steps",
-     "batch_size", "lr", "seed", "log_every"}
-)  # fmt: skip
-
-
-LABELS = {
-    "hidden": "hidden widths",
-    "n_layer": "layers",
-    "n_head": "heads",
-    "d_model": "width (d_model)",
-    "tie_head": "tied head",
-    "f16": "f16 path",
-    "lr": "learning rate",
-    "min_lr": "min learning rate",
+# The page's form offers every TrainConfig field, generated from its JSON schema and Meta: the kind
+# from the type, the choices from the Literal, the help text from the docstring, the group, label
+# and models that read it from the Meta, the defaults from MODEL_DEFAULTS. The groups' titles and
+# order are the form's own; a group shows its Meta.common fields at once, the rest under "more
+# settings".
+GROUP_TITLES = {
+    "model": "model and data",
+    "precision": "precision and loss scaling",
+    "optimizer": "optimizer and schedule",
+    "run": "run",
 }
-
-
-# Fields a page cannot set, each with the reason the form shows next to it (the server refuses them
-# too: check_browser_config).
-NOT_IN_BROWSER = {"data": BROWSER_DATA, "init_weights": BROWSER_INIT}
 
 
 _KINDS = {"integer": "int", "number": "float", "boolean": "bool", "array": "int_list", "string": "text"}
 
 
-def form_field(name: str, prop: dict[str, Any]) -> dict[str, Any]:
-    """One field of the form from its JSON schema property."""
+def form_field(name: str, prop: dict[str, Any], meta: Meta) -> dict[str, Any]:
+    """One field of the form from its JSON schema property and its Meta."""
     if "enum" in prop or "const" in prop:
         kind, choices = "choice", list(prop.get("enum", [prop.get("const")]))
     else:
         types = [t["type"] for t in prop.get("anyOf", [prop]) if t.get("type") != "null"]
         kind, choices = _KINDS[types[0]], None
-    group = next(g for g, (_, names) in FORM_GROUPS.items() if name in names)
     return {
         "name": name,
-        "label": LABELS.get(name, name.replace("_", " ")),
+        "label": meta.label or name.replace("_", " "),
         "kind": kind,
         "choices": choices,
         "help": " ".join(prop.get("description", "").split()),
-        "models": list(MODEL_FIELDS[name]) if name in MODEL_FIELDS else None,
-        "group": group,
-        "common": name in COMMON,
-        "disabled": NOT_IN_BROWSER.get(name),
+        "models": list(meta.models) if meta.models is not None else None,
+        "group": meta.group,
+        "common": meta.common,
+        "disabled": meta.browser,
     }
 
 
-def page_form() -> dict[str, Any]:
+def form_order(metas: dict[str, Meta]) -> list[str]:
+    """The fields in the form's order: by group (GROUP_TITLES' order), within one in declaration order
+    but for those placed after another (Meta.form_after). A group not in GROUP_TITLES raises."""
+    names = [name for name, meta in metas.items() if meta.form_after is None]
+    for name, meta in metas.items():
+        if meta.form_after is not None:
+            names.insert(names.index(meta.form_after) + 1, name)
+    groups = list(GROUP_TITLES)
+    return sorted(names, key=lambda name: groups.index(metas[name].group))
+
+
+def page_form(model: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
     """What GET /api/form returns: every TrainConfig field ({name, label, kind: int | float | bool |
     choice | int_list | text, choices, help, models: the models that read it, null for all, group,
     common: shown before "more settings", disabled: why a page cannot set it, else null}) in
-    FORM_GROUPS' order, the groups ({name, title}), each model's defaults (a TrainConfig with only
+    form_order, the groups ({name, title}), each model's defaults (a TrainConfig with only
     `model` given: MODEL_DEFAULTS applied), the presets, and the text generation form's defaults
     (`webmp sample`'s) and limits."""
-    props = TrainConfig.model_json_schema()["properties"]
-    names = [n for _, group in FORM_GROUPS.values() for n in group]
-    fields = [form_field(name, props[name]) for name in names]
-    defaults = {m: TrainConfig(model=m).model_dump() for m in props["model"]["enum"]}
+    props = model.model_json_schema()["properties"]
+    metas = field_meta(model)
+    fields = [form_field(name, props[name], metas[name]) for name in form_order(metas)]
+    defaults = {m: model(model=m).model_dump() for m in props["model"]["enum"]}
     sample = {
         "prompt": "",
         "tokens": DEFAULT_TOKENS,
@@ -135,7 +107,7 @@ def page_form() -> dict[str, Any]:
     }
     return {
         "fields": fields,
-        "groups": [{"name": g, "title": title} for g, (title, _) in FORM_GROUPS.items()],
+        "groups": [{"name": g, "title": title} for g, title in GROUP_TITLES.items()],
         "defaults": defaults,
         "presets": [p.model_dump() for p in PRESETS],
         "sample": sample,

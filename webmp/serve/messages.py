@@ -1,4 +1,4 @@
-"""Messages between the page (web/app.js) and the server (webmp/serve/app.py), validated with pydantic.
+"""Messages between the page (web/app.js) and the server (webmp/serve/), validated with pydantic.
 
 Over a run's WebSocket the page sends JSON objects with a `type` and the `run_id`:
 
@@ -51,6 +51,7 @@ MAX_MESSAGE_BYTES = 256 * 1024  # one WebSocket text frame; the page sends recor
 MAX_RECORDS_PER_MESSAGE = 500  # at ~200 bytes a record this stays well under the size limit
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+Offer = Literal["native", "emulated"]  # whether the page's adapter has shader-f16
 
 U32 = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
 
@@ -123,7 +124,7 @@ MAX_HISTOGRAM_BUCKETS = 128  # webmp.ops.GRAD_HIST_MAX_BUCKETS
 class Histograms(BaseModel):
     """The lens's counts after step `step` (0-based; its record is stored or in the same message):
     one list of u32 counters per layer of plan["histograms"]. Their number, lengths and totals are
-    checked against the run's plan by the server (webmp.serve.runs.PageRun.check_histograms)."""
+    checked against the run's plan by the server (webmp.serve.reports.RunLens.check)."""
 
     model_config = ConfigDict(extra="forbid")
     step: U32
@@ -244,7 +245,7 @@ class TuneRequest(BaseModel):
         max_length=64
     )
     config: dict[str, Any] = Field(max_length=64)  # TrainConfig fields, checked as POST /api/runs does
-    f16: Literal["native", "emulated"]  # whether the adapter has shader-f16
+    f16: Offer
     # tile choices tried per class, its untuned default first (matmul_cases.CANDIDATES has 17 more)
     max_candidates: Annotated[int, Field(ge=1, le=18, strict=True)] = 6
 

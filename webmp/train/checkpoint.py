@@ -54,7 +54,7 @@ def save_checkpoint(
     if missing:
         raise ValueError(f"checkpoint is missing buffers: {missing}")
     tensors = {n: _as_array(plan, n, contents[n]) for n in names}
-    state = decode_state(contents[plan["state"]["buffer"]])
+    state = decode_state(contents[plan["state"]["buffer"]], plan["state"]["fields"])
     meta = {
         "format": CHECKPOINT_FORMAT,
         "step": state["iteration"],

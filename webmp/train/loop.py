@@ -9,26 +9,27 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..config import TrainConfig, resumed_config
+from ..config import FIELD_META, TrainConfig, resumed_config
 from ..data.tables import Dataset
 from ..data.text import TextCorpus, checkpoint_facts, describe_data, load_training_data, run_baseline_bits
-from ..engine.plan import describe_f16, resolve_f16_path
+from ..engine.plan import Plan, describe_f16, resolve_f16_path
 from ..engine.runtime import GPU, Runtime, default_gpu, gpu_for_rank
-from ..engine.state import decode_records, decode_state
+from ..engine.state import decode_records
 from ..engine.tiles import TileTable
 from ..models import build_plan
 from .checkpoint import (
     TENSORS,
     checkpoint_buffers,
+    checkpoint_dir,
     initial_weights_blob,
     load_checkpoint,
     load_initial_weights,
-    read_checkpoint_meta,
     resume_blob,
     save_checkpoint,
 )
@@ -44,29 +45,67 @@ from .rundir import (
     scale_collapse,
 )
 
-# Fields that must match between a checkpoint and the run resuming it.
-RESUME_LOCKED = (
-    "model",
-    "hidden",
-    "act",
-    "dataset",
-    "data",
-    "init_weights",
-    "input_scale",
-    "precision",
-    "batch_size",
-    "seed",
-    "init_gain",
-    "n_layer",
-    "n_head",
-    "d_model",
-    "context",
-    "tie_head",
-)
+# Fields that must match between a checkpoint and the run resuming it (their Meta.locked).
+RESUME_LOCKED = tuple(name for name, meta in FIELD_META.items() if meta.locked)
+
+
+def _quiet(*args, **kwargs) -> None:
+    """The log of a Trainer given log=None, and of every rank but 0."""
 
 
 class ScaleCollapseError(RuntimeError):
     """An overflow happened with the loss scale already at min_scale (policy 'raise')."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A checkpoint to continue from, read once (load_checkpoint): the path it was given as (a run
+    directory or its checkpoint.safetensors), its buffers and its checkpoint.json."""
+
+    path: Path
+    contents: dict[str, bytes]
+    meta: dict[str, Any]
+
+    @classmethod
+    def read(cls, path: str | Path) -> Resume:
+        contents, meta = load_checkpoint(path)
+        return cls(Path(path), contents, meta)
+
+    @property
+    def step(self) -> int:
+        return self.meta["step"]
+
+    def config(self, given: dict[str, Any]) -> TrainConfig:
+        """The config `--resume` continues with: the checkpoint's own, with the fields in `given` changed."""
+        cfg, _ = resumed_config(self.meta["config"], given)
+        return cfg
+
+    def check(self, cfg: TrainConfig) -> list[str]:
+        """ValueError unless `cfg` can continue this checkpoint (more steps, RESUME_LOCKED unchanged);
+        else what it changes, one line each (config.resumed_config)."""
+        if cfg.steps <= self.step:
+            raise ValueError(
+                f"cannot resume: the checkpoint is at step {self.step} and steps is {cfg.steps}; "
+                f"give steps > {self.step} to train further"
+            )
+        old = TrainConfig(**self.meta["config"])
+        _, changes = resumed_config(old.model_dump(), cfg.model_dump())
+        clash = [
+            f"{k}: checkpoint {getattr(old, k)!r} vs {getattr(cfg, k)!r}"
+            for k in RESUME_LOCKED
+            if getattr(old, k) != getattr(cfg, k)
+        ]
+        if clash:
+            raise ValueError("cannot resume: the config differs from the checkpoint's in " + "; ".join(clash))
+        return changes
+
+    def check_data(self, data: Dataset | TextCorpus, cfg: TrainConfig) -> None:
+        """ValueError when the training data is not the checkpoint's (its SHA-256 changed)."""
+        if self.meta.get("data_sha256") != data.sha256:
+            raise ValueError(
+                f"cannot resume: the data file {cfg.data} changed since the checkpoint "
+                f"(sha256 {self.meta.get('data_sha256')} then, {data.sha256} now)"
+            )
 
 
 class Trainer:
@@ -74,7 +113,7 @@ class Trainer:
         self,
         cfg: TrainConfig,
         out: str | Path | None = None,
-        resume: str | Path | None = None,
+        resume: str | Path | Resume | None = None,
         gpu: GPU | None = None,
         dataset: Dataset | TextCorpus | None = None,
         progress: bool = True,
@@ -82,99 +121,84 @@ class Trainer:
         world: World | None = None,
         before_allreduce: BeforeAllreduce | None = None,
     ):
-        """Under an MPI launcher (or with `world`), one data-parallel rank: every rank trains on its
-        shard of each global batch, and only rank 0 writes the run directory (webmp.train.distributed)."""
+        """resume: a checkpoint (its path, or a Resume already read) this run continues. Under an MPI
+        launcher (or with `world`), one data-parallel rank: every rank trains on its shard of each
+        global batch, and only rank 0 writes the run directory (webmp.train.distributed)."""
         self.world = world or detect_world()
         self.writer = self.world.rank == 0
-        self.log = (log or (lambda *a, **k: None)) if self.writer else (lambda *a, **k: None)
+        self.log = (log or _quiet) if self.writer else _quiet
         self.progress = progress and self.writer
-        contents, meta = (None, None)
-        self.resume_changes: list[str] = []
-        if resume is None and out is not None and self.writer:
-            check_new_run_dir(out)
-        if resume is not None:
-            contents, meta = load_checkpoint(resume)
-            if cfg.steps <= meta["step"]:
-                raise ValueError(
-                    f"cannot resume: the checkpoint is at step {meta['step']} and steps is {cfg.steps}; "
-                    f"give steps > {meta['step']} to train further"
-                )
-            old = TrainConfig(**meta["config"])
-            _, self.resume_changes = resumed_config(old.model_dump(), cfg.model_dump())
-            clash = [
-                f"{k}: checkpoint {getattr(old, k)!r} vs {getattr(cfg, k)!r}"
-                for k in RESUME_LOCKED
-                if getattr(old, k) != getattr(cfg, k)
-            ]
-            if clash:
-                raise ValueError(
-                    "cannot resume: the config differs from the checkpoint's in " + "; ".join(clash)
-                )
         self.cfg = cfg
+        # the resume check, before any data or GPU work
+        self.resume = Resume.read(resume) if isinstance(resume, (str, Path)) else resume
+        if self.resume is None and out is not None and self.writer:
+            check_new_run_dir(out)
+        self.resume_changes = self.resume.check(cfg) if self.resume is not None else []
         self.data = dataset or load_training_data(cfg)
-        if meta is not None and meta.get("data_sha256") != self.data.sha256:
-            raise ValueError(
-                f"cannot resume: the data file {cfg.data} changed since the checkpoint "
-                f"(sha256 {meta.get('data_sha256')} then, {self.data.sha256} now)"
-            )
-        if gpu is None:
-            gpu = default_gpu() if self.world.size == 1 else gpu_for_rank(self.world.rank)
-        self.gpu = gpu
+        if self.resume is not None:
+            self.resume.check_data(self.data, cfg)
+        self.gpu = gpu or (default_gpu() if self.world.size == 1 else gpu_for_rank(self.world.rank))
         self.path = resolve_f16_path(cfg.precision, cfg.f16, self.gpu.has_f16)
         self.tiles = TileTable.for_adapter(self.gpu.name)  # `webmp bench --tune`'s choices, else defaults
-        plan, blob = build_plan(
-            cfg, self.data, self.path, self.tiles, rank=self.world.rank, world=self.world.size
-        )
-        self.step = 0
-        if contents is None and cfg.init_weights is not None:
-            plan, blob = initial_weights_blob(plan, blob, load_initial_weights(cfg.init_weights, plan))
-        if contents is not None and meta is not None:
-            plan, blob = resume_blob(plan, blob, contents)
-            self.step = meta["step"]
-            if meta["f16_path"] != plan["f16_path"]:
-                warnings.warn(
-                    f"resuming a {meta['f16_path']} checkpoint on the {plan['f16_path']} f16 path: "
-                    "results will not be bit-identical to an uninterrupted run",
-                    stacklevel=2,
-                )
-        self.plan = plan
-        self.runtime = Runtime(plan, blob, self.gpu)
+        self.f16_description = describe_f16(self.path, cfg.f16)
+        self.plan, blob = self._build_plan()
+        self.step = self.resume.step if self.resume is not None else 0
+        self.runtime = Runtime(self.plan, blob, self.gpu)
         self.data_parallel = (
-            DataParallelStep(self.runtime, plan["data_parallel"], self.world, before_allreduce)
-            if "data_parallel" in plan
+            DataParallelStep(self.runtime, self.plan["data_parallel"], self.world, before_allreduce)
+            if "data_parallel" in self.plan
             else None
         )
-        if out is None:
-            out = (
-                Path(resume).parent
-                if resume is not None and Path(resume).name.endswith(".safetensors")
-                else resume
-            )
-        if out is None and self.writer:
-            out = new_run_dir()
-        self.run_path = Path(self.world.bcast(str(out)))
-        # only rank 0 writes; the other ranks' RunDir is never made (it would create the directory)
-        self.run_dir = RunDir(self.run_path) if self.writer else None
-        if resume is not None and self.run_dir is not None:
-            self.run_dir.truncate_metrics_after(self.step - 1)
-        self.last_checkpoint: tuple[Path, int] | None = (self.run_path, self.step) if resume else None
-        self.f16_description = describe_f16(self.path, cfg.f16)
-        if self.run_dir is not None:
-            self.run_dir.write_config(
-                cfg,
-                f16_path=plan["f16_path"],
-                adapter=self.gpu.name,
-                runtime="native",
-                data_sha256=self.data.sha256,
-            )
+        self.run_path, self.run_dir = self._open_run_dir(out)
+        self.last_checkpoint: tuple[Path, int] | None = (self.run_path, self.step) if self.resume else None
         self.records: list[dict] = []
         self.skipped_total = 0
         self.warned_min_scale = False
         self.wall = 0.0
 
+    def _build_plan(self) -> tuple[Plan, bytes]:
+        """The plan and its blob for this rank, starting from the checkpoint's buffers on a resume,
+        else from the initial weights' file when the config names one, else from drawn weights."""
+        cfg, world = self.cfg, self.world
+        plan, blob = build_plan(cfg, self.data, self.path, self.tiles, rank=world.rank, world=world.size)
+        if self.resume is not None:
+            plan, blob = resume_blob(plan, blob, self.resume.contents)
+            if self.resume.meta["f16_path"] != plan["f16_path"]:
+                warnings.warn(
+                    f"resuming a {self.resume.meta['f16_path']} checkpoint on the {plan['f16_path']} f16 "
+                    "path: results will not be bit-identical to an uninterrupted run",
+                    stacklevel=3,
+                )
+        elif cfg.init_weights is not None:
+            plan, blob = initial_weights_blob(plan, blob, load_initial_weights(cfg.init_weights, plan))
+        return plan, blob
+
+    def _open_run_dir(self, out: str | Path | None) -> tuple[Path, RunDir | None]:
+        """The run directory: `out`, else the resumed checkpoint's, else a new one (rank 0's, the
+        same on every rank). Only rank 0 writes it: the other ranks' RunDir is never made (it would
+        create the directory). A resume drops the metrics after the checkpoint's step."""
+        if out is None and self.resume is not None:
+            out = checkpoint_dir(self.resume.path)
+        if out is None and self.writer:
+            out = new_run_dir()
+        run_path = Path(self.world.bcast(str(out)))
+        if not self.writer:
+            return run_path, None
+        run_dir = RunDir(run_path)
+        if self.resume is not None:
+            run_dir.truncate_metrics_after(self.step - 1)
+        run_dir.write_config(
+            self.cfg,
+            f16_path=self.plan["f16_path"],
+            adapter=self.gpu.name,
+            runtime="native",
+            data_sha256=self.data.sha256,
+        )
+        return run_path, run_dir
+
     # ------------------------------------------------------------------------------------------
     def read_state(self) -> dict[str, float | int]:
-        return decode_state(self.runtime.read(self.plan["state"]["buffer"]))
+        return self.runtime.read_state()
 
     def checkpoint(self) -> Path:
         """Rank 0 saves the checkpoint; data-parallel ranks first check they hold the same bits."""
@@ -202,7 +226,7 @@ class Trainer:
         return {"test_correct": int(correct), "test_count": int(counted), "val_loss_sum": loss_sum}
 
     def _new_records(self, raw: bytes, first: int, last: int) -> list[dict]:
-        recs = [r for r in decode_records(raw) if first <= r["step"] <= last]
+        recs = [r for r in decode_records(raw, self.plan["metrics"]["fields"]) if first <= r["step"] <= last]
         recs.sort(key=lambda r: r["step"])
         if len(recs) != last - first + 1:
             raise RuntimeError(f"metrics ring lost records between steps {first} and {last}")
@@ -235,9 +259,43 @@ class Trainer:
         self.warned_min_scale = True
 
     def run(self, stop_after: int | None = None) -> RunSummary:
-        """Train to cfg.steps; with stop_after, stop (and checkpoint) once that many steps are done."""
+        """Train to the plan's schedule.steps; with stop_after, stop (and checkpoint) once that many
+        steps are done. The metrics ring is read after step s when s % log_every == 0, at the end or
+        at a checkpoint (s % checkpoint_every == 0), as web/loops.js's train reads it."""
+        schedule = self.plan["schedule"]
+        steps, log_every, ckpt_every = schedule["steps"], schedule["log_every"], schedule["checkpoint_every"]
+        end = steps if stop_after is None else min(steps, stop_after)
+        self._log_start()
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
+        logged = self.step - 1
+        t0 = time.perf_counter()
+        try:
+            while self.step < end:
+                s = self.step + 1  # steps completed after this submit
+                ckpt = ckpt_every > 0 and s % ckpt_every == 0
+                read = s % log_every == 0 or s == end or ckpt
+                if self.data_parallel is not None:
+                    raw = self.data_parallel.run(s, read_metrics=read, histograms=read)
+                else:
+                    raw = self.runtime.run("train_step", read_metrics=read, histograms=read)
+                self.step = s
+                if raw is not None:
+                    self._take_records(self._new_records(raw, logged + 1, s - 1), bar)
+                    logged = s - 1
+                if ckpt and s < steps:
+                    self.checkpoint()
+        finally:
+            if bar is not None:
+                bar.close()
+        self.wall = time.perf_counter() - t0
+        return self.finish()
+
+    def _log_start(self) -> None:
         cfg = self.cfg
-        end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
         self.log(f"webmp: {cfg.precision}, {self.f16_description}, adapter {self.gpu.name}")
         self.log(f"webmp: run directory {self.run_path}")
         if self.world.size > 1:
@@ -250,48 +308,20 @@ class Trainer:
             self.log(f"webmp: resuming at step {self.step} with {change}")
         if cfg.data is not None or isinstance(self.data, TextCorpus):
             self.log(f"webmp: data {describe_data(self.data)}")
-        bar = None
-        if self.progress:
-            from tqdm import tqdm
 
-            bar = tqdm(total=cfg.steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
-        logged = self.step - 1
-        t0 = time.perf_counter()
-        try:
-            while self.step < end:
-                s = self.step + 1  # steps completed after this submit
-                ckpt = cfg.checkpoint_every > 0 and s % cfg.checkpoint_every == 0
-                read = s % cfg.log_every == 0 or s == end or ckpt
-                if self.data_parallel is not None:
-                    raw = self.data_parallel.run(s, read_metrics=read, histograms=read)
-                else:
-                    raw = self.runtime.run("train_step", read_metrics=read, histograms=read)
-                self.step = s
-                if raw is not None:
-                    recs = self._new_records(raw, logged + 1, s - 1)
-                    logged = s - 1
-                    if self.run_dir is not None:
-                        self.run_dir.append_metrics(recs)
-                        self.run_dir.append_histograms(self._histogram_line(recs[-1]))
-                    self.records += recs
-                    self.skipped_total += sum(r["skipped"] for r in recs)
-                    if bar is not None:
-                        last = recs[-1]
-                        bar.set_postfix(
-                            loss=f"{last['loss']:.4f}",
-                            scale=f"{last['scale']:g}",
-                            skipped=self.skipped_total,
-                            refresh=False,
-                        )
-                        bar.update(len(recs))
-                    self._handle_min_scale(recs)
-                if ckpt and s < cfg.steps:
-                    self.checkpoint()
-        finally:
-            if bar is not None:
-                bar.close()
-        self.wall = time.perf_counter() - t0
-        return self.finish()
+    def _take_records(self, recs: list[dict], bar) -> None:
+        """One read's records (and the lens's counts read with them): stored, counted, shown."""
+        if self.run_dir is not None:
+            self.run_dir.append_metrics(recs)
+            self.run_dir.append_histograms(self._histogram_line(recs[-1]))
+        self.records += recs
+        self.skipped_total += sum(r["skipped"] for r in recs)
+        if bar is not None:
+            last = recs[-1]
+            loss, scale = f"{last['loss']:.4f}", f"{last['scale']:g}"
+            bar.set_postfix(loss=loss, scale=scale, skipped=self.skipped_total, refresh=False)
+            bar.update(len(recs))
+        self._handle_min_scale(recs)
 
     def finish(self) -> RunSummary:
         """Evaluate, checkpoint, summarise; rank 0 writes summary.json and curves.png (the other
@@ -352,12 +382,6 @@ def check_new_run_dir(out: str | Path) -> None:
         )
 
 
-def config_to_resume(resume: str | Path, given: dict[str, Any]) -> TrainConfig:
-    """The config `--resume` continues with: the checkpoint's own, with the fields in `given` changed."""
-    cfg, _ = resumed_config(read_checkpoint_meta(resume)["config"], given)
-    return cfg
-
-
 def train(
     cfg: TrainConfig | None = None,
     out: str | Path | None = None,
@@ -367,16 +391,17 @@ def train(
 ) -> RunSummary:
     """Python API: train and return the summary (also written to the run directory). With resume
     and no cfg, the run continues with its checkpoint's config, `overrides` changed."""
+    checkpoint = Resume.read(resume) if resume is not None else None
     if cfg is not None:
         cfg = cfg.model_copy(update=overrides)
-    elif resume is not None:
-        cfg = config_to_resume(resume, overrides)
+    elif checkpoint is not None:
+        cfg = checkpoint.config(overrides)
     else:
         cfg = TrainConfig(**overrides)
     return Trainer(
         TrainConfig(**cfg.model_dump()),
         out=out,
-        resume=resume,
+        resume=checkpoint,
         progress=progress,
         log=print if progress else None,
     ).run()

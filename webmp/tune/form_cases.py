@@ -1,5 +1,5 @@
-"""The tuners' two choices of form, on random data and without wgpu: the row kernels' (tilecache.ROWS_KEY:
-a workgroup or a thread a row) and how the GPT's backward pass reads its weights (tilecache.WEIGHTS_KEY).
+"""The tuners' two choices of form, on random data and without wgpu: the row kernels' (tiles.ROWS_KEY:
+a workgroup or a thread a row) and how the GPT's backward pass reads its weights (tiles.WEIGHTS_KEY).
 
 `row_forms` and `weight_forms` lay each form of their choice into a PlanBuilder as a program of its own
 (`FormSpec.program`) writing outputs of its own; every form computes the same thing. `faster_form` is
@@ -79,7 +79,7 @@ def weight_forms(
     pb: PlanBuilder, table: TileTable, M: int = 1024, N: int = 128, K: int = 512, seed: int = 0
 ) -> FormSpec:
     """The GPT's largest input-gradient product at its default size, dY [M, N] = dZ [M, K] Wᵀ with
-    W [N, K] (W1's: 1024 x 128 x 512), both ways (tilecache.WEIGHT_FORMS): "as_stored" the A·Bᵀ
+    W [N, K] (W1's: 1024 x 128 x 512), both ways (tiles.WEIGHT_FORMS): "as_stored" the A·Bᵀ
     product on W, "transposed" transpose_h into Wt [K, N] and the A·B product on it; each product
     with the tiles `table` gives its class (tune those first: the choice depends on them)."""
     path, w = pb.path, f"{WEIGHTS_KEY}:"

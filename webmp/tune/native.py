@@ -4,7 +4,7 @@ and the forms of webmp.tune.form_cases (the row kernels', the GPT's weights: `tu
 `tune_shapes` (run by `webmp bench --tune`, or `python -m webmp.tune.native`) fills the cache that
 webmp/engine/tiles.py reads; training uses it through `TileTable.for_adapter`. Nothing here runs
 implicitly. `MatmulCase` (one matmul on random data, checked against numpy, timed with many
-dispatches in one encoder and one wait) is shared with webmp/bench/suite.py.
+dispatches in one encoder and one wait) is shared with webmp/bench/matmul.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 // Plain product: C = op(A) op(B), accumulated in f32 and stored as f16 (h) once, no epilogue.
 // With the batch constants of matmul.wgsl it computes the attention products with an h output
-// (O = P V, dV = P^T dO, dQ = dS K, dK = dS^T Q: see webmp/ops.py). Values that do not fit the
+// (O = P V, dV = P^T dO, dQ = dS K, dK = dS^T Q: see webmp/ops/attention.py). Values that do not fit the
 // storage format raise the overflow flag.
 @group(0) @binding(4) var<storage, read_write> C: array<HWOut>;
 @group(0) @binding(5) var<storage, read_write> flags: array<atomic<u32>>;

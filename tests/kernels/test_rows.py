@@ -1,0 +1,328 @@
+"""The row and column kernels (webmp/ops/rows.py: column sums, LayerNorm forward, backward and weight
+gradient in both row forms, softmax cross-entropy and its flags; and transpose_h) against their
+numpy references on each storage path, at odd shapes. How the bounds are derived: kernel_cases.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernel_cases import FLAG_H_STORE, FLAG_LOSS, Cases, rand_h, rng_for, softmax_run, stored_bound
+
+from webmp import ops
+from webmp.engine.runtime import default_gpu
+from webmp.testing import reference as ref
+from webmp.testing.probe import run_op
+from webmp.testing.reference import U32, check_close, dot_error
+
+# Every kernel run is a registered case, cached per path (kernel_cases.Cases).
+CASES = Cases()
+kernel_case, run = CASES.case, CASES.run
+
+
+# --- column sums, layernorm --------------------------------------------------------------------
+
+
+@kernel_case("colsum/13x37")
+@kernel_case("colsum/3x131")
+def _colsum_case(name, path):
+    M, N = map(int, name.split("/")[1].split("x"))
+    G = rand_h(rng_for(name, path), (M, N), path)
+    return {"G": G}, run_op(ops.colsum, {"G": G}, {"out": (N,)}, M=M, N=N, path=path, gpu=default_gpu())
+
+
+@pytest.mark.parametrize("name", ["colsum/13x37", "colsum/3x131"])
+def test_colsum(name, path):
+    inp, out = run(name, path)
+    G = inp["G"]
+    check_close(out["out"], ref.colsum(G), dot_error(len(G)) * np.abs(G).sum(0), name)
+
+
+# odd rows and columns (padding halves on both sides), one element, more blocks than a workgroup
+TRANSPOSE_NAMES = ["transpose_h/5x7", "transpose_h/1x1", "transpose_h/6x4", "transpose_h/70x131"]
+
+
+@kernel_case("transpose_h/5x7")
+@kernel_case("transpose_h/1x1")
+@kernel_case("transpose_h/6x4")
+@kernel_case("transpose_h/70x131")
+def _transpose_case(name, path):
+    rows, cols = map(int, name.split("/")[1].split("x"))
+    rng = rng_for(name, path)
+    X = rand_h(rng, (rows, cols), path)
+    # f16 subnormals (2^-24 .. 2^-15) and a negative zero: bits that a conversion could change
+    special = np.array([2.0**-24, -(2.0**-20), 3 * 2.0**-16, -0.0])
+    X.flat[rng.choice(X.size, min(X.size, 4), replace=False)] = special[: min(X.size, 4)]
+    out = run_op(
+        ops.transpose_h, {"X": X}, {"Y": ((cols, rows), "padded")}, rows=rows, cols=cols, path=path,
+        gpu=default_gpu(),
+    )  # fmt: skip
+    return {"X": X}, out
+
+
+@pytest.mark.parametrize("name", TRANSPOSE_NAMES)
+def test_transpose_h_moves_the_bits(name, path):
+    inp, out = run(name, path)
+    X = np.asarray(inp["X"], np.float32)
+    rows, cols = X.shape
+    Y = out["Y"]
+    assert Y.shape == (cols, rows + rows % 2)
+    want = np.zeros(Y.shape, np.float32)
+    want[:, :rows] = X.T
+    assert np.array_equal(Y.view(np.uint32), want.view(np.uint32)), (
+        f"{name}: {np.count_nonzero(Y.view(np.uint32) != want.view(np.uint32))} words differ"
+    )
+
+
+LN_NAMES = ["layernorm/5x1", "layernorm/5x37", "layernorm/3x131"]
+
+
+def _ln_inputs(name, path):
+    M, N = map(int, name.split("/")[1].split("x"))
+    rng = rng_for(name, path)
+    Z = rand_h(rng, (M, N), path, 2.0) + ref.round_h(0.5, path)  # a mean away from 0
+    return (
+        M,
+        N,
+        rng,
+        {
+            "Z": ref.round_h(Z, path),
+            "gamma": (1 + 0.2 * rng.standard_normal(N)).astype(np.float32),
+            "beta": (0.2 * rng.standard_normal(N)).astype(np.float32),
+        },
+    )
+
+
+def _bits(out: dict) -> dict:
+    """Every output as its raw 32-bit patterns (h outputs are unpacked to f32 exactly)."""
+
+    def raw(v):
+        return np.ascontiguousarray(v, np.float32 if np.asarray(v).dtype.kind == "f" else None).view(
+            np.uint32
+        )
+
+    return {k: raw(v) for k, v in out.items()}
+
+
+def _ln_forms(launcher, inp, outputs, path, M, N):
+    """Both row-kernel forms on the same inputs: asserts every output is bit-identical, returns one."""
+    wg, th = (
+        run_op(launcher, inp, outputs, M=M, N=N, path=path, gpu=default_gpu(), rows=r) for r in ops.ROW_FORMS
+    )
+    for k in wg:
+        a, b = _bits({k: wg[k]})[k], _bits({k: th[k]})[k]
+        assert np.array_equal(a, b), f"{k}: the thread form differs at {np.count_nonzero(a != b)} entries"
+    return wg
+
+
+# N = 1, 37 (odd: the padding half), 131 (66 words > 64: a lane takes two), M = 70 > 64 rows (the
+# thread form's second workgroup partly past the end)
+@pytest.mark.parametrize(
+    "name", [pytest.param(LN_NAMES[0], marks=pytest.mark.slow), *LN_NAMES[1:], "layernorm/70x130"]
+)
+def test_layernorm_thread_form_bit_identical(name, path):
+    """rows="thread" (a thread a row, the workgroup tree run serially) gives the workgroup form's
+    bits: Y, stats and flags forward, dZ and flags backward."""
+    M, N, rng, inp = _ln_inputs(name, path)
+    inp = {**inp, "flags": np.zeros(4, np.uint32)}
+    fwd = _ln_forms(
+        ops.layernorm_fwd, inp, {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": None}, path, M, N
+    )
+    bwd_inp = {
+        "dY": rand_h(rng, (M, N), path),
+        "Z": inp["Z"],
+        "stats": fwd["stats"],
+        "gamma": inp["gamma"],
+        "flags": inp["flags"],
+    }
+    _ln_forms(ops.layernorm_bwd, bwd_inp, {"dZ": ((M, N), "padded"), "flags": None}, path, M, N)
+
+
+def _ln_stats_error(Z):
+    """Bounds on the kernel's f32 mean (abs) and rstd (relative): the mean is an f32 sum of N
+    values; the variance sums squares of (z - mean'), whose cross term with the mean's error
+    cancels, so it errs by dot_error(N + 2) relative plus N * mean_err^2; inverseSqrt is good to
+    2 ulps and halves the relative error of its argument."""
+    N = Z.shape[1]
+    mean = Z.mean(1)
+    q = ((Z - mean[:, None]) ** 2).sum(1)
+    mean_err = dot_error(N + 1) * np.abs(Z).mean(1)
+    q_err = dot_error(N + 2) * q + N * mean_err**2
+    rstd_rel = 0.5 * (q_err / N + 4 * U32 * (q / N + 1e-5)) / (q / N + 1e-5) + 4 * U32
+    return mean_err, rstd_rel
+
+
+for _n in LN_NAMES:
+
+    @kernel_case(_n + "/fwd")
+    def _ln_fwd_case(name, path):
+        M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
+        outputs = {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": (4,)}
+        out = run_op(ops.layernorm_fwd, inp, outputs, M=M, N=N, path=path, gpu=default_gpu())
+        return inp, out
+
+    @kernel_case(_n + "/bwd")
+    def _ln_bwd_case(name, path):
+        M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
+        _, stats = ref.layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"])
+        inp = {
+            "dY": rand_h(rng, (M, N), path),
+            "Z": inp["Z"],
+            "stats": stats.astype(np.float32),
+            "gamma": inp["gamma"],
+        }
+        outputs = {"dZ": ((M, N), "padded"), "flags": (4,)}
+        out = run_op(ops.layernorm_bwd, inp, outputs, M=M, N=N, path=path, gpu=default_gpu())
+        return inp, out
+
+    @kernel_case(_n + "/wgrad")
+    def _ln_wgrad_case(name, path):
+        M, N, rng, inp = _ln_inputs(name.rsplit("/", 1)[0], path)
+        _, stats = ref.layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"])
+        inp = {"dY": rand_h(rng, (M, N), path), "Z": inp["Z"], "stats": stats.astype(np.float32)}
+        outputs = {"dgamma": (N,), "dbeta": (N,)}
+        out = run_op(ops.layernorm_wgrad, inp, outputs, M=M, N=N, path=path, gpu=default_gpu())
+        return inp, out
+
+
+@pytest.mark.parametrize("name", LN_NAMES)
+def test_layernorm_fwd(name, path):
+    inp, out = run(name + "/fwd", path)
+    Z, gamma, beta = inp["Z"], inp["gamma"].astype(np.float64), inp["beta"].astype(np.float64)
+    Y, stats = ref.layernorm_fwd(Z, gamma, beta)
+    mean_err, rstd_rel = _ln_stats_error(Z)
+    check_close(out["stats"][:, 0], stats[:, 0], mean_err, f"{name} mean")
+    check_close(out["stats"][:, 1], stats[:, 1], rstd_rel * stats[:, 1], f"{name} rstd")
+    # Y = (z - mean) rstd gamma + beta in f32: the errors of mean and rstd, 4 roundings
+    t = np.abs(Z - stats[:, :1]) * stats[:, 1:] * np.abs(gamma)
+    f32_err = (
+        mean_err[:, None] * stats[:, 1:] * np.abs(gamma)
+        + t * (rstd_rel[:, None] + 8 * U32)
+        + 2 * U32 * (np.abs(Y) + np.abs(beta))
+    )
+    N = Z.shape[1]
+    check_close(out["Y"][:, :N], Y, stored_bound(Y, f32_err, path), f"{name} Y")
+    if N % 2:
+        assert not out["Y"][:, N].any(), "padding stays zero"
+    assert out["flags"][0] == 0
+
+
+@pytest.mark.parametrize("name", LN_NAMES)
+def test_layernorm_bwd(name, path):
+    inp, out = run(name + "/bwd", path)
+    dY, Z, stats, gamma = (
+        inp["dY"],
+        inp["Z"],
+        inp["stats"].astype(np.float64),
+        inp["gamma"].astype(np.float64),
+    )
+    dZ = ref.layernorm_bwd(dY, Z, stats, gamma)
+    N = Z.shape[1]
+    # rstd * (g - mean(g) - xhat * mean(g xhat)): two f32 row sums of N terms and a few roundings
+    g = np.abs(dY * gamma)
+    xhat = np.abs(Z - stats[:, :1]) * stats[:, 1:]
+    mag = stats[:, 1:] * (g + g.mean(1, keepdims=True) + xhat * (g * xhat).mean(1, keepdims=True))
+    f32_err = (dot_error(N) + 16 * U32) * mag
+    check_close(out["dZ"][:, :N], dZ, stored_bound(dZ, f32_err, path), f"{name} dZ")
+    if N % 2:
+        assert not out["dZ"][:, N].any(), "padding stays zero"
+    assert out["flags"][0] == 0
+
+
+@pytest.mark.parametrize("name", LN_NAMES)
+def test_layernorm_wgrad(name, path):
+    inp, out = run(name + "/wgrad", path)
+    dY, Z, stats = inp["dY"], inp["Z"], inp["stats"].astype(np.float64)
+    dgamma, dbeta = ref.layernorm_wgrad(dY, Z, stats)
+    M = len(Z)
+    xhat = (Z - stats[:, :1]) * stats[:, 1:]
+    check_close(out["dgamma"], dgamma, (dot_error(M) + 8 * U32) * np.abs(dY * xhat).sum(0), f"{name} dgamma")
+    check_close(out["dbeta"], dbeta, dot_error(M) * np.abs(dY).sum(0), f"{name} dbeta")
+
+
+# --- softmax cross-entropy --------------------------------------------------------------------
+
+SOFTMAX_NAMES = ["softmax/70x1", "softmax/70x10", "softmax/9x13"]
+
+
+for _n in SOFTMAX_NAMES:
+
+    @kernel_case(_n)
+    def _softmax_case(name, path):
+        B, C = map(int, name.split("/")[1].split("x"))
+        rng = rng_for(name, path)
+        inp = {
+            "logits": (4 * rng.standard_normal((B, C))).astype(np.float32),
+            "labels": rng.integers(0, C, B),
+            "scale": 1024.0,
+        }
+        return inp, softmax_run(inp["logits"], inp["labels"], inp["scale"], path)
+
+
+@pytest.mark.parametrize("name", SOFTMAX_NAMES)
+def test_softmax_xent(name, path):
+    inp, out = run(name, path)
+    z, labels, scale = inp["logits"].astype(np.float64), inp["labels"], inp["scale"]
+    B, C = z.shape
+    loss, dl, bad = ref.softmax_xent(z, labels, scale)
+    assert not bad
+    loss_err, f32_err = ref.softmax_xent_error(z, labels, scale)  # exp, log, division in f32
+    check_close(out["loss_rows"], loss, loss_err, f"{name} loss")
+    check_close(out["dlogits"][:, :C], dl, stored_bound(dl, f32_err, path), f"{name} dlogits")
+    if C % 2:
+        assert not out["dlogits"][:, C].any(), "padding stays zero"
+    assert out["flags"][0] == 0
+
+
+# rows of logits far from 0 with an O(1) spread (f32 spacing up to 2 there), and the extreme row
+# [3e38, 3e38, -3e38, ...] with label 0, whose loss is ln 2
+SOFTMAX_LARGE_BASES = [1e3, -1e3, 2.0**22, -(2.0**23), 1e6, -3e7, 3e38]
+
+
+@kernel_case("softmax/large_logits")
+def _softmax_large_case(name, path):
+    rng = rng_for(name, path)
+    C = 7
+    offsets = rng.integers(-6, 7, (len(SOFTMAX_LARGE_BASES), C)) * 0.5
+    logits = (np.array(SOFTMAX_LARGE_BASES)[:, None] + offsets).astype(np.float32)
+    labels = rng.integers(0, C, len(logits))
+    logits[-1] = [3e38, 3e38] + [-3e38] * (C - 2)
+    labels[-1] = 0
+    inp = {"logits": logits, "labels": labels, "scale": 8.0}
+    return inp, softmax_run(logits, labels, inp["scale"], path)
+
+
+def test_softmax_xent_large_logits(path):
+    """loss = log(sum) - (l_y - max) keeps the loss's own precision when the logits are far from
+    0; (max + log(sum)) - l_y rounded it to the logits' ulp (up to 1 here) and gave 0 for
+    [3e38, 3e38, -3e38] with label 0 instead of ln 2."""
+    inp, out = run("softmax/large_logits", path)
+    z, labels, scale = inp["logits"].astype(np.float64), inp["labels"], inp["scale"]
+    C = z.shape[1]
+    loss, dl, bad = ref.softmax_xent(z, labels, scale)
+    assert not bad and loss[-1] == np.log(2)
+    loss_err, f32_err = ref.softmax_xent_error(z, labels, scale)
+    assert loss_err.max() < 1e-5
+    check_close(out["loss_rows"], loss, loss_err, "large logits: loss")
+    check_close(out["dlogits"][:, :C], dl, stored_bound(dl, f32_err, path), "large logits: dlogits")
+    assert out["flags"][0] == 0
+
+
+def test_softmax_flags(path):
+    """The loss site flags a non-finite loss (Inf from finite logits, or NaN) and nothing else;
+    the store site flags dlogits beyond f16 range (a large loss scale) and nothing else."""
+    z = np.zeros((3, 4), np.float32)
+    z[0, 0], z[0, 1] = 3e38, -3e38  # row 0, label 1: loss = 3e38 + 3e38 -> Inf in f32
+    labels = np.array([1, 0, 2])
+    assert softmax_run(z, labels, 1.0, path)["flags"][0] == FLAG_LOSS
+    z2 = np.zeros((3, 4), np.float32)
+    z2[1, 2] = np.nan
+    assert softmax_run(z2, labels, 1.0, path)["flags"][0] & FLAG_LOSS
+    # dlogits = (p - 1) * scale / B with p = 1/4: 0.75 * 2^20 / 3 = 262144 > 65504
+    flags = softmax_run(np.zeros((3, 4), np.float32), labels, 2.0**20, path)["flags"][0]
+    assert flags == (0 if path == "fp32" else FLAG_H_STORE)
+
+
+# --- native and emulated f16 agree bit for bit ---------------------------------------------------
+
+test_native_matches_emulated = CASES.native_matches_emulated()

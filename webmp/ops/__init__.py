@@ -1,0 +1,120 @@
+"""One launcher per kernel family: its shader files, entry point, override constants, bindings and
+workgroup counts, in one place.
+
+A launcher adds one dispatch to a program of a `PlanBuilder`. Its buffer arguments are named like
+the kernel's WGSL bindings (and take buffer names) — except attention_matmul's, named by their role
+in attention (qkv, P, S, ...) because one buffer may be bound twice (qkv as A and B); its other
+arguments are the sizes and constants the kernel needs. Models (webmp/models/), `webmp.testing.probe` and
+the tests all dispatch through these functions, so a grid or a constant is computed in one place
+only.
+
+The modules follow the shader folders (shaders/<module>/): common (workgroup counts, activation
+codes), matmuls, attention, rows (softmax cross-entropy, column sums, LayerNorm), optim (grad_stats,
+the gradient-range lens, the scaler, AdamW), data (batches and token windows), embed (the token
+model's embedding, adds and transposes; round_h), eval, sample. Callers use the names below as
+`ops.name`; the rest (grid, the workgroup sizes) stay in their modules.
+"""
+
+from __future__ import annotations
+
+from .attention import (
+    ATTENTION_PRODUCTS,
+    HEAD_PARTS,
+    attention_matmul,
+    attention_scale,
+    attention_shape,
+    attn_softmax_bwd,
+    attn_softmax_fwd,
+)
+from .common import ACT_CODES, cdiv
+from .data import gather_eval, gather_train, gather_windows, gather_windows_eval
+from .embed import add_h, embed_fwd, embed_wgrad, round_h, token_rows, transpose_h
+from .eval import eval_count, eval_loss_chunk, eval_loss_total, eval_reset
+from .matmuls import (
+    H_OUT_VARIANTS,
+    MATMUL_CORES,
+    MATMUL_VARIANTS,
+    Layout,
+    b_pairs,
+    b_quads,
+    c_quads,
+    core_constants,
+    matmul,
+    matmul_args,
+    matmul_sources,
+)
+from .optim import (
+    GRAD_HIST_E_MAX,
+    GRAD_HIST_E_MIN,
+    GRAD_HIST_MAX_BUCKETS,
+    adam_log_beta,
+    adamw,
+    adamw_copy,
+    grad_hist,
+    grad_hist_buckets,
+    grad_hist_clear,
+    grad_stats,
+    grad_stats_workgroups,
+    scaler_step,
+)
+from .rows import ROW_FORMS, colsum, layernorm_bwd, layernorm_fwd, layernorm_wgrad, softmax_xent
+from .sample import SAMPLE_CUTOFF, sample_next, sample_temperature, sample_window
+
+__all__ = [
+    "ACT_CODES",
+    "ATTENTION_PRODUCTS",
+    "GRAD_HIST_E_MAX",
+    "GRAD_HIST_E_MIN",
+    "GRAD_HIST_MAX_BUCKETS",
+    "HEAD_PARTS",
+    "H_OUT_VARIANTS",
+    "MATMUL_CORES",
+    "MATMUL_VARIANTS",
+    "ROW_FORMS",
+    "SAMPLE_CUTOFF",
+    "Layout",
+    "adam_log_beta",
+    "adamw",
+    "adamw_copy",
+    "add_h",
+    "attention_matmul",
+    "attention_scale",
+    "attention_shape",
+    "attn_softmax_bwd",
+    "attn_softmax_fwd",
+    "b_pairs",
+    "b_quads",
+    "c_quads",
+    "cdiv",
+    "colsum",
+    "core_constants",
+    "embed_fwd",
+    "embed_wgrad",
+    "eval_count",
+    "eval_loss_chunk",
+    "eval_loss_total",
+    "eval_reset",
+    "gather_eval",
+    "gather_train",
+    "gather_windows",
+    "gather_windows_eval",
+    "grad_hist",
+    "grad_hist_buckets",
+    "grad_hist_clear",
+    "grad_stats",
+    "grad_stats_workgroups",
+    "layernorm_bwd",
+    "layernorm_fwd",
+    "layernorm_wgrad",
+    "matmul",
+    "matmul_args",
+    "matmul_sources",
+    "round_h",
+    "sample_next",
+    "sample_temperature",
+    "sample_window",
+    "scaler_step",
+    "softmax_xent",
+    "token_rows",
+    "transpose_h",
+]

@@ -1,0 +1,16 @@
+"""What every launcher shares: workgroup counts for grid-stride loops and the activation codes."""
+
+from __future__ import annotations
+
+MAX_WORKGROUPS = 4096  # for grid-stride kernels
+MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension
+ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}  # common.wgsl's ACT_*
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def grid(n: int, per: int = 64) -> list[int]:
+    """Workgroups for a grid-stride loop over n items, `per` a workgroup, capped at MAX_WORKGROUPS."""
+    return [min(MAX_WORKGROUPS, max(1, cdiv(n, per)))]

@@ -1,0 +1,146 @@
+"""The row kernels (shaders/rows/): softmax cross-entropy, column sums, LayerNorm forward and
+backward and its weight gradient, and the two forms of the row kernels (ROW_FORMS, shared with
+attention's softmaxes)."""
+
+from __future__ import annotations
+
+from ..engine.plan import PlanBuilder
+from .common import MAX_WORKGROUPS_PER_DIM, cdiv
+
+ROW_FORMS = ("workgroup", "thread")  # the row kernels' forms (TileTable.row_kernels)
+ROWS_PER_WG = 64  # the thread form's rows a workgroup (the shaders' WG)
+
+
+def row_entry(entry: str, rows: str) -> str:
+    """The entry point of a row kernel's form: `entry` (a workgroup a row, reductions with
+    workgroup_reduce) or `entry`_thread (a thread a row, the same tree run serially: the same bits)."""
+    if rows not in ROW_FORMS:
+        raise ValueError(f"rows must be one of {ROW_FORMS}, got {rows!r}")
+    return entry if rows == "workgroup" else f"{entry}_thread"
+
+
+def softmax_xent(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    logits: str,
+    labels: str,
+    loss_rows: str,
+    dlogits: str,
+    B: int,
+    C: int,
+    counted: int | None = None,
+    state: str = "state",
+    flags: str = "flags",
+) -> None:
+    """Per-row loss and dlogits = (softmax - onehot) * scale / counted, fused, in f32; one thread a
+    row. Rows labelled NO_LABEL (padding) get loss 0 and a zero gradient; `counted` is the number
+    of the other rows (default: all B; the constant is left out then, as before it existed), or,
+    for a data-parallel rank's shard, the global batch's rows (more than B: the ranks' summed
+    gradients are then the global mean's)."""
+    pb.require_bytes("softmax_xent", logits, 4 * B * C, f"[B, C] = [{B}, {C}] f32 logits")
+    consts = {"B": B}
+    if counted is not None:
+        if counted <= 0:
+            raise ValueError(f"counted rows {counted} must be positive")
+        consts["COUNTED"] = counted
+    pb.dispatch(
+        program,
+        ["softmax_xent.wgsl"],
+        "softmax_xent",
+        consts,
+        {
+            "logits": logits,
+            "labels": labels,
+            "state": state,
+            "loss_rows": loss_rows,
+            "dlogits": dlogits,
+            "flags": flags,
+        },
+        [cdiv(B, 64)],
+    )
+
+
+def colsum(pb: PlanBuilder, program: str, *, G: str, out: str, M: int, N: int) -> None:
+    """out[c] = sum over the M rows of G[:, c] (a bias gradient), in f32."""
+    pb.dispatch(
+        program,
+        ["columns.wgsl", "colsum.wgsl"],
+        "colsum",
+        {"M": M, "N": N},
+        {"G": G, "out": out},
+        [cdiv(N, 64)],
+    )
+
+
+def layernorm_fwd(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    Z: str,
+    gamma: str,
+    beta: str,
+    Y: str,
+    stats: str,
+    M: int,
+    N: int,
+    flags: str = "flags",
+    rows: str = "workgroup",
+) -> None:
+    """Y = LayerNorm(Z) * gamma + beta over rows of N, keeping (mean, rstd) per row; rows
+    "workgroup": a workgroup a row, "thread": a thread a row (64 rows a workgroup), bit-identical."""
+    pb.dispatch(
+        program,
+        ["reduce.wgsl", "layernorm_fwd.wgsl"],
+        row_entry("layernorm_fwd", rows),
+        {"M": M, "N": N},
+        {"Z": Z, "gamma": gamma, "beta": beta, "Y": Y, "stats": stats, "flags": flags},
+        _row_grid(M, rows),
+    )
+
+
+def layernorm_wgrad(
+    pb: PlanBuilder, program: str, *, dY: str, Z: str, stats: str, dgamma: str, dbeta: str, M: int, N: int
+) -> None:
+    """dgamma, dbeta: column sums over the M rows; a thread a column."""
+    pb.dispatch(
+        program,
+        ["columns.wgsl", "layernorm_wgrad.wgsl"],
+        "layernorm_wgrad",
+        {"M": M, "N": N},
+        {"dY": dY, "Z": Z, "stats": stats, "dgamma": dgamma, "dbeta": dbeta},
+        [cdiv(N, 64)],
+    )
+
+
+def layernorm_bwd(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    dY: str,
+    Z: str,
+    stats: str,
+    gamma: str,
+    dZ: str,
+    M: int,
+    N: int,
+    flags: str = "flags",
+    rows: str = "workgroup",
+) -> None:
+    """dZ from dY through the LayerNorm; rows as layernorm_fwd's."""
+    pb.dispatch(
+        program,
+        ["reduce.wgsl", "layernorm_bwd.wgsl"],
+        row_entry("layernorm_bwd", rows),
+        {"M": M, "N": N},
+        {"dY": dY, "Z": Z, "stats": stats, "gamma": gamma, "dZ": dZ, "flags": flags},
+        _row_grid(M, rows),
+    )
+
+
+def _row_grid(M: int, rows: str) -> list[int]:
+    """Workgroups of a LayerNorm kernel over M rows in its form."""
+    n = M if rows == "workgroup" else cdiv(M, ROWS_PER_WG)
+    if not 1 <= n <= MAX_WORKGROUPS_PER_DIM:
+        raise ValueError(f"{M} rows: {n} workgroups in form {rows!r}, 1 .. {MAX_WORKGROUPS_PER_DIM} allowed")
+    return [n]

@@ -1,0 +1,159 @@
+"""The page's tuning pass (webmp/tune/page.py): its adapter's key and what is tuned for it, the tuning
+plan of a config's matmul shape classes and the verdict on each class's results, then the forms
+plan of the choices the config's plan makes and the verdict on each. FastAPI reads these bodies
+into their models: a body that is not JSON gets its 400, a wrong one 422.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import lru_cache
+from typing import Any
+
+from fastapi import HTTPException
+from pydantic import ValidationError
+
+from ..config import TrainConfig, config_error_message
+from ..engine.plan import resolve_f16_path
+from ..tune.matmul_cases import FIT_LIMITS, kebab_limits
+from ..tune.page import (
+    CaseResult,
+    FormResult,
+    FormsTuning,
+    TuneResultError,
+    Tuning,
+    adapter_key,
+    encode_blob,
+    forms_plan,
+    judge,
+    judge_forms,
+    result_output,
+    store_choice,
+    store_form,
+    tuned_classes,
+    tuned_forms,
+    tuning_plan,
+)
+from .api import answers, api_router
+from .budget import check_plan_size
+from .messages import (
+    AdapterSignature,
+    AdapterTiles,
+    TuneFormResults,
+    TuneFormVerdict,
+    TuneRequest,
+    TuneResults,
+    TuneVerdict,
+)
+from .page_data import training_data
+
+router = api_router()
+
+
+@router.post("/adapters", response_model=AdapterTiles, responses=answers(400, 413, 422))
+def adapter_tiles(signature: AdapterSignature) -> AdapterTiles:
+    """The key of a page's adapter and the matmul tiles and forms tuned for it so far (none: the defaults)."""
+    key = adapter_key(signature.model_dump())
+    return AdapterTiles(adapter_key=key, tuned=tuned_classes(key), forms=tuned_forms(key))
+
+
+def _tuned_config(req: TuneRequest) -> tuple[TrainConfig, str]:
+    """A tuning request's config and storage path, checked as POST /api/runs checks them."""
+    try:
+        cfg = TrainConfig(**req.config)
+    except ValidationError as e:
+        raise HTTPException(422, config_error_message(e)) from None
+    missing = [k for k in FIT_LIMITS if k not in kebab_limits(req.limits)]
+    if missing:
+        raise HTTPException(422, f"limits: the tile choices need the adapter's {', '.join(missing)}")
+    try:
+        path = resolve_f16_path(cfg.precision, cfg.f16, req.f16 == "native")
+    except RuntimeError as e:
+        raise HTTPException(409, str(e)) from None
+    check_plan_size(cfg, training_data(cfg))
+    return cfg, path
+
+
+@lru_cache(maxsize=2)
+def _tuning(request_json: str) -> Tuning:
+    req = TuneRequest.model_validate_json(request_json)
+    cfg, path = _tuned_config(req)
+    has_subgroups = "subgroups" in req.adapter.features
+    return tuning_plan(cfg, training_data(cfg), path, req.limits, has_subgroups, req.max_candidates)
+
+
+def tuning_for(req: TuneRequest) -> Tuning:
+    """The tuning plan of a request, built once for the request and its results (the last two kept)."""
+    return _tuning(req.model_dump_json())
+
+
+@router.post("/tune", response_model=None, responses=answers(400, 409, 413, 422))
+async def tune_plan(req: TuneRequest) -> dict[str, Any]:
+    """A tuning plan for the config's matmuls on the page's adapter (webmp.tune.page): the page runs
+    each case's check and time programs and posts each class's results to /api/tune/results."""
+    tuning = await asyncio.to_thread(tuning_for, req)
+    return {
+        "adapter_key": adapter_key(req.adapter.model_dump()),
+        "f16_path": tuning.path,
+        "plan": tuning.plan,
+        "blob": encode_blob(tuning.blob),
+        "classes": tuning.describe(),
+    }
+
+
+@router.post("/tune/results", response_model=TuneVerdict, responses=answers(400, 409, 413, 422))
+async def tune_results(body: TuneResults) -> TuneVerdict:
+    """Judges a class's results (outputs against float64) and stores the fastest correct choice
+    under the adapter's key, where plans asked for with ?tiles=KEY find it."""
+    tuning = await asyncio.to_thread(tuning_for, body.request)
+    if body.shape_class not in {c.cls for c in tuning.cases}:
+        raise HTTPException(
+            422, f"shape_class: {body.shape_class!r} is not one of this tuning plan's classes"
+        )
+    try:
+        results = [CaseResult(r.case, r.seconds, r.reps, result_output(r.output)) for r in body.results]
+        verdict = judge(tuning, body.shape_class, results)
+    except TuneResultError as e:
+        raise HTTPException(422, f"results: {e}") from None
+    key = adapter_key(body.request.adapter.model_dump())
+    if verdict["tiles"] is not None:
+        store_choice(key, body.shape_class, verdict["tiles"])
+    return TuneVerdict(adapter_key=key, shape_class=verdict.pop("class"), **verdict)
+
+
+def forms_for(req: TuneRequest) -> FormsTuning:
+    """The form choices of a request's config, on the tiles tuned for its adapter so far (built
+    anew each time: the class results posted in between change those tiles)."""
+    cfg, path = _tuned_config(req)
+    return forms_plan(cfg, path, adapter_key(req.adapter.model_dump()))
+
+
+@router.post("/tune/forms", response_model=None, responses=answers(400, 409, 413, 422))
+async def tune_forms_plan(req: TuneRequest) -> dict[str, Any]:
+    """After the classes: the forms the config's plan uses (webmp.tune.page.forms_plan), each a
+    program; the page runs each once, digests its outputs, times it and posts each choice's results
+    to /api/tune/forms/results. No choice (the plain MLP): no plan and an empty list."""
+    forms = await asyncio.to_thread(forms_for, req)
+    return {
+        "adapter_key": adapter_key(req.adapter.model_dump()),
+        "plan": forms.plan,
+        "blob": encode_blob(forms.blob),
+        "forms": forms.describe(),
+    }
+
+
+@router.post("/tune/forms/results", response_model=TuneFormVerdict, responses=answers(400, 409, 413, 422))
+async def tune_forms_results(body: TuneFormResults) -> TuneFormVerdict:
+    """Keeps the faster form of a choice where every form's outputs had the same digest, else the
+    default, and stores it under the adapter's key, where plans asked for with ?tiles=KEY find it."""
+    forms = await asyncio.to_thread(forms_for, body.request)
+    spec = forms.spec(body.what)
+    if spec is None:
+        raise HTTPException(422, f"what: {body.what!r} is not one of this config's form choices")
+    try:
+        verdict = judge_forms(spec, [FormResult(r.form, r.seconds, r.reps, r.digest) for r in body.results])
+    except TuneResultError as e:
+        raise HTTPException(422, f"results: {e}") from None
+    key = adapter_key(body.request.adapter.model_dump())
+    store_form(key, spec.what, verdict["form"])
+    return TuneFormVerdict(adapter_key=key, **verdict)
