@@ -31,7 +31,8 @@ setup:
 	@bash scripts/setup.sh test
 
 # docs/benchmarks.md from fresh runs on this machine (bench/benchmarks.sh: the default-size bench,
-# tuned first, the cold starts, the data-parallel step, tinygrad beside where its venv is): 20-25
-# minutes of both cores here, so run it with nothing else on the machine
+# tuned first, the cold starts, the data-parallel step, tinygrad beside where its venv is): 8 min 20 s
+# of both cores here without tinygrad (its side by side adds ~3 min), so run it with nothing else on
+# the machine
 benchmarks:
 	@bash scripts/setup.sh test && bash bench/benchmarks.sh $(ARGS)

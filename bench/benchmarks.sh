@@ -17,9 +17,8 @@
 # (2), TINY_VENV, DOC (the page written: docs/benchmarks.md). `SIZE=tiny TUNE_BUDGET=0 RANKS=0
 # COLD_STARTS= DOC=/tmp/b.md bench/benchmarks.sh /tmp/b` tries the script in a minute.
 #
-# About 20-25 minutes on a 2-core machine with lavapipe (the tune 5, the bench 8-12, the cold starts
-# 2, the ranks 2, tinygrad 3); run it with nothing else on the machine: the figures are only as
-# quiet as the host.
+# Measured: 8 min 20 s on a 2-core machine with lavapipe, without tinygrad (its side by side adds
+# ~3 min); run it with nothing else on the machine: the figures are only as quiet as the host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="$(mkdir -p "${1:-build/benchmarks}" && cd "${1:-build/benchmarks}" && pwd)"

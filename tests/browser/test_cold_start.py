@@ -3,17 +3,19 @@ process with a Mesa shader cache of its own, cold then warm."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
 @pytest.mark.slow
 def test_cold_start_runs_natively_and_in_the_page_with_a_cache_of_its_own():
     """On a small MLP: four new processes (native and page, cold then warm), each pair with its own
-    Mesa cache directory, which the cold run fills where the kernels compile through Mesa (lavapipe
-    stores each kernel there). The page's adapter decides what the page's cache can hold: with
-    lavapipe it holds the kernels; with SwiftShader (Debian's Chromium) the kernels never reach Mesa,
-    but Chromium may still use Mesa for its own rendering and write there, so nothing is asserted
-    of that cache but that the warm run found it."""
+    Mesa cache directory, which the cold run fills where the kernels compile through Mesa: natively,
+    and in the page with the lavapipe Chromium ($WEBGPU_CHROME, shared/tools/webgpu-cpu: its
+    adapter calls itself SwiftShader but runs on lavapipe). Debian's own Chromium runs the kernels on
+    SwiftShader, yet may write to Mesa's cache for its own rendering (seen: 1.3 MB on a fresh
+    machine), so nothing is asserted of that cache but that the warm run found it."""
     from webmp.bench import cold as bench_cold
 
     r = bench_cold.cold_start({"hidden": [16], "batch_size": 16}, log=lambda *a: None)
@@ -25,8 +27,7 @@ def test_cold_start_runs_natively_and_in_the_page_with_a_cache_of_its_own():
     for where in ("native", "page"):
         assert rows[(where, "warm")]["cache_bytes_after"] >= rows[(where, "cold")]["cache_bytes_after"]
     assert rows[("native", "cold")]["cache_bytes_after"] > 0
-    page_adapter = rows[("page", "cold")]["adapter"].lower()
-    if "llvmpipe" in page_adapter or "lavapipe" in page_adapter:
-        assert rows[("page", "cold")]["cache_bytes_after"] > 0, page_adapter
+    if os.environ.get("WEBGPU_CHROME"):
+        assert rows[("page", "cold")]["cache_bytes_after"] > 0
     assert r["page_cold_target"]["value"] == rows[("page", "cold")]["plan_to_first_step_s"]
     assert "plan to the first finished step" in bench_cold.format_cold_start(r)

@@ -143,6 +143,7 @@ def _collected(*args: str) -> set[str]:
     return {line for line in out.stdout.splitlines() if "::" in line}
 
 
+@pytest.mark.slow  # three collections of the whole suite: ~15 s
 def test_tiers_are_set_by_folder():
     """tests/tiers.py: the fast tier (`make check`'s marks) collects nothing from the browser folder
     nor from a file slow throughout, and collects everything else that is unmarked; `-m slow` gets
@@ -175,3 +176,40 @@ def test_modules_and_functions_fit_in_a_head():
                 if lines > MAX_FUNCTION_LINES:
                     too_long.append(f"{rel}:{node.lineno} {node.name}: {lines} lines")
     assert not too_long, "\n".join(too_long)
+
+
+def test_a_tier_marks_its_folder_and_skips_its_slow_files_in_the_fast_tier(tmp_path):
+    """tests/tiers.py on a folder of its own: its marks go on its tests only, `slow` on its slow
+    files' tests; its slow files are not collected when the run deselects slow tests, and a tier
+    naming a file that is not there is refused."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from tiers import Tier
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    (tmp_path / "conftest.py").write_text("")
+    (tmp_path / "test_fast.py").write_text("")
+    (tmp_path / "test_slow.py").write_text("")
+    tier = Tier(str(tmp_path / "conftest.py"), marks=["browser"], slow_files=["test_slow.py"])
+
+    class Item:
+        def __init__(self, path):
+            self.path, self.marks = path, []
+
+        def add_marker(self, mark):
+            self.marks.append(mark.name)
+
+    items = [Item(tmp_path / "test_fast.py"), Item(tmp_path / "test_slow.py"), Item(ROOT / "elsewhere.py")]
+    tier.mark(items)
+    assert [i.marks for i in items] == [["browser"], ["browser", "slow"], []]
+
+    class Config:
+        class option:
+            markexpr = "not slow and not browser"
+
+    assert tier.ignore(tmp_path / "test_slow.py", Config) is True
+    assert tier.ignore(tmp_path / "test_fast.py", Config) is None
+    Config.option.markexpr = ""
+    assert tier.ignore(tmp_path / "test_slow.py", Config) is None
+    with pytest.raises(FileNotFoundError, match="test_gone.py"):
+        Tier(str(tmp_path / "conftest.py"), slow_files=["test_gone.py"])

@@ -196,7 +196,7 @@ REGENERATE = """\
 ## Making this page
 
 ```sh
-make benchmarks     # bench/benchmarks.sh: all of the below, then this page; 20-25 minutes on 2 cores
+make benchmarks     # bench/benchmarks.sh: all of the below, then this page (8-9 min on 2 cores)
 webmp bench --tune --tune-budget 300 --profile --out bench.json   # matmuls to profile, and targets
 webmp bench --cold-start --out cold-mlp.json; webmp bench --cold-start gpt --out cold-gpt.json
 mpirun -n 2 webmp bench --ranks 2 --out ranks.json                # the data-parallel step

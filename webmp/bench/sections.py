@@ -343,7 +343,14 @@ def cold_section(c: dict | None) -> list[str]:
     what = f"`TrainConfig({fields})`" if fields else "The default MLP"
     out += [f"{what} (`mixed`, default tiles), each row a new process with a shader cache folder of its own:"]
     out += [""]
-    return out + table(header, body, set(range(2, 7)))
+    browsers = sorted({row["browser"] for row in c["rows"] if row.get("browser")})
+    note = [
+        "",
+        f"The page's browser: {', '.join(f'`{b}`' for b in browsers)}. The lavapipe Chromium of "
+        "shared/tools/webgpu-cpu reports its adapter as SwiftShader but runs on lavapipe; Debian's "
+        "Chromium runs on SwiftShader.",
+    ]
+    return out + table(header, body, set(range(2, 7))) + (note if browsers else [])
 
 
 def ranks_section(d: dict | None) -> list[str]:
