@@ -18,7 +18,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-UPLOT_FILES = ("uPlot.esm.js", "uPlot.min.css")  # what web/index.html and web/app.js load from /vendor/uplot/
+UPLOT_FILES = ("uPlot.esm.js", "uPlot.min.css")  # what web/index.html and web/charts.js load (/vendor/uplot/)
 
 
 class BuildPy(build_py):

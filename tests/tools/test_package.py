@@ -148,11 +148,15 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> None:
         assert status == 200
         html = page.decode()
         assets = set(re.findall(r'(?:src|href)="(/[^"]+)"', html))
-        status, app = _get(port, "/app.js")
-        assert status == 200
-        js = app.decode()
-        assets |= {"/" + m for m in re.findall(r"from '\./([^']+)'", js)}  # ES module imports (runner.js)
-        assets |= set(re.findall(r"import\('(/[^']+)'\)", js))  # the chart library
+        modules = ["/app.js"]  # the page's ES modules, followed through their imports from app.js
+        for path in modules:
+            status, body = _get(port, path)
+            assert status == 200, path
+            js = body.decode()
+            imports = {"/" + m for m in re.findall(r"from '\./([^']+)'", js)}  # runner.js, form.js, ...
+            modules += sorted(imports - set(modules))
+            assets |= set(re.findall(r"import\('(/[^']+)'\)", js))  # the chart library (charts.js)
+        assets |= set(modules)
         page_needs = {"/app.js", "/runner.js", "/vendor/uplot/uPlot.esm.js", "/vendor/uplot/uPlot.min.css"}
         assert page_needs <= assets, assets
         for path in sorted(assets) + ["/shaders/prelude_native.wgsl"]:

@@ -1,4 +1,4 @@
-"""Messages between the page (web/app.js) and the server (webmp/serve/), validated with pydantic.
+"""Messages between the page (web/run.js) and the server (webmp/serve/), validated with pydantic.
 
 Over a run's WebSocket the page sends JSON objects with a `type` and the `run_id`:
 
