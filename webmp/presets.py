@@ -79,11 +79,7 @@ PRESETS = [
 #   gpt_corpus: None for the default corpus (webmp.data.text.load_text(), what `webmp train --model gpt`
 #     trains on), or a number of characters of random text over GPT_BENCH_ALPHABET
 STEP_SETTINGS = ("step_rounds", "step_steps", "step_block_s", "host_pairs", "readback_steps", "log_every")
-
-
 GPT_BENCH_ALPHABET = "abcdefghij "
-
-
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": dict(
         square=[32],

@@ -20,8 +20,6 @@ from .errors import InvalidConfig
 # one plan (buffer list and blob, held while the page fetches it) may cost: the blob holds the
 # initial contents of the weights and the data, a fraction of the buffers' total.
 MAX_BUFFER_BYTES = 128 * 2**20
-
-
 MAX_PLAN_BYTES = 2**30  # 1 GiB of GPU buffers per run
 
 
@@ -62,8 +60,6 @@ def check_plan_size(cfg: TrainConfig, data: Dataset | TextCorpus) -> None:
 # dropped one is rebuilt on demand, a GPT's in about a second). A plan within MAX_PLAN_BYTES has a
 # blob of a few hundred MB at most (weights and data), so the cache stays around a GB or below.
 MAX_CACHED_PLANS = 4
-
-
 PlanKey = tuple[str, str, str | None]  # run id, f16 path, the page's adapter key for tuned tiles
 
 

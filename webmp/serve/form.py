@@ -19,8 +19,6 @@ from .errors import InvalidConfig
 # What a page may ask to generate (`webmp sample` has no limits): a sampling plan's `seq` holds the
 # prompt and the tokens, and every token is one replay of the forward pass on the page's GPU.
 MAX_PAGE_TOKENS = 2000
-
-
 MAX_PAGE_PROMPT = 2000  # characters
 
 
@@ -50,8 +48,6 @@ GROUP_TITLES = {
     "optimizer": "optimizer and schedule",
     "run": "run",
 }
-
-
 _KINDS = {"integer": "int", "number": "float", "boolean": "bool", "array": "int_list", "string": "text"}
 
 
