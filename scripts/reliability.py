@@ -14,6 +14,7 @@ socket. Every loop is bounded in count and in time. Sections:
   c. records/s and ingest latency (send -> ack) under that load
   d. server memory before / after a flood (one socket closed by the rate limiter, many plan fetches)
   e. kill points survived (kill -9 of `webmp train` and of the server; resume bit-identical)
+  f. the shared tune cache (writers and tuning passes at once, writers killed, a damaged file)
 
 `--json PATH` also writes every figure as JSON (tests/train/test_reliability.py reads it).
 """
@@ -306,9 +307,14 @@ def damaged_checkpoints(tmp: Path, quick: bool) -> list[dict[str, Any]]:
         ("checkpoint.json wrong format tag", tensors, {**meta, "format": "other/9"}),
         ("checkpoint.json config of a gpt", tensors, {**meta, "config": {**meta["config"], "model": "gpt"}}),
         ("checkpoint.safetensors removed", None, meta),
+        # checkpoint.json contradicting the state words in the tensors, whose SHA-256 still matches: a
+        # resume would start at one step with the GPU at another and cut metrics.jsonl there
+        ("checkpoint.json step edited 20 -> 5", tensors, {**meta, "step": 5}),
+        ("checkpoint.json loss scale edited", tensors, {**meta, "scaler": {**meta["scaler"], "scale": 2.0}}),
+        ("checkpoint.json data position edited", tensors, {**meta, "data_pos": meta["data_pos"] + 8}),
     ]
     if quick:
-        cases = cases[:4]
+        cases = cases[:4] + cases[-3:-2]
 
     def one(i_case: tuple[int, tuple[str, bytes | None, Any]]) -> dict[str, Any]:
         i, (name, raw, m) = i_case
@@ -322,9 +328,19 @@ def damaged_checkpoints(tmp: Path, quick: bool) -> list[dict[str, Any]]:
             (d / "checkpoint.json").unlink()
         else:
             (d / "checkpoint.json").write_text(m if isinstance(m, str) else json.dumps(m))
+        before = {f.name: f.read_bytes() for f in d.iterdir()}
         p = run_cli(["train", "--resume", str(d), "--steps", "40", "--quiet"])
         ok, tb, last = clean_cli_refusal(p)
-        return {"case": name, "refused": ok, "traceback": tb, "exit": p.returncode, "message": last}
+        unchanged = {f.name: f.read_bytes() for f in d.iterdir()} == before
+        if not unchanged:
+            last += " (**the run directory changed**)"
+        return {
+            "case": name,
+            "refused": ok and unchanged,
+            "traceback": tb,
+            "exit": p.returncode,
+            "message": last,
+        }
 
     with ThreadPoolExecutor(2) as pool:
         return list(pool.map(one, enumerate(cases)))
@@ -879,6 +895,93 @@ def kill_points(tmp: Path, quick: bool) -> tuple[list[dict[str, Any]], dict[str,
     return out, {"steps": steps, "checkpoint_every": every, "base_seconds": base_s, "flags": " ".join(flags)}
 
 
+# --- the shared tune cache ------------------------------------------------------------------------
+
+CACHE_WRITER = """
+import sys
+from webmp.engine.tune_cache import update_cache
+who, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    update_cache("adapter", {f"{who}/{i}": {"WG_X": i}})
+"""
+TUNE_PASS = """
+import sys
+from webmp.engine.runtime import default_gpu
+from webmp.tune.native import tune_shapes
+M, N, K = map(int, sys.argv[1:4])
+tune_shapes(default_gpu(), [("fp32", M, N, K, 0, 0)], budget_s=float(sys.argv[4]), log=lambda *a: None)
+"""
+
+
+def python(code: str, *args: Any, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def tune_cache(tmp: Path, quick: bool) -> dict[str, Any]:
+    """Processes sharing one tune cache: writers at once (every entry kept), two real tuning passes
+    at once (both passes' classes kept), writers killed mid-write (the file stays whole), and
+    `webmp train` on a damaged file (goes on, the file set aside, a warning)."""
+    from webmp.engine.tiles import shape_class
+
+    R: dict[str, Any] = {}
+    path = tmp / "cache" / "tune.json"
+    env = {**ENV, "WEBMP_TUNE_CACHE": str(path)}
+    writers, n = (4, 30) if quick else (8, 100)
+    procs = [python(CACHE_WRITER, f"w{i}", n, env=env) for i in range(writers)]
+    errors = [p.communicate(timeout=300)[1] for p in procs if p.wait(timeout=300)]
+    kept = len(json.loads(path.read_text())["adapter"]) if path.is_file() else 0
+    R["writers"] = {"processes": writers, "updates_each": n, "entries_kept": kept, "errors": len(errors)}
+
+    path.unlink()
+    shapes = [(24, 20, 16), (100, 70, 90)]
+    passes = [python(TUNE_PASS, *s, 0.5, env=env) for s in shapes]
+    failed = [p.communicate(timeout=300)[1][-300:] for p in passes if p.wait(timeout=300)]
+    adapter_entries = next(iter(json.loads(path.read_text()).values()), {}) if path.is_file() else {}
+    classes = [shape_class("fp32", *s) for s in shapes]
+    R["passes"] = {"passes": len(shapes), "classes_kept": sum(c in adapter_entries for c in classes)}
+    R["passes"]["errors"] = failed
+
+    kills, whole = (5, 0) if quick else (20, 0)
+    for i in range(kills):
+        p = python(CACHE_WRITER, f"k{i}", 10_000, env=env)
+        time.sleep(0.3 + 0.05 * i)  # into its loop of read-merge-write
+        p.kill()
+        p.wait()
+        try:
+            whole += isinstance(json.loads(path.read_text()), dict)
+        except ValueError:
+            pass
+    R["kills"] = {"killed": kills, "file_whole_after": whole}
+
+    path.write_text('{"adapter": {"fp32/NN/16x16x16": {"WG_X"')  # a torn file
+    run_dir = tmp / "cache-run"
+    p = subprocess.run(
+        [*WEBMP, "train", *TINY, "--steps", "3", "--out", str(run_dir)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    aside = [f.name for f in path.parent.iterdir() if ".damaged-" in f.name]
+    said = [line for line in p.stderr.splitlines() if "is damaged" in line]
+    R["damaged"] = {
+        "exit": p.returncode,
+        "set_aside": len(aside),
+        "message": said[0] if said else p.stderr.strip()[-300:],
+        "trained": (run_dir / "summary.json").is_file(),
+    }
+    return R
+
+
+def tune_cache_failures(c: dict[str, Any]) -> int:
+    w, t, k, d = c["writers"], c["passes"], c["kills"], c["damaged"]
+    lost = w["processes"] * w["updates_each"] - w["entries_kept"] + w["errors"]
+    return (
+        lost + (t["passes"] - t["classes_kept"]) + len(t["errors"]) + (k["killed"] - k["file_whole_after"])
+        + int(not (d["exit"] == 0 and d["set_aside"] == 1 and d["trained"]))
+    )  # fmt: skip
+
+
 # --- the report --------------------------------------------------------------------------------
 
 
@@ -923,7 +1026,8 @@ def report(R: dict[str, Any]) -> str:
         "Refused cleanly: the CLI exits non-zero, its stderr ending in one `webmp train: ...` line"
         " (argparse's usage line may precede it) and holding no Python traceback; "
         "HTTP answers 4xx; the WebSocket answers an `error` message or closes with a 4xxx code (1009 for "
-        "frames over uvicorn's 4 MiB). Server tracebacks are counted in its stderr.",
+        "frames over uvicorn's 4 MiB); a damaged checkpoint, moreover, leaves every file of its run "
+        "directory as it was. Server tracebacks are counted in its stderr.",
         "",
     ]
     kinds = [
@@ -1056,8 +1160,53 @@ def report(R: dict[str, Any]) -> str:
             ],
         ),
         "",
+        *tune_cache_report(R["tune_cache"]),
     ]
     return "\n".join(L)
+
+
+def tune_cache_report(c: dict[str, Any]) -> list[str]:
+    w, t, k, d = c["writers"], c["passes"], c["kills"], c["damaged"]
+    return [
+        "## f. The shared tune cache",
+        "",
+        "Processes sharing one `$WEBMP_TUNE_CACHE` (webmp/engine/tune_cache.py: writers merge under a lock "
+        "file and replace the file at once). Writers: processes at once, each setting its own classes one "
+        "update at a time (read, merge, write). Tuning passes: `tune_shapes` on a different shape each, at "
+        "once. Killed: a writer looping over updates, `kill -9` after 0.3 s and more, the file read back "
+        "each time. Damaged: `webmp train` on a torn cache file.",
+        "",
+        table(
+            ["probe", "tried", "kept / whole", "result"],
+            [
+                [
+                    "concurrent writers",
+                    f"{w['processes']} x {w['updates_each']} updates",
+                    f"{w['entries_kept']} / {w['processes'] * w['updates_each']} entries",
+                    f"{w['errors']} errors",
+                ],
+                [
+                    "concurrent tuning passes",
+                    t["passes"],
+                    f"{t['classes_kept']} / {t['passes']} classes",
+                    f"{len(t['errors'])} errors",
+                ],
+                [
+                    "writer killed mid-update",
+                    k["killed"],
+                    f"{k['file_whole_after']} / {k['killed']} files whole",
+                    "",
+                ],
+                [
+                    "`webmp train` on a torn cache",
+                    1,
+                    f"set aside: {d['set_aside']}",
+                    f"exit {d['exit']}, trained: {'yes' if d['trained'] else '**NO**'}; {d['message']}",
+                ],
+            ],
+        ),  # fmt: skip
+        "",
+    ]
 
 
 async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -1084,6 +1233,8 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         R["server_alive_after"] = srv.http.get("/api/info").status_code == 200
     finally:
         srv.stop()
+    print("reliability: f. the shared tune cache", file=sys.stderr, flush=True)
+    R["tune_cache"] = tune_cache(tmp, q)
     print("reliability: e. kill points", file=sys.stderr, flush=True)
     kills, R["kill"] = kill_points(tmp, q)
     kills.append(await server_kill(tmp, 3 if q else 8, 2000 if q else 4000))
@@ -1110,6 +1261,7 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "flood not closed 4429": int(d["close_code"] != 4429),
         "flood 5xx": d["plans_5xx"] + d["info_bad"],
         "kill points not survived": sum(not k["survived"] for k in kills),
+        "tune cache entries lost or damaged": tune_cache_failures(R["tune_cache"]),
     }
     return R
 

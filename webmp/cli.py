@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
@@ -281,8 +282,20 @@ def _dispatch(argv: list[str]) -> int:
     return 2
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """webmp's own warnings (their text starts "webmp") as their line alone, others as Python shows them."""
+    text = str(message)
+    if text.startswith("webmp"):
+        return text + "\n"
+    return _PYTHON_FORMAT_WARNING(message, category, filename, lineno, line)
+
+
+_PYTHON_FORMAT_WARNING = warnings.formatwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs `webmp ARGV`; returns its exit status, argparse's included (0 after --help, 2 on bad flags)."""
+    warnings.formatwarning = _format_warning
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:
@@ -290,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             return e.code or 0
         print(e.code, file=sys.stderr)
         return 1
+    finally:
+        warnings.formatwarning = _PYTHON_FORMAT_WARNING
 
 
 if __name__ == "__main__":

@@ -276,6 +276,27 @@ def test_softmax_thread_form_bit_identical(shape, path):
     )
 
 
+@pytest.mark.parametrize("rows", ops.ROW_FORMS)
+@pytest.mark.parametrize("T", [7, 70])
+def test_softmax_rows_write_only_their_rows(T, rows, path):
+    """P and dS one row longer than the B*H*T rows, that row a sentinel: no thread past a batch-head's
+    last row (the thread form's grid has ceil(T / 64) * 64 a batch-head) writes the row after it,
+    which in a model is the next batch-head's row 0, forward or backward, workgroup or thread form."""
+    B, H, d = 1, 2, 4
+    n = B * H * T
+    rng = rng_for(f"softmax_guard/{T}", path)
+    S = _scores(rng, B, T, H, d)
+    sentinel = np.full((n + 1, T), SENTINEL, np.float32)
+    fwd = {"S": S, "P": sentinel, "flags": np.zeros(4, np.uint32)}
+    out = _op(ops.attn_softmax_fwd, fwd, {"P": ((n + 1, T), "padded")}, path, dims(B, T, H, d), rows=rows)
+    assert (out["P"][n, :T] == SENTINEL).all(), "P's row after the last was written"
+    P = _check_rows(out["P"][:n], T, path, "P")
+    dP = rng.standard_normal((n, T)).astype(np.float32)
+    bwd = {"P": P, "dP": dP, "dS": sentinel, "flags": np.zeros(4, np.uint32)}
+    out = _op(ops.attn_softmax_bwd, bwd, {"dS": ((n + 1, T), "padded")}, path, dims(B, T, H, d), rows=rows)
+    assert (out["dS"][n, :T] == SENTINEL).all(), "dS's row after the last was written"
+
+
 def test_row_forms_checked():
     with pytest.raises(ValueError, match="rows must be one of"):
         _op(

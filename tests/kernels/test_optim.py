@@ -456,6 +456,38 @@ def test_grad_hist_counts_like_numpy(path):
         assert want[1] >= 3 and want[-2] >= 3  # below 2^E_MIN, above 2^E_MAX
 
 
+def test_grad_hist_counts_f32_subnormals_by_their_exponent(path):
+    """With E_MIN = -149 (f32's smallest subnormal, 2^-149) every f32 subnormal gets the bucket of its
+    own exponent (a subnormal's bits are m * 2^-149: floor(log2) = msb(m) - 149), either side of the
+    normal floor 2^-126; on the f16 paths the same matrix's values are rounded to f16 (zeros, then
+    2^-24 and up: above E_MAX = -100)."""
+    e_min, e_max = -149, -26  # 128 buckets: the most one dispatch holds
+    tiny = [2.0**-149, 3 * 2.0**-149, 2.0**-148, 2.0**-140, 2.0**-127, 2.0**-126 - 2.0**-149, 2.0**-126]
+    tiny += [2.0**-125, 2.0**-100, 2.0**-30, 2.0**-20]
+    x = np.array(tiny + [-v for v in tiny] + [0.0], np.float32).astype(np.float64).reshape(1, -1)
+    if path != "fp32":
+        x = ref.round_h(x, path)
+    nb = ops.grad_hist_buckets(e_min, e_max)
+    out = run_op(
+        ops.grad_hist,
+        {"X": x, "counts": np.zeros(nb, np.uint32)},
+        ["counts"],
+        ROWS=1,
+        COLS=x.shape[1],
+        BASE=0,
+        E_MIN=e_min,
+        E_MAX=e_max,
+        path=path,
+        gpu=default_gpu(),
+    )
+    want = ref.grad_hist(x, path, e_min, e_max)
+    assert out["counts"].tolist() == want.tolist()
+    if path == "fp32":  # the subnormals are where the reference puts them, one bucket each
+        assert (
+            want[2 + (-149 - e_min)] == 2 and want[2 + (-148 - e_min)] == 4 and want[2 + (-127 - e_min)] == 4
+        )
+
+
 # --- native and emulated f16 agree bit for bit ---------------------------------------------------
 
 test_native_matches_emulated = CASES.native_matches_emulated()

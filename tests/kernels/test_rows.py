@@ -240,6 +240,51 @@ def test_layernorm_wgrad(name, path):
     check_close(out["dbeta"], dbeta, dot_error(M) * np.abs(dY).sum(0), f"{name} dbeta")
 
 
+SENTINEL = 7.0  # what the row after an output's last holds, and must still hold
+
+
+@pytest.mark.parametrize("rows", ops.ROW_FORMS)
+@pytest.mark.parametrize("M", [5, 70])
+def test_layernorm_writes_only_its_rows(M, rows, path):
+    """Y, stats and dZ one row longer than M, that row a sentinel: no thread past the last row (the
+    thread form's grid is ceil(M / 64) * 64 threads) writes it, in either form."""
+    N = 37
+    _, _, rng, inp = _ln_inputs(f"layernorm/{M}x{N}", path)
+    extra = np.full((M + 1, N), SENTINEL, np.float32)
+    fwd_in = {**inp, "flags": np.zeros(4, np.uint32), "Y": extra, "stats": np.full((M + 1, 2), SENTINEL)}
+    fwd_out = {"Y": ((M + 1, N), "padded"), "stats": (M + 1, 2)}
+    fwd = run_op(ops.layernorm_fwd, fwd_in, fwd_out, M=M, N=N, path=path, gpu=default_gpu(), rows=rows)
+    assert (fwd["Y"][M, :N] == SENTINEL).all() and (fwd["stats"][M] == SENTINEL).all()
+    bwd_in = {
+        "dY": rand_h(rng, (M, N), path),
+        "Z": inp["Z"],
+        "stats": fwd["stats"][:M],
+        "gamma": inp["gamma"],
+        "flags": np.zeros(4, np.uint32),
+        "dZ": extra,
+    }
+    bwd_out = {"dZ": ((M + 1, N), "padded")}
+    bwd = run_op(ops.layernorm_bwd, bwd_in, bwd_out, M=M, N=N, path=path, gpu=default_gpu(), rows=rows)
+    assert (bwd["dZ"][M, :N] == SENTINEL).all()
+
+
+def test_softmax_xent_writes_only_its_rows(path):
+    """loss_rows and dlogits one row longer than B = 70 (the second workgroup partly past the end):
+    the row after the last keeps its sentinel."""
+    B, C = 70, 5
+    rng = rng_for("softmax_guard", path)
+    inp = {
+        "logits": (4 * rng.standard_normal((B, C))).astype(np.float32),
+        "labels": rng.integers(0, C, B).astype(np.uint32),
+        "state": {"scale": 8.0},
+        "loss_rows": np.full(B + 1, SENTINEL, np.float32),
+        "dlogits": np.full((B + 1, C), SENTINEL, np.float32),
+    }
+    outputs = {"loss_rows": (B + 1,), "dlogits": ((B + 1, C), "padded"), "flags": (4,)}
+    out = run_op(ops.softmax_xent, inp, outputs, B=B, C=C, path=path, gpu=default_gpu())
+    assert out["loss_rows"][B] == SENTINEL and (out["dlogits"][B, :C] == SENTINEL).all()
+
+
 # --- softmax cross-entropy --------------------------------------------------------------------
 
 SOFTMAX_NAMES = ["softmax/70x1", "softmax/70x10", "softmax/9x13"]

@@ -26,6 +26,12 @@ def test_reliability_quick_has_no_failures(tmp_path):
     assert R["concurrent"]["runs_exact"] == R["concurrent"]["runs"]
     assert R["flood"]["close_code"] == 4429
     assert R["kills"] and all(k["survived"] for k in R["kills"])
+    c = R["tune_cache"]
+    assert c["writers"]["entries_kept"] == c["writers"]["processes"] * c["writers"]["updates_each"]
+    assert c["passes"]["classes_kept"] == c["passes"]["passes"] == 2
+    assert c["kills"]["file_whole_after"] == c["kills"]["killed"]
+    assert c["damaged"]["exit"] == 0 and c["damaged"]["set_aside"] == 1 and c["damaged"]["trained"]
+    assert any("step edited" in case["case"] for case in R["bad"]["ckpt"])
     text = out.read_text()
-    for section in ("## a.", "## b.", "## c.", "## d.", "## e."):
+    for section in ("## a.", "## b.", "## c.", "## d.", "## e.", "## f."):
         assert section in text

@@ -500,6 +500,27 @@ def test_gpt_resume_is_exact(tmp_path, monkeypatch, weights):
     assert whole.run_dir.read_summary()["val_loss"] == resumed.run_dir.read_summary()["val_loss"]
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_gpt_resumes_only_with_its_own_head(tmp_path, capsys, tied):
+    """tie_head is locked: a tied checkpoint has no head weight of its own, an untied one has one a tied
+    plan has no buffer for (resuming it tied would drop the trained head without a word). Either way
+    round the resume is refused naming the field, and the run directory is left as it was."""
+    text = tmp_path / "fox.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    gpt = ["--model", "gpt", "--n-layer", "1", "--n-head", "2", "--d-model", "16", "--context", "8"]
+    small = [*gpt, "--batch-size", "4", "--log-every", "2", "--warmup", "1", "--data", str(text), "--quiet"]
+    out = tmp_path / "run"
+    head = "--tie-head" if tied else "--no-tie-head"
+    assert cli(["train", *small, head, "--steps", "4", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    other = "--no-tie-head" if tied else "--tie-head"
+    assert cli(["train", "--resume", str(out), other, "--steps", "8", "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"tie_head: checkpoint {tied} vs {not tied}" in err and len(err.splitlines()) == 1, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_a_resume_reads_its_checkpoint_once(tmp_path, monkeypatch, capsys):
     """`webmp train --resume` reads checkpoint.json and the tensors once: the config it continues
     with and the Trainer's buffers come from the same read (webmp.train.loop.Resume)."""
@@ -648,8 +669,9 @@ def test_out_must_be_a_new_run_directory(tmp_path, capsys):
 
 def test_damaged_checkpoints_are_one_line_and_change_nothing(tmp_path, capsys):
     """Truncated or flipped checkpoint bytes (header or tensor data), damaged metadata: `webmp train
-    --resume` says what is wrong in one line, exit 1, and the run directory is left as it was.
-    Flipped tensor bytes are caught by the SHA-256 checkpoint.json keeps of the tensors file."""
+    --resume` says what is wrong in one line, exit 1, and the run directory is left as it was (its
+    metrics not cut at an edited step). Flipped tensor bytes are caught by the SHA-256 checkpoint.json
+    keeps of the tensors file; an edited step, scaler or data position by the state words."""
     base = tmp_path / "base"
     small = ["--hidden", "16", "--batch-size", "8", "--log-every", "5", "--warmup", "2", "--quiet"]
     assert cli(["train", *small, "--steps", "10", "--out", str(base)]) == 0
@@ -667,6 +689,22 @@ def test_damaged_checkpoints_are_one_line_and_change_nothing(tmp_path, capsys):
         "metadata not JSON": (tensors, meta[:40], "unreadable checkpoint metadata"),
         "step missing": (tensors, json.dumps({k: v for k, v in m.items() if k != "step"}), "damaged"),
         "other format": (tensors, json.dumps({**m, "format": "x"}), "not a webmp-checkpoint/1"),
+        # checkpoint.json contradicting the state words in the tensors (its SHA-256 still matches)
+        "step edited": (
+            tensors,
+            json.dumps({**m, "step": 5}),
+            "contradicts the state words in checkpoint.safetensors (step 5 vs 10;",
+        ),
+        "scale edited": (
+            tensors,
+            json.dumps({**m, "scaler": {**m["scaler"], "scale": 1.0}}),
+            f"(scaler.scale 1.0 vs {m['scaler']['scale']!r};",
+        ),
+        "data position edited": (
+            tensors,
+            json.dumps({**m, "data_pos": m["data_pos"] + 8}),
+            f"(data_pos {m['data_pos'] + 8} vs {m['data_pos']};",
+        ),
     }
     capsys.readouterr()
     for name, (t, j, expect) in variants.items():
@@ -726,8 +764,13 @@ def test_init_weights_start_a_new_run_from_the_file(tmp_path):
         (lambda w: {**w, "W9": w["b0"]}, r"W9 is no parameter of this model"),
         (lambda w: {**w, "b1": np.array([np.nan] + [0.0] * 9, np.float32)}, r"b1 holds 1 non-finite values"),
         (lambda w: {**w, "b0": np.zeros(16, np.int32)}, r"b0 is int32, not floating point"),
+        # finite in float64, infinite as the f32 the GPU holds
+        (
+            lambda w: {**w, "b0": np.array([1e300, -1e39] + [0.0] * 14)},
+            r"b0 holds 2 non-finite values \(as float32\)",
+        ),
     ],
-    ids=["missing", "transposed", "unknown", "non-finite", "integer"],
+    ids=["missing", "transposed", "unknown", "non-finite", "integer", "beyond-f32"],
 )
 def test_init_weights_refuses_a_file_that_does_not_fit_naming_what(tmp_path, change, message):
     rng = np.random.default_rng(0)

@@ -33,7 +33,7 @@ from pathlib import Path
 from ..config import TrainConfig
 from ..data.text import describe_data
 from ..engine.plan import Plan
-from ..engine.tiles import cache_path, load_cache
+from ..engine.tune_cache import cache_path, load_cache
 from ..presets import SIZES
 from ..tune import native as tune
 from .machine import adapter_info, run_info

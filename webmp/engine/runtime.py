@@ -79,8 +79,9 @@ class GPU:
         self.name = f"{info.get('device', '?')} ({detail})"  # every run's log and summary name the backend
         if self.backend not in NATIVE_BACKENDS:
             warnings.warn(
-                f"the WebGPU adapter runs on {self.backend}, not Vulkan, Metal or D3D12 ({self.name}): "
-                "expect emulated f16 and slower kernels; on Debian install mesa-vulkan-drivers",
+                f"webmp: the WebGPU adapter runs on {self.backend}, not Vulkan, Metal or D3D12 "
+                f"({self.name}): expect emulated f16 and slower kernels; "
+                "on Debian install mesa-vulkan-drivers",
                 stacklevel=2,
             )
 

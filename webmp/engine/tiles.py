@@ -11,7 +11,7 @@ uses is decided by the caller of `build_plan`, which passes a `TileTable`:
 `TileTable.for_adapter(name)` reads what `webmp bench --tune` (webmp/tune/native.py) measured for that
 adapter, `TileTable()` is the defaults. Nothing here is process-global.
 
-The cache is JSON at $WEBMP_TUNE_CACHE, default ~/.cache/webmp/tune.json:
+The cache (webmp.engine.tune_cache: where it is, how processes share it) is
 {adapter name: {shape class: tiles}}. The reserved key ROWS_KEY ("rows") of an adapter's entry holds
 {"form": "workgroup" | "thread"}: which form the row kernels (attn_softmax_*, layernorm_fwd/bwd,
 webmp.ops.ROW_FORMS; both give the same bits) take, `TileTable.row_kernels` ("workgroup" when absent);
@@ -21,11 +21,11 @@ weights, `TileTable.weights` ("as_stored" when absent).
 
 from __future__ import annotations
 
-import json
-import os
+import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
+
+from .tune_cache import TuneCacheWarning, cache_path, load_cache
 
 # tile-shape constants (int), optionally "core" (webmp.ops.MATMUL_CORES), RUNTIME_DIMS, B_PAIRS
 Tiles = dict[str, Any]
@@ -43,6 +43,7 @@ DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 
 SMALL_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "RUNTIME_DIMS": 1}
 SMALL_MACS = 1 << 26
 ROWS_KEY = "rows"  # reserved key of an adapter's cache entry: {"form": the row kernels' form}
+ROW_FORMS = ("workgroup", "thread")  # a workgroup a row, a thread a row (webmp.ops.row_entry)
 DEFAULT_ROWS = "workgroup"
 # reserved key: {"form": how the GPT's backward pass reads the weights of its input-gradient
 # products}: "as_stored" (A·Bᵀ on the working copy, the default) or "transposed" (each step it
@@ -52,31 +53,6 @@ WEIGHTS_KEY = "weights"
 WEIGHT_FORMS = ("as_stored", "transposed")
 DEFAULT_WEIGHTS = "as_stored"
 RESERVED_KEYS = (ROWS_KEY, WEIGHTS_KEY)
-
-
-def cache_path() -> Path:
-    env = os.environ.get("WEBMP_TUNE_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "webmp" / "tune.json"
-
-
-def load_cache() -> dict[str, dict[str, Tiles]]:
-    try:
-        cache = json.loads(cache_path().read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-    return cache if isinstance(cache, dict) else {}
-
-
-def save_cache(cache: Mapping[str, Mapping[str, Tiles]]) -> Path:
-    p = cache_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-    tmp.replace(p)
-    return p
 
 
 def _bucket(n: int) -> str:
@@ -110,16 +86,29 @@ class TileTable:
         self.row_kernels: str = str(rows.get("form", DEFAULT_ROWS))
         # how the GPT's backward reads its weights (WEIGHT_FORMS), the same bits
         self.weights: str = str(weights.get("form", DEFAULT_WEIGHTS))
-        if self.weights not in WEIGHT_FORMS:
-            raise ValueError(
-                f"tile table entry {WEIGHTS_KEY!r}: form {self.weights!r} is not one of {WEIGHT_FORMS} "
-                f"(in the tune cache {cache_path()}, `webmp bench --tune` writes it anew)"
-            )
+        for key, form, forms in (
+            (ROWS_KEY, self.row_kernels, ROW_FORMS),
+            (WEIGHTS_KEY, self.weights, WEIGHT_FORMS),
+        ):
+            if form not in forms:
+                raise ValueError(f"tile table entry {key!r}: form {form!r} is not one of {forms}")
 
     @classmethod
     def for_adapter(cls, adapter: str | None) -> TileTable:
-        """The cached choices for this adapter (none cached, or adapter None: the defaults)."""
-        return cls(load_cache().get(adapter, {}) if adapter else {}, adapter)
+        """The cached choices for this adapter (none cached, or adapter None: the defaults). An entry
+        this version cannot use (a form it does not know: perhaps a newer webmp's) is reported and
+        the defaults are used; the file is left as it is."""
+        entry = load_cache().get(adapter, {}) if adapter else {}
+        try:
+            return cls(entry, adapter)
+        except ValueError as e:
+            warnings.warn(
+                f"webmp: the tune cache {cache_path()} for {adapter}: {e}; the defaults are used "
+                "(`webmp bench --tune` writes the entry anew)",
+                TuneCacheWarning,
+                stacklevel=2,
+            )
+            return cls({}, adapter)
 
     def for_shape(self, path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> Tiles:
         cls = shape_class(path, M, N, K, trans_a, trans_b)

@@ -5,9 +5,9 @@ attention's softmaxes)."""
 from __future__ import annotations
 
 from ..engine.plan import PlanBuilder
+from ..engine.tiles import ROW_FORMS  # the row kernels' forms (TileTable.row_kernels)
 from .common import MAX_WORKGROUPS_PER_DIM, cdiv
 
-ROW_FORMS = ("workgroup", "thread")  # the row kernels' forms (TileTable.row_kernels)
 ROWS_PER_WG = 64  # the thread form's rows a workgroup (the shaders' WG)
 
 

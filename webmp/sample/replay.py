@@ -56,7 +56,7 @@ def replay(plan: SamplePlan, blob: bytes, gpu: GPU | None = None) -> np.ndarray:
         raise RuntimeError(f"the GPU generated {length - spec['prompt_tokens']} of {spec['tokens']} tokens")
     if np.frombuffer(rt.read(spec["flags"]), np.uint32)[0]:
         warnings.warn(
-            "an activation overflowed the f16 range while sampling; the text may be garbage",
+            "webmp: an activation overflowed the f16 range while sampling; the text may be garbage",
             stacklevel=3,
         )
     return seq[spec["prompt_tokens"] : capacity].copy()

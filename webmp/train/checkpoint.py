@@ -21,12 +21,33 @@ from safetensors import safe_open
 from safetensors.numpy import load, save
 
 from ..engine.plan import Plan, pack_h
-from ..engine.state import decode_state
+from ..engine.state import STATE_FIELDS, decode_state
 from .rundir import atomic_write, dumps
 
 CHECKPOINT_FORMAT = "webmp-checkpoint/1"
 TENSORS = "checkpoint.safetensors"
 META = "checkpoint.json"
+
+
+# checkpoint.json's copies of the state words (its fields: the words they repeat), checked on load
+SCALER_WORDS = (
+    "scale",
+    "growth_tracker",
+    "hysteresis_left",
+    "skipped_total",
+    "min_scale_events",
+    "first_min_scale_iter",
+)
+META_WORDS = {"step": "iteration", "optimizer_step": "opt_step", "data_pos": "data_pos"}
+
+
+def state_facts(state: dict[str, float | int]) -> dict:
+    """What checkpoint.json repeats of the GPU state words, for a person reading it."""
+    return {
+        "step": state["iteration"],
+        "scaler": {k: state[k] for k in SCALER_WORDS},
+        **{key: state[word] for key, word in META_WORDS.items() if key != "step"},
+    }
 
 
 def checkpoint_buffers(plan: Plan) -> list[str]:
@@ -57,20 +78,7 @@ def save_checkpoint(
     state = decode_state(contents[plan["state"]["buffer"]], plan["state"]["fields"])
     meta = {
         "format": CHECKPOINT_FORMAT,
-        "step": state["iteration"],
-        "scaler": {
-            k: state[k]
-            for k in (
-                "scale",
-                "growth_tracker",
-                "hysteresis_left",
-                "skipped_total",
-                "min_scale_events",
-                "first_min_scale_iter",
-            )
-        },
-        "optimizer_step": state["opt_step"],
-        "data_pos": state["data_pos"],
+        **state_facts(state),
         "precision": plan["precision"],
         "f16_path": plan["f16_path"],
         "config": plan["config"],
@@ -123,7 +131,39 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, bytes], dict]:
         tensors = load(raw)
     except Exception as e:  # safetensors raises its own error types for a damaged header
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
-    return {n: a.tobytes() for n, a in tensors.items()}, meta
+    contents = {n: a.tobytes() for n, a in tensors.items()}
+    check_state_matches_meta(directory, contents, meta)
+    return contents, meta
+
+
+def check_state_matches_meta(directory: Path, contents: dict[str, bytes], meta: dict) -> None:
+    """ValueError when checkpoint.json's step, scaler or data position contradicts the state words in
+    the tensors (an edited or mismatched checkpoint.json): a resume would start at one step with the
+    GPU at another, and cut the run's metrics at the wrong line."""
+    raw = contents.get("state", b"")
+    fields = STATE_FIELDS[: len(raw) // 4]  # an older checkpoint may hold fewer words (resume_blob)
+    have = {name for name, _ in fields}
+    if not {*SCALER_WORDS, *META_WORDS.values()} <= have:
+        raise ValueError(f"{directory / TENSORS}: damaged: its state words (the tensor 'state') are missing")
+    words = decode_state(raw[: 4 * len(fields)], fields)
+    written = state_facts(words)
+    clash = [
+        f"{key} {meta.get(key)!r} vs {want!r}"
+        for key, want in written.items()
+        if key != "scaler" and meta.get(key) != want
+    ]
+    scaler = meta.get("scaler")
+    scaler = scaler if isinstance(scaler, dict) else {}
+    clash += [
+        f"scaler.{k} {scaler.get(k)!r} vs {want!r}"
+        for k, want in written["scaler"].items()
+        if scaler.get(k) != want
+    ]
+    if clash:
+        raise ValueError(
+            f"{directory / META}: damaged: it contradicts the state words in {TENSORS} "
+            f"({'; '.join(clash)}; checkpoint.json vs tensors)"
+        )
 
 
 def resume_blob(plan: Plan, blob: bytes, contents: dict[str, bytes]) -> tuple[Plan, bytes]:
@@ -191,7 +231,8 @@ def load_initial_weights(path: str | Path, plan: Plan) -> dict[str, np.ndarray]:
             )
         if t.dtype.kind != "f":
             raise ValueError(f"{what}: {name} is {t.dtype}, not floating point")
-        w = t.astype(np.float32)
+        with np.errstate(over="ignore"):  # a float64 beyond f32's range: counted below, by name
+            w = t.astype(np.float32)
         if not np.isfinite(w).all():
             raise ValueError(
                 f"{what}: {name} holds {int((~np.isfinite(w)).sum())} non-finite values (as float32)"

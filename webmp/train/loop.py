@@ -165,8 +165,8 @@ class Trainer:
             plan, blob = resume_blob(plan, blob, self.resume.contents)
             if self.resume.meta["f16_path"] != plan["f16_path"]:
                 warnings.warn(
-                    f"resuming a {self.resume.meta['f16_path']} checkpoint on the {plan['f16_path']} f16 "
-                    "path: results will not be bit-identical to an uninterrupted run",
+                    f"webmp: resuming a {self.resume.meta['f16_path']} checkpoint on the "
+                    f"{plan['f16_path']} f16 path: results will not be bit-identical to an uninterrupted run",
                     stacklevel=3,
                 )
         elif cfg.init_weights is not None:
@@ -255,7 +255,10 @@ class Trainer:
             )
             raise ScaleCollapseError(f"{msg}; {kept}")
         if not self.warned_min_scale:
-            warnings.warn(msg + "; continuing (min_scale_policy=warn), these steps are skipped", stacklevel=2)
+            warnings.warn(
+                "webmp: " + msg + "; continuing (min_scale_policy=warn), these steps are skipped",
+                stacklevel=2,
+            )
         self.warned_min_scale = True
 
     def run(self, stop_after: int | None = None) -> RunSummary:

@@ -19,17 +19,8 @@ from ..config import TrainConfig
 from ..data.tables import load_digits
 from ..engine.plan import Plan, PlanBuilder, resolve_f16_path
 from ..engine.runtime import Runtime, default_gpu
-from ..engine.tiles import (
-    ROWS_KEY,
-    WEIGHTS_KEY,
-    Tiles,
-    TileTable,
-    cache_path,
-    default_tiles,
-    load_cache,
-    save_cache,
-    shape_class,
-)
+from ..engine.tiles import ROWS_KEY, WEIGHTS_KEY, Tiles, TileTable, default_tiles, shape_class
+from ..engine.tune_cache import cache_path, load_cache, update_cache
 from ..models import build_plan
 from .form_cases import FormSpec, faster_form, row_forms, same_outputs, weight_forms
 from .matmul_cases import MatmulSpec, candidates
@@ -202,8 +193,8 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
         by_class.setdefault(shape_class(*s[:6]), s)
     order = sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3] * kv[1][6])
     allowed = candidates(gpu.device.limits, gpu.has_subgroups)
-    cache = load_cache()
-    mine = cache.setdefault(gpu.name, {})
+    mine = dict(load_cache().get(gpu.name, {}))  # what the weights' pass tunes with
+    tuned: dict[str, Any] = {}  # what this pass writes (update_cache keeps other passes' entries)
     report = {}
     t_budget_end = time.perf_counter() + budget_s
     for i, (cls, (path, M, N, K, ta, tb, batch)) in enumerate(order):
@@ -235,17 +226,17 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
         results: list[tuple[float, Tiles]] = [(gf, tiles) for gf, tiles, _ in tried]
         best_gf, best = max(results, key=lambda r: r[0])
         default_gf = next((gf for gf, t in results if t == default), None)
-        mine[cls] = best
+        mine[cls] = tuned[cls] = best
         report[cls] = {"tiles": best, "gflops": best_gf, "default_gflops": default_gf, "tried": len(results)}
         log(f"tune {cls}: {best} {best_gf:.2f} GFLOP/s (default {default_gf or 0:.2f}, {len(results)} tried)")
     path = order[0][1][0] if order else "fp32"
     rows = tune_rows(gpu, path, log)
-    mine[ROWS_KEY] = {"form": rows["form"]}
+    mine[ROWS_KEY] = tuned[ROWS_KEY] = {"form": rows["form"]}
     report[ROWS_KEY] = rows
     weights = tune_weights(gpu, path, TileTable(mine, gpu.name), log)
-    mine[WEIGHTS_KEY] = {"form": weights["form"]}
+    tuned[WEIGHTS_KEY] = {"form": weights["form"]}
     report[WEIGHTS_KEY] = weights
-    save_cache(cache)
+    update_cache(gpu.name, tuned)
     return report
 
 

@@ -38,7 +38,8 @@ from ..config import TrainConfig
 from ..data.tables import Dataset
 from ..data.text import TextCorpus
 from ..engine.plan import KernelPlan, PlanBuilder, h_bytes
-from ..engine.tiles import RESERVED_KEYS, Tiles, TileTable, default_tiles, load_cache, save_cache, shape_class
+from ..engine.tiles import RESERVED_KEYS, Tiles, TileTable, default_tiles, shape_class
+from ..engine.tune_cache import load_cache, update_cache
 from ..models import build_plan
 from ..ops import matmul
 from .form_cases import FormSpec, faster_form, row_forms, weight_forms
@@ -283,15 +284,11 @@ def judge_forms(spec: FormSpec, results: Sequence[FormResult]) -> dict[str, Any]
 
 
 def store_form(key: str, what: str, form: str) -> None:
-    cache = load_cache()
-    cache.setdefault(key, {})[what] = {"form": form}
-    save_cache(cache)
+    update_cache(key, {what: {"form": form}})
 
 
 def store_choice(key: str, cls: str, tiles: Tiles) -> None:
-    cache = load_cache()
-    cache.setdefault(key, {})[cls] = tiles
-    save_cache(cache)
+    update_cache(key, {cls: tiles})
 
 
 def encode_blob(blob: bytes) -> str:
