@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 
 from . import __version__
 from .config import MODEL_DEFAULTS, TrainConfig, config_error_message, find_meta
+from .nn import Network
 
 COMMANDS = {
     "train": "train a model natively through wgpu-py",
@@ -65,6 +66,17 @@ def _optional(ann: Any) -> Any:
     return None
 
 
+def _network_file(path: str) -> Network:
+    """A --model-spec file, read and checked whole (webmp.nn.Network.from_file)."""
+    try:
+        return Network.from_file(path)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+_network_file.__name__ = "network file"
+
+
 def _flag_spec(name: str, field: FieldInfo, default: object) -> dict[str, Any]:
     """add_argument keywords for one config field, from its annotation."""
     ann = field.annotation
@@ -77,6 +89,8 @@ def _flag_spec(name: str, field: FieldInfo, default: object) -> dict[str, Any]:
         return {"action": argparse.BooleanOptionalAction}
     elif isinstance(ann, type) and ann in SCALARS:
         return {"type": ann, "metavar": SCALARS[ann]}
+    elif isinstance(_optional(ann), type) and issubclass(_optional(ann), Network):
+        return {"type": _network_file, "metavar": "FILE.json"}
     elif _optional(ann) in SCALARS:  # `str | None = None`: the flag sets it, leaving it out keeps None
         scalar = _optional(ann)
         return {"type": scalar, "metavar": SCALARS[scalar]}

@@ -13,10 +13,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from .nn.network import Network
+
 Precision = Literal["mixed", "fp32", "fp16-noscale"]
 F16Choice = Literal["native", "emulated", "auto"]
 MLP_MODELS = ("mlp", "mlp-ln")
 GPT_ONLY = ("gpt",)
+NET_ONLY = ("net",)
+TABLE_MODELS = (*MLP_MODELS, "net")  # the models that train on a table (Dataset)
 # Defaults that differ by model, applied to the fields a config leaves out. The GPT's train in about
 # four minutes on a 2-core CPU adapter (lavapipe): 600 steps of 16 windows of 64 characters.
 MODEL_DEFAULTS: dict[str, dict[str, object]] = {
@@ -82,6 +86,9 @@ BROWSER_DATA = (
     "corpus, the server's Python standard library sources); data files (--data) are for native "
     "`webmp train`"
 )
+BROWSER_SPEC = (
+    "browser runs train the built-in models; a network file (--model-spec) is for native `webmp train`"
+)
 BROWSER_INIT = (
     "browser runs draw their initial weights from the seed; a weights file (--init-weights) is for "
     "native `webmp train`"
@@ -94,9 +101,17 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
     # model and data
-    model: Annotated[Literal["mlp", "mlp-ln", "gpt"], Meta("model", common=True, locked=True)] = "mlp"
+    model: Annotated[Literal["mlp", "mlp-ln", "gpt", "net"], Meta("model", common=True, locked=True)] = "mlp"
     """mlp: Linear layers with an activation between them; mlp-ln adds LayerNorm after each hidden Linear;
-    gpt: a character-level transformer (pre-LayerNorm, GPT-2 style) on a text corpus"""
+    gpt: a character-level transformer (pre-LayerNorm, GPT-2 style) on a text corpus; net: the network
+    of --model-spec (webmp.nn layers)"""
+    model_spec: Annotated[
+        Network | None,
+        Meta("model", models=NET_ONLY, locked=True, metavar="FILE.json", browser=BROWSER_SPEC),
+    ] = None  # fmt: skip
+    """a network of your own (model net, implied): a JSON file {"input": [C, H, W] or [features],
+    "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"}, ...]} whose
+    last layer is a linear layer with one output per class (schema: webmp.nn.network_schema())"""
     hidden: Annotated[
         list[int],
         Meta("model", label="hidden widths", common=True, models=MLP_MODELS, locked=True,
@@ -107,7 +122,7 @@ class TrainConfig(BaseModel):
     """activation after each hidden layer"""
     init_gain: Annotated[float, Meta("model", models=MLP_MODELS, locked=True)] = 1.0
     """multiplies PyTorch's default Linear init"""
-    dataset: Annotated[Literal["digits"], Meta("model", models=MLP_MODELS, locked=True)] = "digits"
+    dataset: Annotated[Literal["digits"], Meta("model", models=TABLE_MODELS, locked=True)] = "digits"
     """built-in training data (without --data): scikit-learn's 8x8 digits (10 classes), a fixed split"""
     data: Annotated[str | None, Meta("model", browser=BROWSER_DATA, locked=True, metavar="PATH")] = None
     """training data file: for the MLPs .npz (arrays x, y) or .csv (last column the label), split 80/20
@@ -148,7 +163,9 @@ class TrainConfig(BaseModel):
     """gpt: the output head is the token embedding's transpose (no head bias)"""
     val_tokens: Annotated[int, Meta("model", models=GPT_ONLY, u32=True)] = 32768
     """gpt: validation characters evaluated at the end (the first ones of the split; 0 = all)"""
-    input_scale: Annotated[float, Meta("model", form_after="init_gain", models=MLP_MODELS, locked=True)] = 1.0
+    input_scale: Annotated[float, Meta("model", form_after="init_gain", models=TABLE_MODELS, locked=True)] = (
+        1.0
+    )
     """multiplies the normalised features"""
     # precision
     precision: Annotated[Precision, Meta("precision", common=True, locked=True)] = "mixed"
@@ -217,9 +234,19 @@ class TrainConfig(BaseModel):
     def _model_defaults(cls, data):
         """Fill the fields left out with the model's defaults (MODEL_DEFAULTS)."""
         if isinstance(data, dict):
+            if data.get("model_spec") is not None and "model" not in data:
+                data = {**data, "model": "net"}
             extra = MODEL_DEFAULTS.get(data.get("model", "mlp"), {})
             data = {**extra, **data}
         return data
+
+    @model_validator(mode="after")
+    def _network_for_net(self) -> TrainConfig:
+        if (self.model == "net") != (self.model_spec is not None):
+            raise ValueError(
+                "model net trains the network of model_spec (--model-spec FILE.json); give both or neither"
+            )
+        return self
 
     @field_validator(
         "steps", "batch_size", "log_every", "growth_interval", "hysteresis", "n_layer", "n_head", "d_model",

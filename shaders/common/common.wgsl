@@ -72,6 +72,8 @@ fn h_index(r: u32, c: u32, n: u32) -> u32 { return r * ((n + 1u) / 2u) + c / 2u;
 const ACT_NONE: u32 = 0u;
 const ACT_RELU: u32 = 1u;
 const ACT_GELU: u32 = 2u;   // tanh approximation (PyTorch's GELU(approximate="tanh"))
+const ACT_SILU: u32 = 3u;   // x * sigmoid(x)
+const ACT_TANH: u32 = 4u;
 const GELU_K: f32 = 0.7978845608028654;  // sqrt(2/pi)
 const GELU_C: f32 = 0.044715;
 
@@ -80,9 +82,22 @@ fn gelu_tanh_arg(x: f32) -> f32 {
   return clamp(GELU_K * (x + GELU_C * x * x * x), -10.0, 10.0);
 }
 
+// (sigmoid(x), sigmoid(-x)) from e = exp(-|x|) in (0, 1]: no overflow for any x, and 1 - sigmoid(x)
+// is not formed by a cancelling subtraction (silu's derivative needs it for large x).
+fn sigmoid_pair(x: f32) -> vec2<f32> {
+  let e = exp(-abs(x));
+  let big = 1.0 / (1.0 + e);
+  let small = e / (1.0 + e);
+  return select(vec2<f32>(small, big), vec2<f32>(big, small), x >= 0.0);
+}
+// tanh(10) is 1 in f32; the clamp keeps exp-based tanh implementations finite (as gelu_tanh_arg)
+fn tanh_clamped(x: f32) -> f32 { return tanh(clamp(x, -10.0, 10.0)); }
+
 fn act_fwd(x: f32, kind: u32) -> f32 {
   if (kind == ACT_RELU) { return max(x, 0.0); }
   if (kind == ACT_GELU) { return 0.5 * x * (1.0 + tanh(gelu_tanh_arg(x))); }
+  if (kind == ACT_SILU) { return x * sigmoid_pair(x).x; }
+  if (kind == ACT_TANH) { return tanh_clamped(x); }
   return x;
 }
 
@@ -93,6 +108,11 @@ fn act_grad(x: f32, kind: u32) -> f32 {
     let t = tanh(gelu_tanh_arg(x));
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * x * x);
   }
+  if (kind == ACT_SILU) {
+    let s = sigmoid_pair(x);  // d/dx x s(x) = s(x) (1 + x s(-x))
+    return s.x * (1.0 + x * s.y);
+  }
+  if (kind == ACT_TANH) { let t = tanh_clamped(x); return 1.0 - t * t; }
   return 1.0;
 }
 

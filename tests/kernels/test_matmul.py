@@ -39,6 +39,11 @@ MATMUL_CASES = {
     "logits_TN": ("matmul_logits", 1, 0, 0, 0),
     "logits_NT": ("matmul_logits", 0, 1, 0, 0),
     "dgrad_relu": ("matmul_dgrad", 0, 1, 0, 1),
+    # SiLU and Tanh (ACT_CODES 3, 4) on load and in the dgrad epilogue
+    "fwd_silu": ("matmul_fwd", 0, 0, 3, 0),
+    "logits_NT_tanh": ("matmul_logits", 0, 1, 4, 0),
+    "dgrad_silu": ("matmul_dgrad", 0, 1, 0, 3),
+    "dgrad_tanh": ("matmul_dgrad", 0, 1, 0, 4),
 }
 MATMUL_NAMES = [
     f"matmul/{case}/{M}x{N}x{K}" for case in list(MATMUL_CASES)[:4] for M, N, K in MATMUL_SHAPES
@@ -286,7 +291,7 @@ def _act_on_load_case(name, path):
         k: run_matmul(
             "matmul_wgrad", a[None, :], np.ones((1, 1)), trans_a=1, a_act=k, path=path, gpu=default_gpu()
         )["C"][:, 0]
-        for k in (1, 2)
+        for k in (1, 2, 3, 4)
     }
 
 

@@ -1,6 +1,7 @@
 """The row and column kernels (webmp/ops/rows.py: column sums, LayerNorm forward, backward and weight
-gradient in both row forms, softmax cross-entropy and its flags; and transpose_h) against their
-numpy references on each storage path, at odd shapes. How the bounds are derived: kernel_cases.
+gradient in both row forms, RMSNorm's likewise, softmax cross-entropy and its flags; and
+transpose_h) against their numpy references on each storage path, at odd shapes. How the bounds
+are derived: kernel_cases.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 from kernel_cases import FLAG_H_STORE, FLAG_LOSS, Cases, rand_h, rng_for, softmax_run, stored_bound
 
 from webmp import ops
+from webmp.engine.plan import PlanBuilder
 from webmp.engine.runtime import default_gpu
 from webmp.testing import reference as ref
 from webmp.testing.probe import run_op
@@ -283,6 +285,188 @@ def test_softmax_xent_writes_only_its_rows(path):
     outputs = {"loss_rows": (B + 1,), "dlogits": ((B + 1, C), "padded"), "flags": (4,)}
     out = run_op(ops.softmax_xent, inp, outputs, B=B, C=C, path=path, gpu=default_gpu())
     assert out["loss_rows"][B] == SENTINEL and (out["dlogits"][B, :C] == SENTINEL).all()
+
+
+# --- RMSNorm -------------------------------------------------------------------------------------
+
+# 37 columns (the padding half), 130 (65 words: a lane takes two); 70 rows (two workgroups of the
+# thread form, the second partly past the end)
+RMS_NAMES = ["rmsnorm/70x37", "rmsnorm/67x130"]
+
+
+def _rms_inputs(name, path):
+    M, N = map(int, name.split("/")[1].split("x"))
+    rng = rng_for(name, path)
+    X = rand_h(rng, (M, N), path, 2.0) + ref.round_h(0.5, path)
+    X[0] *= 2.0**-12  # a row of tiny values: eps matters there
+    inp = {"X": ref.round_h(X, path), "gamma": (1 + 0.2 * rng.standard_normal(N)).astype(np.float32)}
+    return M, N, rng, inp
+
+
+def _rms_rstd_rel(X, eps=ref.RMSNORM_EPS):
+    """Relative bound on the kernel's rstd: the f32 sum of N squares (dot_error(N)), the division
+    by N and the + eps (one rounding each), inverseSqrt's 2 ulps; the square root halves the
+    argument's relative error."""
+    N = X.shape[1]
+    ms = (X * X).mean(1)
+    arg_rel = (dot_error(N) + 2 * U32) * ms / (ms + eps) + 2 * U32
+    return 0.51 * arg_rel + 4 * U32
+
+
+for _n in RMS_NAMES:
+
+    @kernel_case(_n + "/fwd")
+    def _rms_fwd_case(name, path):
+        M, N, _, inp = _rms_inputs(name.rsplit("/", 1)[0], path)
+        outputs = {"Y": ((M, N), "padded"), "rstd": (M,), "flags": (4,)}
+        return inp, run_op(ops.rmsnorm_fwd, inp, outputs, M=M, N=N, path=path, gpu=default_gpu())
+
+    @kernel_case(_n + "/bwd")
+    def _rms_bwd_case(name, path):
+        M, N, rng, inp = _rms_inputs(name.rsplit("/", 1)[0], path)
+        _, rstd = ref.rmsnorm_fwd(inp["X"], inp["gamma"])
+        inp = {
+            "dY": rand_h(rng, (M, N), path),
+            "X": inp["X"],
+            "rstd": rstd.astype(np.float32),
+            "gamma": inp["gamma"],
+        }
+        outputs = {"dX": ((M, N), "padded"), "flags": (4,)}
+        return inp, run_op(ops.rmsnorm_bwd, inp, outputs, M=M, N=N, path=path, gpu=default_gpu())
+
+    @kernel_case(_n + "/wgrad")
+    def _rms_wgrad_case(name, path):
+        M, N, rng, inp = _rms_inputs(name.rsplit("/", 1)[0], path)
+        _, rstd = ref.rmsnorm_fwd(inp["X"], inp["gamma"])
+        inp = {"dY": rand_h(rng, (M, N), path), "X": inp["X"], "rstd": rstd.astype(np.float32)}
+        return inp, run_op(ops.rmsnorm_wgrad, inp, {"dgamma": (N,)}, M=M, N=N, path=path, gpu=default_gpu())
+
+
+@pytest.mark.parametrize("name", RMS_NAMES)
+def test_rmsnorm_fwd(name, path):
+    inp, out = run(name + "/fwd", path)
+    X, gamma = inp["X"], inp["gamma"].astype(np.float64)
+    Y, rstd = ref.rmsnorm_fwd(X, gamma)
+    rel = _rms_rstd_rel(X)
+    check_close(out["rstd"], rstd, rel * rstd, f"{name} rstd")
+    # x * rstd * gamma: rstd's error and two roundings
+    N = X.shape[1]
+    f32_err = (rel[:, None] + 4.01 * U32) * np.abs(Y)
+    check_close(out["Y"][:, :N], Y, stored_bound(Y, f32_err, path), f"{name} Y")
+    if N % 2:
+        assert not out["Y"][:, N].any(), "padding stays zero"
+    assert out["flags"][0] == 0
+
+
+@pytest.mark.parametrize("name", RMS_NAMES)
+def test_rmsnorm_bwd(name, path):
+    inp, out = run(name + "/bwd", path)
+    dY, X, gamma = inp["dY"], inp["X"], inp["gamma"].astype(np.float64)
+    rstd = inp["rstd"].astype(np.float64)
+    dX = ref.rmsnorm_bwd(dY, X, rstd, gamma)
+    N = X.shape[1]
+    # rstd * (g - xhat * mean(g xhat)): one f32 row sum of N products (three roundings each) and a
+    # few roundings around it, bounded on the magnitudes
+    g = np.abs(dY * gamma)
+    xhat = np.abs(X) * rstd[:, None]
+    mag = rstd[:, None] * (g + xhat * (g * xhat).mean(1, keepdims=True))
+    f32_err = (dot_error(N) + 16 * U32) * mag
+    check_close(out["dX"][:, :N], dX, stored_bound(dX, f32_err, path), f"{name} dX")
+    if N % 2:
+        assert not out["dX"][:, N].any(), "padding stays zero"
+    assert out["flags"][0] == 0
+
+
+@pytest.mark.parametrize("name", RMS_NAMES)
+def test_rmsnorm_wgrad(name, path):
+    inp, out = run(name + "/wgrad", path)
+    dY, X, rstd = inp["dY"], inp["X"], inp["rstd"].astype(np.float64)
+    dgamma = ref.rmsnorm_wgrad(dY, X, rstd)
+    terms = np.abs(dY * X * rstd[:, None]).sum(0)
+    check_close(out["dgamma"], dgamma, (dot_error(len(X)) + 8 * U32) * terms, f"{name} dgamma")
+
+
+def test_rmsnorm_thread_form_bit_identical(path):
+    M, N, rng, inp = _rms_inputs(RMS_NAMES[0], path)
+    inp = {**inp, "flags": np.zeros(4, np.uint32)}
+    fwd = _ln_forms(ops.rmsnorm_fwd, inp, {"Y": ((M, N), "padded"), "rstd": (M,), "flags": None}, path, M, N)
+    bwd_inp = {"dY": rand_h(rng, (M, N), path), "X": inp["X"], "rstd": fwd["rstd"], "gamma": inp["gamma"],
+               "flags": inp["flags"]}  # fmt: skip
+    _ln_forms(ops.rmsnorm_bwd, bwd_inp, {"dX": ((M, N), "padded"), "flags": None}, path, M, N)
+
+
+@pytest.mark.parametrize("rows", ops.ROW_FORMS)
+def test_rmsnorm_writes_only_its_rows(rows, path, monkeypatch):
+    """Y, rstd and dX one row longer than M = 70 keep the sentinel row (the launchers' exact-size
+    check relaxed for them); a buffer of the wrong size is refused."""
+    M, N, rng, inp = _rms_inputs(RMS_NAMES[0], path)
+    extra = np.full((M + 1, N), SENTINEL, np.float32)
+    fwd_in = {**inp, "flags": np.zeros(4, np.uint32), "Y": extra, "rstd": np.full(M + 1, SENTINEL)}
+    fwd_out = {"Y": ((M + 1, N), "padded"), "rstd": (M + 1,)}
+    with pytest.raises(ValueError, match="rmsnorm_fwd: buffer Y"):
+        run_op(ops.rmsnorm_fwd, fwd_in, fwd_out, M=M, N=N, path=path, gpu=default_gpu(), rows=rows)
+    require = PlanBuilder.require_bytes
+    monkeypatch.setattr(
+        PlanBuilder,
+        "require_bytes",
+        lambda pb, e, b, n, w: None if b in ("Y", "rstd", "dX") else require(pb, e, b, n, w),
+    )
+    fwd = run_op(ops.rmsnorm_fwd, fwd_in, fwd_out, M=M, N=N, path=path, gpu=default_gpu(), rows=rows)
+    assert (fwd["Y"][M, :N] == SENTINEL).all() and fwd["rstd"][M] == SENTINEL
+    bwd_in = {"dY": rand_h(rng, (M, N), path), "X": inp["X"], "rstd": fwd["rstd"][:M], "gamma": inp["gamma"],
+              "flags": np.zeros(4, np.uint32), "dX": extra}  # fmt: skip
+    bwd = run_op(ops.rmsnorm_bwd, bwd_in, {"dX": ((M + 1, N), "padded")}, M=M, N=N, path=path,
+                 gpu=default_gpu(), rows=rows)  # fmt: skip
+    assert (bwd["dX"][M, :N] == SENTINEL).all()
+
+
+def test_rmsnorm_flags_overflow(path):
+    """Y beyond the activation format raises the store flag: gamma 1e5 on the f16 paths (|xhat|
+    ~ 1), 3e38 on fp32 (Inf)."""
+    M, N = 3, 5
+    X = ref.round_h(np.linspace(-2, 2, M * N).reshape(M, N) + 0.1, path)
+    gamma = np.full(N, 3e38 if path == "fp32" else 1e5, np.float32)
+    inp = {"X": X, "gamma": gamma, "flags": np.zeros(4, np.uint32)}
+    out = run_op(ops.rmsnorm_fwd, inp, {"Y": (M, N), "rstd": (M,), "flags": None}, M=M, N=N, path=path,
+                 gpu=default_gpu())  # fmt: skip
+    assert out["flags"][0] == FLAG_H_STORE
+
+
+def test_rmsnorm_arguments_are_checked():
+    pb = PlanBuilder("native")
+    pb.h("X", 3, 5)
+    pb.h("Y", 3, 5)
+    pb.f32("gamma", (5,), "other")
+    pb.f32("rstd", (3,), "other")
+    with pytest.raises(ValueError, match="rmsnorm_fwd: eps -1"):
+        ops.rmsnorm_fwd(pb, "p", X="X", gamma="gamma", Y="Y", rstd="rstd", M=3, N=5, eps=-1, flags="f")
+    with pytest.raises(ValueError, match="rmsnorm_fwd: buffer rstd .* gamma: 5 f32"):
+        ops.rmsnorm_fwd(pb, "p", X="X", gamma="rstd", Y="Y", rstd="rstd", M=3, N=5, flags="f")
+    with pytest.raises(ValueError, match="rmsnorm_bwd: M 0"):
+        ops.rmsnorm_bwd(pb, "p", dY="X", X="X", rstd="rstd", gamma="gamma", dX="Y", M=0, N=5, flags="f")
+
+
+@pytest.mark.slow
+def test_rmsnorm_references_match_torch():
+    """ref.rmsnorm_* against torch's nn.RMSNorm in float64, forward and autograd backward (dX and
+    dgamma), at eps = finfo(float32).eps: what eps=None gives for float32 inputs (torch takes the
+    input's dtype: float64's here), and the launchers' default."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    M, N = 6, 9
+    X, dY, gamma = rng.standard_normal((M, N)), rng.standard_normal((M, N)), 1 + 0.3 * rng.standard_normal(N)
+    X[0] *= 1e-4
+    layer = torch.nn.RMSNorm(N, eps=torch.finfo(torch.float32).eps, dtype=torch.float64)
+    assert layer.eps == ref.RMSNORM_EPS == ops.rows.RMSNORM_EPS
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor(gamma))
+    x = torch.tensor(X, requires_grad=True)
+    y = layer(x)
+    y.backward(torch.tensor(dY))
+    Y, rstd = ref.rmsnorm_fwd(X, gamma)
+    np.testing.assert_allclose(Y, y.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(ref.rmsnorm_bwd(dY, X, rstd, gamma), x.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ref.rmsnorm_wgrad(dY, X, rstd), layer.weight.grad.numpy(), rtol=1e-10)
 
 
 # --- softmax cross-entropy --------------------------------------------------------------------

@@ -92,11 +92,14 @@ def test_form_is_made_from_the_config_and_its_model_defaults(client):
     assert fields["backoff_factor"]["group"] == "precision" and not fields["backoff_factor"]["common"]
     assert fields["steps"]["common"] and fields["seed"]["group"] == "run"
     # only what a page cannot use is disabled, with check_browser_config's reason
-    assert {n for n, f in fields.items() if f["disabled"]} == set(NOT_IN_BROWSER) == {"data", "init_weights"}
+    assert {n for n, f in fields.items() if f["disabled"]} == set(NOT_IN_BROWSER)
+    assert set(NOT_IN_BROWSER) == {"data", "init_weights", "model_spec"}
+    assert fields["model"]["choices"] == ["mlp", "mlp-ln", "gpt"]  # a network file is for native runs
     for name in NOT_IN_BROWSER:
         assert fields[name]["kind"] == "text" and "native `webmp train`" in fields[name]["disabled"]
         with pytest.raises(InvalidConfig, match="native `webmp train`"):
-            check_browser_config(TrainConfig(**{name: "x.npz"}))
+            net = {"input": [64], "layers": [{"type": "linear", "out": 10}]}
+            check_browser_config(TrainConfig(**{name: net if name == "model_spec" else "x.npz"}))
     assert set(form["defaults"]) == {"mlp", "mlp-ln", "gpt"}
     for model, defaults in form["defaults"].items():
         assert defaults == TrainConfig(model=model).model_dump()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -52,8 +53,14 @@ def test_every_field_is_a_flag_with_help_and_default(train_help: str, name: str)
 
 
 @pytest.mark.parametrize("name", FIELDS)
-def test_every_field_is_settable(name: str) -> None:
+def test_every_field_is_settable(name: str, tmp_path) -> None:
     field = TrainConfig.model_fields[name]
+    if name == "model_spec":  # a file, read and checked by the flag's type
+        spec = {"input": [64], "layers": [{"type": "linear", "out": 10}]}
+        (tmp_path / "net.json").write_text(json.dumps(spec))
+        cfg = config_from_args(train_parser().parse_args(["--model-spec", str(tmp_path / "net.json")]))
+        assert cfg.model == "net" and cfg.model_spec is not None and cfg.model_spec.classes == 10
+        return
     default = field.get_default(call_default_factory=True)
     value = {
         "hidden": "64,32",

@@ -58,8 +58,9 @@ def test_derived_sets_are_the_expected_ones() -> None:
     assert set(RESUME_LOCKED) == {
         "model", "hidden", "act", "dataset", "data", "init_weights", "input_scale", "precision",
         "batch_size", "seed", "init_gain", "n_layer", "n_head", "d_model", "context", "tie_head",
+        "model_spec",
     }  # fmt: skip
-    assert set(NOT_IN_BROWSER) == {"data", "init_weights"}
+    assert set(NOT_IN_BROWSER) == {"data", "init_weights", "model_spec"}
     assert {n for n, m in FIELD_META.items() if m.u32} == {
         "steps", "growth_interval", "hysteresis", "warmup", "checkpoint_every", "val_tokens",
     }  # fmt: skip
@@ -68,11 +69,13 @@ def test_derived_sets_are_the_expected_ones() -> None:
         "batch_size": 1 << 20, "log_every": 1 << 16,
     }  # fmt: skip
     assert {n: m.models for n, m in FIELD_META.items() if m.models is not None} == {
-        **dict.fromkeys(("hidden", "act", "init_gain", "dataset", "input_scale"), MLP_MODELS),
+        **dict.fromkeys(("hidden", "act", "init_gain"), MLP_MODELS),
+        **dict.fromkeys(("dataset", "input_scale"), (*MLP_MODELS, "net")),
+        "model_spec": ("net",),
         **dict.fromkeys(("n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens"), GPT),
     }
     metavars = {n: m.metavar for n, m in FIELD_META.items() if m.metavar}
-    assert metavars == {"data": "PATH", "init_weights": "PATH"}
+    assert metavars == {"data": "PATH", "init_weights": "PATH", "model_spec": "FILE.json"}
 
 
 @pytest.mark.parametrize(
@@ -94,9 +97,10 @@ def test_limits_come_from_the_meta(field: str, value: object, message: str) -> N
 
 def test_browser_refusal_comes_from_the_meta() -> None:
     check_browser_config(TrainConfig(data=None, init_weights=None))  # the defaults, given: fine
+    net = {"input": [64], "layers": [{"type": "linear", "out": 10}]}
     for name, why in NOT_IN_BROWSER.items():
         with pytest.raises(InvalidConfig) as err:
-            check_browser_config(TrainConfig(**{name: "x"}))
+            check_browser_config(TrainConfig(**{name: net if name == "model_spec" else "x"}))
         assert str(err.value.args[0]) == why == FIELD_META[name].browser
 
 

@@ -9,6 +9,7 @@ from ..engine.plan import BufferSpec, Plan
 from ..engine.tiles import TileTable
 from .gpt import build_gpt_plan
 from .mlp import build_mlp_plan
+from .net import build_net_plan
 
 
 def build_plan(
@@ -31,6 +32,10 @@ def build_plan(
         if isinstance(data, TextCorpus):
             raise TypeError(f"model {cfg.model!r} trains on a Dataset, not a TextCorpus")
         return build_mlp_plan(cfg, data, path, tiles, rank, world, dry=dry)
+    if cfg.model == "net":
+        if isinstance(data, TextCorpus):
+            raise TypeError("model 'net' trains on a Dataset, not a TextCorpus")
+        return build_net_plan(cfg, data, path, tiles, rank, world, dry=dry)
     if cfg.model == "gpt":
         if not isinstance(data, TextCorpus):
             raise TypeError(f"model 'gpt' trains on a TextCorpus, got {type(data).__name__}")

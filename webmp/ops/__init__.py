@@ -9,9 +9,11 @@ the tests all dispatch through these functions, so a grid or a constant is compu
 only.
 
 The modules follow the shader folders (shaders/<module>/): common (workgroup counts, activation
-codes), matmuls, attention, rows (softmax cross-entropy, column sums, LayerNorm), optim (grad_stats,
+codes), matmuls, attention, rows (softmax cross-entropy, column sums, LayerNorm, RMSNorm),
+elementwise (standalone activations, dropout), optim (grad_stats,
 the gradient-range lens, the scaler, AdamW), data (batches and token windows), embed (the token
-model's embedding, adds and transposes; round_h), eval, sample. Callers use the names below as
+model's embedding, adds and transposes; round_h), eval, sample, conv (im2col and col2im, the pools,
+repack_h). Callers use the names below as
 `ops.name`; the rest (grid, the workgroup sizes) stay in their modules.
 """
 
@@ -27,7 +29,9 @@ from .attention import (
     attn_softmax_fwd,
 )
 from .common import ACT_CODES, cdiv
+from .conv import avgpool_bwd, avgpool_fwd, col2im, conv_out, im2col, maxpool_bwd, maxpool_fwd, repack_h
 from .data import gather_eval, gather_train, gather_windows, gather_windows_eval
+from .elementwise import act_bwd, act_fwd, dropout_bwd, dropout_fwd
 from .embed import add_h, embed_fwd, embed_wgrad, round_h, token_rows, transpose_h
 from .eval import eval_count, eval_loss_chunk, eval_loss_total, eval_reset
 from .matmuls import (
@@ -57,7 +61,17 @@ from .optim import (
     grad_stats_workgroups,
     scaler_step,
 )
-from .rows import ROW_FORMS, colsum, layernorm_bwd, layernorm_fwd, layernorm_wgrad, softmax_xent
+from .rows import (
+    ROW_FORMS,
+    colsum,
+    layernorm_bwd,
+    layernorm_fwd,
+    layernorm_wgrad,
+    rmsnorm_bwd,
+    rmsnorm_fwd,
+    rmsnorm_wgrad,
+    softmax_xent,
+)
 from .sample import SAMPLE_CUTOFF, sample_next, sample_temperature, sample_window
 
 __all__ = [
@@ -73,6 +87,8 @@ __all__ = [
     "ROW_FORMS",
     "SAMPLE_CUTOFF",
     "Layout",
+    "act_bwd",
+    "act_fwd",
     "adam_log_beta",
     "adamw",
     "adamw_copy",
@@ -82,12 +98,18 @@ __all__ = [
     "attention_shape",
     "attn_softmax_bwd",
     "attn_softmax_fwd",
+    "avgpool_bwd",
+    "avgpool_fwd",
     "b_pairs",
     "b_quads",
     "c_quads",
     "cdiv",
+    "col2im",
     "colsum",
+    "conv_out",
     "core_constants",
+    "dropout_bwd",
+    "dropout_fwd",
     "embed_fwd",
     "embed_wgrad",
     "eval_count",
@@ -103,12 +125,19 @@ __all__ = [
     "grad_hist_clear",
     "grad_stats",
     "grad_stats_workgroups",
+    "im2col",
     "layernorm_bwd",
     "layernorm_fwd",
     "layernorm_wgrad",
     "matmul",
     "matmul_args",
     "matmul_sources",
+    "maxpool_bwd",
+    "maxpool_fwd",
+    "rmsnorm_bwd",
+    "rmsnorm_fwd",
+    "rmsnorm_wgrad",
+    "repack_h",
     "round_h",
     "sample_next",
     "sample_temperature",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 MAX_WORKGROUPS = 4096  # for grid-stride kernels
 MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension
-ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}  # common.wgsl's ACT_*
+ACT_CODES = {"none": 0, "relu": 1, "gelu": 2, "silu": 3, "tanh": 4}  # common.wgsl's ACT_*
 
 
 def cdiv(a: int, b: int) -> int:

@@ -1,14 +1,15 @@
-"""The row kernels (shaders/rows/): softmax cross-entropy, column sums, LayerNorm forward and
-backward and its weight gradient, and the two forms of the row kernels (ROW_FORMS, shared with
+"""The row kernels (shaders/rows/): softmax cross-entropy, column sums, LayerNorm and RMSNorm
+forward and backward and their weight gradients, and the two forms of the row kernels (ROW_FORMS, shared with
 attention's softmaxes)."""
 
 from __future__ import annotations
 
-from ..engine.plan import PlanBuilder
+from ..engine.plan import PlanBuilder, h_bytes
 from ..engine.tiles import ROW_FORMS  # the row kernels' forms (TileTable.row_kernels)
 from .common import MAX_WORKGROUPS_PER_DIM, cdiv
 
 ROWS_PER_WG = 64  # the thread form's rows a workgroup (the shaders' WG)
+RMSNORM_EPS = 2.0**-23  # torch.finfo(torch.float32).eps: nn.RMSNorm's eps=None
 
 
 def row_entry(entry: str, rows: str) -> str:
@@ -138,8 +139,93 @@ def layernorm_bwd(
     )
 
 
+def rmsnorm_fwd(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    X: str,
+    gamma: str,
+    Y: str,
+    rstd: str,
+    M: int,
+    N: int,
+    eps: float | None = None,
+    flags: str = "flags",
+    rows: str = "workgroup",
+) -> None:
+    """Y = X * rstd * gamma over rows of N (PyTorch's nn.RMSNorm), rstd = 1 / sqrt(mean(X^2) + eps)
+    kept per row in f32 [M]; the sum of squares in f32 in a fixed tree. eps=None is nn.RMSNorm's
+    default, torch.finfo(float32).eps = 2^-23 (RMSNORM_EPS). rows as layernorm_fwd's."""
+    eps = RMSNORM_EPS if eps is None else eps
+    if not eps > 0:
+        raise ValueError(f"rmsnorm_fwd: eps {eps!r} must be positive")
+    _require_rows(pb, "rmsnorm_fwd", {"X": X, "Y": Y}, {"gamma": (gamma, N), "rstd": (rstd, M)}, M, N)
+    pb.dispatch(
+        program,
+        ["reduce.wgsl", "rmsnorm_fwd.wgsl"],
+        row_entry("rmsnorm_fwd", rows),
+        {"M": M, "N": N, "EPS": float(eps)},
+        {"X": X, "gamma": gamma, "Y": Y, "rstd": rstd, "flags": flags},
+        _row_grid(M, rows),
+    )
+
+
+def rmsnorm_bwd(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    dY: str,
+    X: str,
+    rstd: str,
+    gamma: str,
+    dX: str,
+    M: int,
+    N: int,
+    flags: str = "flags",
+    rows: str = "workgroup",
+) -> None:
+    """dX = rstd * (g - xhat * mean(g * xhat)), g = dY * gamma, xhat = X * rstd (rmsnorm_fwd's rstd)."""
+    bufs = {"gamma": (gamma, N), "rstd": (rstd, M)}
+    _require_rows(pb, "rmsnorm_bwd", {"dY": dY, "X": X, "dX": dX}, bufs, M, N)
+    pb.dispatch(
+        program,
+        ["reduce.wgsl", "rmsnorm_bwd.wgsl"],
+        row_entry("rmsnorm_bwd", rows),
+        {"M": M, "N": N},
+        {"dY": dY, "X": X, "rstd": rstd, "gamma": gamma, "dX": dX, "flags": flags},
+        _row_grid(M, rows),
+    )
+
+
+def rmsnorm_wgrad(
+    pb: PlanBuilder, program: str, *, dY: str, X: str, rstd: str, dgamma: str, M: int, N: int
+) -> None:
+    """dgamma [N] f32 = column sums over the M rows of dY * X * rstd, in row order; a thread a column."""
+    _require_rows(pb, "rmsnorm_wgrad", {"dY": dY, "X": X}, {"rstd": (rstd, M), "dgamma": (dgamma, N)}, M, N)
+    pb.dispatch(
+        program,
+        ["columns.wgsl", "rmsnorm_wgrad.wgsl"],
+        "rmsnorm_wgrad",
+        {"M": M, "N": N},
+        {"dY": dY, "X": X, "rstd": rstd, "dgamma": dgamma},
+        [cdiv(N, 64)],
+    )
+
+
+def _require_rows(
+    pb: PlanBuilder, launcher: str, h: dict[str, str], f32: dict[str, tuple[str, int]], M: int, N: int
+) -> None:
+    """Checks the sizes and that the h matrices are [M, N] and the f32 vectors have their lengths."""
+    if M < 1 or N < 1:
+        raise ValueError(f"{launcher}: M {M} and N {N} must be positive")
+    for role, name in h.items():
+        pb.require_bytes(launcher, name, h_bytes(M, N, pb.path), f"{role}: an h matrix [{M}, {N}]")
+    for role, (name, n) in f32.items():
+        pb.require_bytes(launcher, name, 4 * n, f"{role}: {n} f32")
+
+
 def _row_grid(M: int, rows: str) -> list[int]:
-    """Workgroups of a LayerNorm kernel over M rows in its form."""
+    """Workgroups of a LayerNorm or RMSNorm kernel over M rows in its form."""
     n = M if rows == "workgroup" else cdiv(M, ROWS_PER_WG)
     if not 1 <= n <= MAX_WORKGROUPS_PER_DIM:
         raise ValueError(f"{M} rows: {n} workgroups in form {rows!r}, 1 .. {MAX_WORKGROUPS_PER_DIM} allowed")

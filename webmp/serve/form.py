@@ -23,6 +23,7 @@ MAX_PAGE_PROMPT = 2000  # characters
 
 
 # Fields a page cannot set, each with the reason the form shows next to it (their Meta.browser).
+BROWSER_MODELS = ("mlp", "mlp-ln", "gpt")  # model net: its network is a file (model_spec's Meta.browser)
 NOT_IN_BROWSER = {name: meta.browser for name, meta in FIELD_META.items() if meta.browser is not None}
 
 
@@ -56,8 +57,8 @@ def form_field(name: str, prop: dict[str, Any], meta: Meta) -> dict[str, Any]:
     if "enum" in prop or "const" in prop:
         kind, choices = "choice", list(prop.get("enum", [prop.get("const")]))
     else:
-        types = [t["type"] for t in prop.get("anyOf", [prop]) if t.get("type") != "null"]
-        kind, choices = _KINDS[types[0]], None
+        types = [t.get("type", "object") for t in prop.get("anyOf", [prop]) if t.get("type") != "null"]
+        kind, choices = _KINDS.get(types[0], "text"), None  # an object (a network): shown, disabled
     return {
         "name": name,
         "label": meta.label or name.replace("_", " "),
@@ -92,7 +93,10 @@ def page_form(model: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
     props = model.model_json_schema()["properties"]
     metas = field_meta(model)
     fields = [form_field(name, props[name], metas[name]) for name in form_order(metas)]
-    defaults = {m: model(model=m).model_dump() for m in props["model"]["enum"]}
+    for f in fields:
+        if f["name"] == "model":  # a network of one's own comes from a file: native runs only
+            f["choices"] = [m for m in f["choices"] if m in BROWSER_MODELS]
+    defaults = {m: model.model_validate({"model": m}).model_dump() for m in BROWSER_MODELS}
     sample = {
         "prompt": "",
         "tokens": DEFAULT_TOKENS,

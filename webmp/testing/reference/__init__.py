@@ -1,14 +1,16 @@
 """float64 references for the kernels and the models, for tests and numerics debugging:
-kernels.py (every kernel family's reference and error bounds), optim.py (the scaler and AdamW),
-tokens.py (the token models' windows, embeddings and sampling), mlp.py (mlp_loss_and_grads),
-gpt.py (gpt_loss_and_grads, gpt_eval_loss). Callers use the names below as `reference.name`
-(`from webmp.testing import reference as ref`), the GPT's parameter table, initialisation and
-decay rule included (webmp/models/gpt.py's own: the reference uses them as they are).
+kernels.py (every kernel family's reference and error bounds), conv.py (the image kernels),
+optim.py (the scaler and AdamW), tokens.py (the token models' windows, embeddings and sampling),
+layers.py (RMSNorm, dropout's mask), mlp.py (mlp_loss_and_grads), gpt.py (gpt_loss_and_grads,
+gpt_eval_loss). Callers use the names below as `reference.name` (`from webmp.testing import
+reference as ref`), the GPT's parameter table, initialisation and decay rule included
+(webmp/models/gpt.py's own: the reference uses them as they are).
 """
 
 from __future__ import annotations
 
 from ...models.gpt import gpt_decays, gpt_init, gpt_param_shapes
+from .conv import avgpool_bwd, avgpool_fwd, col2im, im2col, maxpool_bwd, maxpool_fwd, window_rows
 from .gpt import gpt_eval_loss, gpt_loss_and_grads
 from .kernels import (
     F16_MAX,
@@ -49,6 +51,17 @@ from .kernels import (
     store_error,
     store_tiny,
 )
+from .layers import (
+    RMSNORM_EPS,
+    dropout,
+    dropout_bits,
+    dropout_keep,
+    dropout_threshold,
+    lowbias32,
+    rmsnorm_bwd,
+    rmsnorm_fwd,
+    rmsnorm_wgrad,
+)
 from .mlp import mlp_loss_and_grads
 from .optim import BIAS_CORRECTION_ERROR, adam_bias_correction, adamw, adamw_error, lr_at, scaler_step
 from .tokens import (
@@ -69,6 +82,7 @@ __all__ = [
     "BIAS_CORRECTION_ERROR",
     "F16_MAX",
     "NO_LABEL",
+    "RMSNORM_EPS",
     "U16",
     "U32",
     "act_fwd",
@@ -87,12 +101,19 @@ __all__ = [
     "attn_softmax_fwd",
     "attn_softmax_fwd_error",
     "attn_squares",
+    "avgpool_bwd",
+    "avgpool_fwd",
     "bmm",
     "bmm_error",
     "causal",
     "check_close",
+    "col2im",
     "colsum",
     "dot_error",
+    "dropout",
+    "dropout_bits",
+    "dropout_keep",
+    "dropout_threshold",
     "embed_fwd",
     "embed_wgrad",
     "embed_wgrad_f32",
@@ -106,14 +127,21 @@ __all__ = [
     "gpt_param_shapes",
     "grad_hist",
     "grad_stats",
+    "im2col",
     "layernorm_bwd",
     "layernorm_fwd",
     "layernorm_wgrad",
+    "lowbias32",
     "lr_at",
     "matmul",
     "matmul_dgrad",
     "matmul_error",
+    "maxpool_bwd",
+    "maxpool_fwd",
     "mlp_loss_and_grads",
+    "rmsnorm_bwd",
+    "rmsnorm_fwd",
+    "rmsnorm_wgrad",
     "round_h",
     "sample_draw",
     "sample_draw_bound",
@@ -126,4 +154,5 @@ __all__ = [
     "store_error",
     "store_tiny",
     "token_rows",
+    "window_rows",
 ]

@@ -30,7 +30,7 @@ F16_MAX = 65504.0
 F16_TINY = 2.0**-24  # smallest f16 subnormal = f16 ulp below 2^-14
 GELU_K = math.sqrt(2.0 / math.pi)
 GELU_C = 0.044715
-ACT = {"none": 0, "relu": 1, "gelu": 2}
+ACT = {"none": 0, "relu": 1, "gelu": 2, "silu": 3, "tanh": 4}
 NO_LABEL = 0xFFFFFFFF  # common.wgsl's label of padding rows
 
 
@@ -92,7 +92,17 @@ def act_fwd(x, kind) -> np.ndarray:
         return np.maximum(x, 0.0)
     if kind == 2:
         return 0.5 * x * (1.0 + np.tanh(GELU_K * (x + GELU_C * x**3)))
+    if kind == 3:
+        return x * _sigmoid(x)
+    if kind == 4:
+        return np.tanh(x)
     return x
+
+
+def _sigmoid(x) -> np.ndarray:
+    """1 / (1 + exp(-x)) without overflow for any x."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 def act_grad(x, kind) -> np.ndarray:
@@ -104,6 +114,10 @@ def act_grad(x, kind) -> np.ndarray:
     if kind == 2:
         t = np.tanh(GELU_K * (x + GELU_C * x**3))
         return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * x * x)
+    if kind == 3:
+        return _sigmoid(x) * (1.0 + x * _sigmoid(-x))
+    if kind == 4:
+        return 1.0 - np.tanh(x) ** 2
     return np.ones_like(x)
 
 
@@ -111,20 +125,48 @@ def act_grad(x, kind) -> np.ndarray:
 # tanh, whose accuracy is inherited from (exp(x) - exp(-x)) / (exp(x) + exp(-x)) with exp good to
 # (3 + 2|x|) ulps (|x| <= 10 after the clamp): an absolute error below 2^-18 leaves a wide margin;
 # the few f32 multiplications around it add at most 16 U32 relative.
+# The same bound serves Tanh (clamped to |x| <= 10, where f32's tanh is already 1).
+# SiLU's sigmoid comes from e = exp(-|x|), good to (3 + 2|x|) ulps (<= 2 U32 each), then 1 + e and
+# a division (2.5 ulps): sigmoid(+-x) err by SIG(x) = (13 + 4|x|) U32 relative (the map from e's
+# relative error to the sigmoid's has gain <= 1); f32 results below 2^-126 may flush to 0.
 TANH_ERROR = 2.0**-18
+F32_TINY = 2.0**-126
+
+
+def _sigmoid_error(x) -> np.ndarray:
+    return (13 + 4 * x) * U32
 
 
 def act_fwd_error(x, kind) -> np.ndarray:
-    """Bound on |f32 act_fwd(x) - exact| (0.5 x (1 + tanh): |x| times the tanh error)."""
+    """Bound on |f32 act_fwd(x) - exact|. GELU: 0.5 x (1 + tanh), |x| times the tanh error; SiLU:
+    x * sigmoid(x), the sigmoid's error and one rounding, relative; Tanh: the tanh error."""
     x = np.abs(np.asarray(x, np.float64))
-    return (TANH_ERROR + 16 * U32) * x if _act_code(kind) == 2 else np.zeros_like(x)
+    code = _act_code(kind)
+    if code == 2:
+        return (TANH_ERROR + 16 * U32) * x
+    if code == 3:
+        return (_sigmoid_error(x) + 3 * U32) * np.abs(act_fwd(x, 3)) + 2 * F32_TINY * (1 + x)
+    if code == 4:
+        return np.full_like(x, TANH_ERROR + 16 * U32)
+    return np.zeros_like(x)
 
 
 def act_grad_error(x, kind) -> np.ndarray:
-    """Bound on |f32 act_grad(x) - exact|: the derivative of the GELU gradient expression with
-    respect to tanh is at most 0.5 + |x| + |x|^3 in magnitude."""
-    x = np.abs(np.asarray(x, np.float64))
-    return (TANH_ERROR + 16 * U32) * (1 + x + x**3) if _act_code(kind) == 2 else np.zeros_like(x)
+    """Bound on |f32 act_grad(x) - exact|. GELU: the derivative of its gradient expression with
+    respect to tanh is at most 0.5 + |x| + |x|^3 in magnitude. SiLU: s(x) (1 + x s(-x)) with both
+    sigmoids within SIG relative and four roundings, bounded on the magnitudes s (1 + |x| s(-x)).
+    Tanh: 1 - t^2 moves by at most 2 |dt| (|t| <= 1), plus two roundings."""
+    xs = np.asarray(x, np.float64)
+    x = np.abs(xs)
+    code = _act_code(kind)
+    if code == 2:
+        return (TANH_ERROR + 16 * U32) * (1 + x + x**3)
+    if code == 3:
+        s, sm = _sigmoid(xs), _sigmoid(-xs)
+        return 2.01 * (_sigmoid_error(x) + 4 * U32) * s * (1 + x * sm) + 2 * F32_TINY * (1 + x)
+    if code == 4:
+        return np.full_like(x, 2 * (TANH_ERROR + 16 * U32) + 4 * U32)
+    return np.zeros_like(x)
 
 
 # --- matmuls -----------------------------------------------------------------------------------

@@ -1,0 +1,165 @@
+"""Networks of webmp.nn layers (model 'net'): the spec's checks, the layer table's shapes and
+parameters, and training on the digits natively (as [64] vectors and as [1, 8, 8] images)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from webmp.cli import main as cli
+from webmp.config import TrainConfig
+from webmp.data.text import load_training_data
+from webmp.models import build_plan
+from webmp.nn import MAX_SPEC_BYTES, Network
+
+CNN = {
+    "input": [1, 8, 8],
+    "layers": [
+        {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"},
+        {"type": "maxpool2d", "kernel": 2},
+        {"type": "residual", "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1},
+                                        {"type": "relu"}]},
+        {"type": "flatten"}, {"type": "linear", "out": 10},
+    ],
+}  # fmt: skip
+RES_MLP = {
+    "input": [64],
+    "layers": [
+        {"type": "linear", "out": 64}, {"type": "rmsnorm"}, {"type": "silu"},
+        {"type": "residual", "layers": [{"type": "linear", "out": 64}, {"type": "tanh"},
+                                        {"type": "dropout", "p": 0.1}]},
+        {"type": "layernorm"}, {"type": "linear", "out": 10, "bias": False},
+    ],
+}  # fmt: skip
+
+
+def test_the_spec_of_the_issue_traces_to_its_shapes_and_parameters():
+    net = Network.from_dict(CNN)
+    got = [(t.path, t.layer.type, t.out_shape) for t in net.trace()]
+    assert got == [
+        ("layers.0", "conv2d", (16, 8, 8)), ("layers.1", "relu", (16, 8, 8)),
+        ("layers.2", "maxpool2d", (16, 4, 4)), ("layers.3", "residual", (16, 4, 4)),
+        ("layers.3.layers.0", "conv2d", (16, 4, 4)), ("layers.3.layers.1", "relu", (16, 4, 4)),
+        ("layers.4", "flatten", (256,)), ("layers.5", "linear", (10,)),
+    ]  # fmt: skip
+    shapes = {n: p.shape for n, p in net.param_shapes().items()}
+    assert shapes == {
+        "layers.0.weight": (9, 16), "layers.0.bias": (16,), "layers.3.layers.0.weight": (144, 16),
+        "layers.3.layers.0.bias": (16,), "layers.5.weight": (256, 10), "layers.5.bias": (10,),
+    }  # fmt: skip
+
+
+def _layers(*layers):
+    return {"input": [1, 8, 8], "layers": list(layers)}
+
+
+LIN = {"type": "linear", "out": 10}
+FLAT = {"type": "flatten"}
+BAD = {
+    "unknown type": (_layers({"type": "conv3d"}, FLAT, LIN), "layers.0: unknown layer type 'conv3d'"),
+    "no type": (_layers({"out": 3}, FLAT, LIN), "layers.0: a layer needs a type"),
+    "shapes do not chain": (_layers(LIN), "layers.0 (linear): takes a vector [features], got [1, 8, 8]"),
+    "zero size": (
+        _layers({"type": "conv2d", "out": 0, "kernel": 3}, FLAT, LIN),
+        "layers.0.out: Input should be",
+    ),
+    "negative size": (
+        _layers({"type": "maxpool2d", "kernel": -2}, FLAT, LIN),
+        "layers.0.kernel: Input should",
+    ),
+    "kernel past its input": (
+        _layers({"type": "conv2d", "out": 4, "kernel": 9}, FLAT, LIN),
+        "layers.0 (conv2d): kernel 9 is larger than its input [1, 8, 8] padded by 0",
+    ),
+    "residual changes the shape": (
+        _layers({"type": "residual", "layers": [{"type": "maxpool2d", "kernel": 2}]}, FLAT, LIN),
+        "layers.0 (residual): its layers make [1, 4, 4] of [1, 8, 8]",
+    ),
+    "nested shape error": (
+        _layers({"type": "residual", "layers": [FLAT]}, FLAT, LIN),
+        "layers.0 (residual): its layers make [64] of [1, 8, 8]",
+    ),
+    "last layer not linear": (
+        _layers(FLAT, LIN, {"type": "relu"}),
+        "the last layer (relu) must be a linear layer",
+    ),
+    "unknown field": (_layers(FLAT, {**LIN, "units": 3}), "layers.1.units: Extra inputs are not permitted"),
+    "too deep": (
+        _layers(
+            json.loads('{"type": "residual", "layers": [' * 10 + '{"type": "relu"}' + "]}" * 10), FLAT, LIN
+        ),
+        "residual blocks nested 10 deep; at most 8",
+    ),
+    "input of two dims": ({"input": [8, 8], "layers": [LIN]}, "input [8, 8]: give [features] or an image"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_specs_are_refused_in_one_line_naming_the_layer(case):
+    spec, message = BAD[case]
+    with pytest.raises(ValueError) as err:
+        Network.from_dict(spec)
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
+
+
+def test_a_spec_file_too_large_or_not_json_is_refused_before_parsing(tmp_path, capsys):
+    big = tmp_path / "big.json"
+    big.write_text(" " * (10 << 20))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for path, message in ((big, f"a network file is at most {MAX_SPEC_BYTES:,}"), (bad, "not JSON")):
+        assert cli(["train", "--model-spec", str(path), "--steps", "1"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+
+
+def test_a_network_for_other_data_is_refused_naming_both(digits):
+    cfg = TrainConfig(model_spec={"input": [1, 4, 4], "layers": [FLAT, LIN]})
+    with pytest.raises(
+        ValueError, match=r"takes input \[1, 4, 4\] \(16 values an example\) but the data digits has 64"
+    ):
+        build_plan(cfg, digits, "fp32", dry=True)
+    cfg = TrainConfig(model_spec={"input": [64], "layers": [{"type": "linear", "out": 7}]})
+    with pytest.raises(ValueError, match="last layer has 7 outputs but the data digits has 10 classes"):
+        build_plan(cfg, digits, "fp32", dry=True)
+
+
+def test_the_config_round_trips_through_json():
+    """A run's config.json and checkpoint hold the network inline: a resume rebuilds the same one."""
+    cfg = TrainConfig(model_spec=CNN)
+    assert cfg.model == "net"
+    again = TrainConfig(**json.loads(json.dumps(cfg.model_dump())))
+    assert again == cfg and again.model_spec.trace() == cfg.model_spec.trace()
+    with pytest.raises(ValueError, match="model net trains the network of model_spec"):
+        TrainConfig(model="net")
+    with pytest.raises(ValueError, match="model net trains the network of model_spec"):
+        TrainConfig(model="mlp", model_spec=CNN)
+
+
+@pytest.mark.slow  # two runs of each network: 20 s on a 2-core CPU adapter
+@pytest.mark.parametrize("spec", ["cnn", "res_mlp"])
+def test_a_network_trains_on_the_digits_in_mixed_and_fp32(tmp_path, spec):
+    """The issue's CNN (digits as [1, 8, 8] images) and a residual MLP with RMSNorm, SiLU, Tanh,
+    dropout and LayerNorm: both precisions reach >= 95 % on the test split, within 1 point of each
+    other, no step skipped."""
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(CNN if spec == "cnn" else RES_MLP))
+    acc = {}
+    for precision in ("mixed", "fp32"):
+        out = tmp_path / precision
+        flags = ["--model-spec", str(path), "--steps", "400", "--batch-size", "32", "--quiet"]
+        assert cli(["train", *flags, "--precision", precision, "--out", str(out)]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["skipped_steps"] == 0
+        acc[precision] = summary["test_accuracy"]
+    assert min(acc.values()) >= 0.95 and abs(acc["mixed"] - acc["fp32"]) <= 0.01, acc
+
+
+def test_the_plan_declares_each_layers_parameters_by_its_path(digits):
+    cfg = TrainConfig(model_spec=CNN, batch_size=8)
+    data = load_training_data(cfg)
+    plan, _ = build_plan(cfg, data, "fp32", dry=True)
+    assert [p["name"] for p in plan["params"]] == list(Network.from_dict(CNN).param_shapes())
+    names = {b["name"] for b in plan["buffers"]}
+    assert {"layers.0.patches", "layers.2.argmax", "layers.3.layers.0.patches", "logits", "dlogits"} <= names

@@ -1,0 +1,214 @@
+"""A network: an input shape and a list of layers (Residual holds a list of its own), from Python or
+from a JSON file (`Network.from_file`, its schema `network_schema()`), checked whole before any GPU
+work: every layer's shape chained from the input (ShapeError naming the layer and both shapes), the
+depth and size bounded, the last layer a Linear whose outputs are the classes.
+
+`trace` walks it once and says, for each layer, its path (`layers.3.layers.0`: the names its
+parameters carry in checkpoints), its input and output shapes and its parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from .layers import (
+    GELU,
+    AvgPool2d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    Layer,
+    LayerNorm,
+    Linear,
+    MaxPool2d,
+    ParamShape,
+    ReLU,
+    RMSNorm,
+    Shape,
+    ShapeError,
+    SiLU,
+    Tanh,
+)
+
+MAX_LAYERS = 256  # layers in all, nested ones included
+MAX_DEPTH = 8  # residual blocks inside residual blocks
+MAX_SPEC_BYTES = 1 << 20  # a network file; a real one is a few kilobytes
+MAX_PARAMS = 1 << 28  # 1 GiB of f32 masters, before the optimizer's moments
+
+
+class Residual(Layer):
+    """y = x + f(x), f its layers, whose output shape must be their input's."""
+
+    type: Literal["residual"] = "residual"
+    layers: list[AnyLayer] = Field(min_length=1)
+
+    def out_shape(self, path: str, shape: Shape) -> Shape:
+        out = shape
+        for i, layer in enumerate(self.layers):
+            out = layer.out_shape(f"{path}.layers.{i}", out)
+        if out != shape:
+            raise ShapeError(
+                f"{self.where(path)}: its layers make {list(out)} of {list(shape)}; a residual block "
+                "must keep its input's shape (x + f(x))"
+            )
+        return shape
+
+
+AnyLayer = Annotated[
+    Linear | Conv2d | MaxPool2d | AvgPool2d | Flatten | ReLU | GELU | SiLU | Tanh | Dropout | LayerNorm
+    | RMSNorm | Residual,
+    Field(discriminator="type"),
+]  # fmt: skip
+Residual.model_rebuild()
+
+InputShape = Annotated[list[Annotated[int, Field(ge=1, le=1 << 16)]], Field(min_length=1, max_length=3)]
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One layer as the network places it: its path, its input and output shapes, its parameters
+    (by full name, e.g. layers.0.weight) and its depth (0 at the top level)."""
+
+    path: str
+    layer: Layer
+    in_shape: Shape
+    out_shape: Shape
+    params: dict[str, ParamShape]
+    depth: int
+
+
+def _walk(layers: Sequence[Layer], prefix: str, shape: Shape, depth: int, out: list[Traced]) -> Shape:
+    for i, layer in enumerate(layers):
+        path = f"{prefix}layers.{i}"
+        after = layer.out_shape(path, shape)
+        params = {f"{path}.{n}": p for n, p in layer.params(shape).items()}
+        out.append(Traced(path, layer, shape, after, params, depth))
+        if isinstance(layer, Residual):
+            _walk(layer.layers, f"{path}.", shape, depth + 1, out)
+        shape = after
+    return shape
+
+
+class Network(Layer):
+    """{"input": [C, H, W] or [features], "layers": [...]}: the last layer's outputs are the classes,
+    trained with softmax cross-entropy."""
+
+    type: Literal["network"] = "network"
+    input: InputShape
+    layers: list[AnyLayer] = Field(min_length=1)
+    loss: Literal["softmax_xent"] = "softmax_xent"
+
+    @model_validator(mode="after")
+    def _fits(self) -> Network:
+        if len(self.input) == 2:
+            raise ValueError(f"input {self.input}: give [features] or an image [C, H, W]")
+        if len(self.input) == 3 and max(self.input[1:]) > 1 << 12:
+            raise ValueError(f"input {self.input}: images up to 4096 pixels a side")
+        count, depth = _count(self.layers)
+        if count > MAX_LAYERS:
+            raise ValueError(f"{count} layers; at most {MAX_LAYERS}")
+        if depth > MAX_DEPTH:
+            raise ValueError(f"residual blocks nested {depth} deep; at most {MAX_DEPTH}")
+        traced = self.trace()  # ShapeError (a ValueError) names the layer
+        last = traced[-1] if not isinstance(self.layers[-1], Residual) else None
+        if last is None or not isinstance(last.layer, Linear):
+            raise ValueError(
+                f"the last layer ({type(self.layers[-1]).__name__.lower()}) must be a linear layer: its "
+                "outputs are the classes' logits"
+            )
+        total = sum(math.prod(p.shape) for t in traced for p in t.params.values())
+        if total > MAX_PARAMS:
+            raise ValueError(f"{total:,} parameters; at most {MAX_PARAMS:,}")
+        return self
+
+    @property
+    def in_shape(self) -> Shape:
+        return tuple(self.input)
+
+    @property
+    def classes(self) -> int:
+        return self.out_shape("network", self.in_shape)[0]
+
+    def out_shape(self, path: str, shape: Shape) -> Shape:
+        out: list[Traced] = []
+        return _walk(self.layers, "", shape, 0, out)
+
+    def trace(self) -> list[Traced]:
+        out: list[Traced] = []
+        _walk(self.layers, "", self.in_shape, 0, out)
+        return out
+
+    def param_shapes(self) -> dict[str, ParamShape]:
+        return {name: p for t in self.trace() for name, p in t.params.items()}
+
+    @classmethod
+    def from_json(cls, text: str | bytes, what: str = "network") -> Network:
+        """The network of a JSON text; ValueError in one line naming what is wrong and where."""
+        if len(text) > MAX_SPEC_BYTES:
+            raise ValueError(f"{what}: {len(text):,} bytes; a network file is at most {MAX_SPEC_BYTES:,}")
+        try:
+            data = json.loads(text)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{what}: not JSON ({e})") from None
+        return cls.from_dict(data, what)
+
+    @classmethod
+    def from_dict(cls, data: object, what: str = "network") -> Network:
+        if not isinstance(data, dict):
+            raise ValueError(f"{what}: a network is a JSON object with input and layers")
+        try:
+            return cls(**{k: v for k, v in data.items() if k != "type"})
+        except ValidationError as e:
+            raise ValueError(f"{what}: {network_error(e)}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Network:
+        p = Path(path)
+        try:
+            size = p.stat().st_size
+            if size > MAX_SPEC_BYTES:
+                raise ValueError(f"{p}: {size:,} bytes; a network file is at most {MAX_SPEC_BYTES:,}")
+            text = p.read_bytes()
+        except OSError as e:
+            raise ValueError(f"{p}: cannot read it ({e.strerror})") from None
+        return cls.from_json(text, str(p))
+
+
+def _count(layers: Sequence[Layer], depth: int = 0) -> tuple[int, int]:
+    count, deepest = 0, depth
+    for layer in layers:
+        count += 1
+        if isinstance(layer, Residual):
+            c, d = _count(layer.layers, depth + 1)
+            count, deepest = count + c, max(deepest, d)
+    return count, deepest
+
+
+def network_error(e: ValidationError) -> str:
+    """The first error of a network's validation in one line: where (layers.3.kernel) and what."""
+    err = e.errors()[0]
+    where = ".".join(str(x) for x in err["loc"] if not (isinstance(x, str) and x in _TAGS))
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "union_tag_invalid":
+        msg = f"unknown layer type {err['input'].get('type')!r}; one of {sorted(_TAGS - {'network'})}"
+    elif err["type"] == "union_tag_not_found":
+        msg = f"a layer needs a type, one of {sorted(_TAGS - {'network'})}"
+    return f"{where}: {msg}" if where else msg
+
+
+_TAGS = {
+    "linear", "conv2d", "maxpool2d", "avgpool2d", "flatten", "relu", "gelu", "silu", "tanh", "dropout",
+    "layernorm", "rmsnorm", "residual", "network",
+}  # fmt: skip
+
+
+def network_schema() -> dict:
+    """The JSON schema of a network file, from the pydantic models (as TrainConfig's is)."""
+    return Network.model_json_schema()
