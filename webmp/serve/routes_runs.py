@@ -18,7 +18,7 @@ from ..resources import UPLOT_DIR
 from ..train.rundir import lens_view
 from .api import F16, TILES, answers, api_router, run_store
 from .errors import RunStateConflict
-from .form import page_form
+from .form import BROWSER_MODELS, page_form
 from .messages import Offer, RunInfo
 from .native_runs import downsample
 from .page_data import training_data
@@ -43,6 +43,16 @@ class CheckpointSaved(BaseModel):
 
 
 router = api_router()
+
+
+def browser_config_schema() -> dict:
+    """TrainConfig's JSON schema as a page may send it: the browser's models, no network file
+    (model_spec is for native runs: check_browser_config refuses it)."""
+    schema = TrainConfig.model_json_schema()
+    schema["properties"].pop("model_spec")
+    schema["properties"]["model"]["enum"] = list(BROWSER_MODELS)
+    schema.pop("$defs", None)
+    return schema
 
 
 @router.get("/info", response_model=None, responses=answers(ok=Info))
@@ -77,7 +87,7 @@ def list_runs(request: Request) -> list[RunInfo]:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": TrainConfig.model_json_schema()}},
+            "content": {"application/json": {"schema": browser_config_schema()}},
         }
     },
 )
