@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from .layers import (
     GELU,
+    MAX_IMAGE_SIDE,
     AvgPool2d,
     Conv2d,
     Dropout,
@@ -109,8 +110,8 @@ class Network(Layer):
     def _fits(self) -> Network:
         if len(self.input) == 2:
             raise ValueError(f"input {self.input}: give [features] or an image [C, H, W]")
-        if len(self.input) == 3 and max(self.input[1:]) > 1 << 12:
-            raise ValueError(f"input {self.input}: images up to 4096 pixels a side")
+        if len(self.input) == 3 and max(self.input[1:]) > MAX_IMAGE_SIDE:
+            raise ValueError(f"input {self.input}: images up to {MAX_IMAGE_SIDE} pixels a side")
         count, depth = _count(self.layers)
         if count > MAX_LAYERS:
             raise ValueError(f"{count} layers; at most {MAX_LAYERS}")
