@@ -72,8 +72,15 @@ def build_net_plan(
 
 
 def check_data_fits(net: Network, data: Dataset) -> None:
-    """ValueError naming both when the data's examples are not the network's input."""
+    """ValueError naming both when the data's examples are not the network's input: an image network
+    takes images of its shape (or table rows of as many values, read in (c, h, w) order), a vector
+    network rows of as many features (images flattened in (c, h, w) order, as torch.flatten)."""
     want = math.prod(net.in_shape)
+    if len(net.in_shape) == 3 and data.image is not None and data.image != net.in_shape:
+        raise ValueError(
+            f"the network takes images {list(net.in_shape)} but the data {data.name} holds images "
+            f"{list(data.image)}"
+        )
     if data.features != want:
         raise ValueError(
             f"the network takes input {list(net.in_shape)} ({want} values an example) but the data "
@@ -86,6 +93,14 @@ def check_data_fits(net: Network, data: Dataset) -> None:
         )
 
 
+def channels_last(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Rows of (c, h, w)-ordered images as the GPU reads them, (h, w, c): one pixel's channels together."""
+    if len(shape) != 3 or shape[0] == 1:
+        return x
+    C, H, W = shape
+    return np.ascontiguousarray(x.reshape(len(x), C, H, W).transpose(0, 2, 3, 1).reshape(len(x), -1))
+
+
 class Net:
     """The network's nodes (their parameters declared in trace order) and its programs."""
 
@@ -94,9 +109,9 @@ class Net:
         pb = mb.pb
         self.mb, self.pb, self.net, self.data = mb, pb, net, data
         self.Bt = Bt = mb.local_batch
-        pb.f32("train_x", data.train_x.shape, "data", data.train_x)
+        pb.f32("train_x", data.train_x.shape, "data", channels_last(data.train_x, net.in_shape))
         pb.u32("train_y", data.train_y.shape, "data", data.train_y)
-        pb.f32("test_x", data.test_x.shape, "data", data.test_x)
+        pb.f32("test_x", data.test_x.shape, "data", channels_last(data.test_x, net.in_shape))
         pb.u32("test_y", data.test_y.shape, "data", data.test_y)
         mb.bookkeeping(Bt)
         pb.h("X", Bt, data.features)
@@ -449,7 +464,7 @@ class DropoutNode(Node):
 
 
 class NormNode(Node):
-    """LayerNorm (its eps PyTorch's default: the kernel's) or RMSNorm over a vector's features."""
+    """LayerNorm or RMSNorm over a vector's features, with the layer's eps."""
 
     def forward(self, x, program, flags, training):
         y = self.out(x)
@@ -460,7 +475,7 @@ class NormNode(Node):
                 self.pb.f32(stats, (x.rows, 2), "activations")
             ops.layernorm_fwd(
                 self.pb, program, Z=x.buffer, gamma=g["master"], beta=self.params["bias"]["master"],
-                Y=y.buffer, stats=stats, M=x.rows, N=x.cols, flags=flags, rows=rows,
+                Y=y.buffer, stats=stats, M=x.rows, N=x.cols, flags=flags, rows=rows, eps=self.layer.eps,
             )  # fmt: skip
         else:
             if stats not in self.pb.buffers:
@@ -518,8 +533,18 @@ class ResidualNode(Node):
         f = self.g._forward_layers(
             layers, f"{self.path}.", x, program, flags, training, self.g_keep(training)
         )
+        if f.buffer == x.buffer:  # f passed x through: x + x goes to a buffer of its own, x stays
+            f = self.copy(x, f"{self.path}.y", program)
         ops.add_h(self.pb, program, A=x.buffer, Y=f.buffer, M=x.rows, N=x.cols, flags=flags)
         return Value(f.buffer, x.shape, x.rows, x.cols), None
+
+    def copy(self, v: Value, name: str, program: str) -> Value:
+        out = Value(self.g.act(name, v.rows, v.cols), v.shape, v.rows, v.cols)
+        ops.repack_h(
+            self.pb, program, X=v.buffer, Y=out.buffer, rows_in=v.rows, cols_in=v.cols, rows_out=v.rows,
+            cols_out=v.cols,
+        )  # fmt: skip
+        return out
 
     def g_keep(self, training: bool) -> dict[str, Any] | None:
         return self.g.kept if training else None
@@ -529,7 +554,8 @@ class ResidualNode(Node):
             cast(Residual, self.layer).layers, f"{self.path}.", dy, program, first=False
         )
         assert dx is not None
-        # dx += dy; where f passes x through (dx is dy: y = 2x) this doubles it, as it should
+        if dx.buffer == dy.buffer:  # f passed its gradient through: dy + dy to a buffer of its own
+            dx = self.copy(dy, f"d_{self.path}.x", program)
         ops.add_h(self.pb, program, A=dy.buffer, Y=dx.buffer, M=x.rows, N=x.cols)
         return dx
 
