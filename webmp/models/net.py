@@ -2,8 +2,12 @@
 parameters and emits its forward and backward dispatches through the launchers of webmp/ops.
 
 Values flow as h matrices: a vector batch [B, features], an image batch channels-last [B*H*W, C]
-(one row a pixel). Every value has its own buffer (Flatten of an even-C image reuses its input's:
-the same bytes), and its gradient the buffer "d_" + its name, written by the layer that reads the
+(one row a pixel), a sequence batch [B*T, D] (one row a position). A network with a token input
+(sequence models on text) is webmp/models/net_seq.py's TokenNet, a Net with its own data, loss
+rows and evaluation and the nodes of its own layers (the embedding, attention).
+
+Every value has its own buffer (Flatten of an even-C image reuses its input's: the same bytes),
+and its gradient the buffer "d_" + its name, written by the layer that reads the
 value. No node's backward reads its own output, so a residual block adds its input into its last
 layer's output in place, and its input's gradient into its first layer's input gradient.
 """
@@ -37,9 +41,14 @@ class Value:
 
 
 def value_of(buffer: str, shape: tuple[int, ...], batch: int) -> Value:
+    if isinstance(shape, L.Tokens):  # token ids, u32 [B*T]
+        return Value(buffer, shape, batch * shape[0], 1)
     if len(shape) == 3:
         C, H, W = shape
         return Value(buffer, shape, batch * H * W, C)
+    if len(shape) == 2:
+        T, D = shape
+        return Value(buffer, shape, batch * T, D)
     return Value(buffer, shape, batch, shape[0])
 
 
@@ -61,13 +70,8 @@ def build_net_plan(
     g = Net(mb, net, data)
     g.train_step()
     mb.optimizer()
-    g.evaluation()
+    evaluation = g.evaluation()
     mb.histograms(g.lens)
-    evaluation: EvalSpec = {
-        "result_buffer": "eval_result",
-        "test_rows": len(data.test_x),
-        "loss_buffer": None,
-    }
     return mb.finish([data.features, *[t.out_shape[0] for t in g.traced if t.depth == 0]], evaluation)
 
 
@@ -116,10 +120,17 @@ class Net:
         mb.bookkeeping(Bt)
         pb.h("X", Bt, data.features)
         pb.u32("y", (Bt,), "activations")
-        self.traced = net.trace()
-        rng = np.random.default_rng(mb.cfg.seed)
-        self.nodes = {t.path: make_node(self, t, i, rng) for i, t in enumerate(self.traced)}
+        self.place_nodes()
+
+    def place_nodes(self) -> None:
+        """Every layer's node, its parameters declared (and drawn from the seed) in trace order."""
+        self.traced = self.net.trace()
+        rng = np.random.default_rng(self.mb.cfg.seed)
+        self.nodes = {t.path: self.node_type(t.layer)(self, t, i, rng) for i, t in enumerate(self.traced)}
         self.lens: list[tuple[str, str]] = []
+
+    def node_type(self, layer: L.Layer) -> type[Node]:
+        return NODES[type(layer)]
 
     def act(self, name: str, rows: int, cols: int) -> str:
         """The h buffer `name` [rows, cols], declared at its first use."""
@@ -166,14 +177,19 @@ class Net:
         )  # fmt: skip
         self.kept: dict[str, Any] = {}
         self.forward(T, "flags", True, self.kept)
-        self.act("dlogits", Bt, self.net.classes)
+        self.loss_and_backward(T, "y", Bt)
+
+    def loss_and_backward(self, program: str, labels: str, rows: int) -> None:
+        """softmax_xent over the `rows` rows of logits (labels in `labels`), then the backward pass."""
+        C = self.net.classes
+        self.act("dlogits", rows, C)
         ops.softmax_xent(
-            pb, T, logits="logits", labels="y", loss_rows="loss_rows", dlogits="dlogits", B=Bt,
-            C=self.net.classes, counted=mb.counted_rows,
+            self.pb, program, logits="logits", labels=labels, loss_rows="loss_rows", dlogits="dlogits",
+            B=rows, C=C, counted=self.mb.counted_rows,
         )  # fmt: skip
-        dlogits = Value("dlogits", (self.net.classes,), Bt, self.net.classes)
+        dlogits = Value("dlogits", self.net.out_shape("network", self.net.in_shape), rows, C)
         self.lens.append(("logits", "dlogits"))
-        self._backward_layers(self.net.layers, "", dlogits, T, first=True)
+        self._backward_layers(self.net.layers, "", dlogits, program, first=True)
 
     def _backward_layers(self, layers, prefix, dy: Value, program: str, first: bool) -> Value | None:
         """The layers' backward passes, last first, from the gradient of their output; returns the
@@ -196,7 +212,7 @@ class Net:
             self.pb.f32(name, (n,), "other", np.zeros(n, np.float32))
         return name
 
-    def evaluation(self) -> None:
+    def evaluation(self) -> EvalSpec:
         """Program 'eval' on the test split, as the MLP's: one batch a chunk, dropout off."""
         pb, Bt, E, C = self.pb, self.Bt, EVAL, self.net.classes
         n_test = len(self.data.test_x)
@@ -209,6 +225,7 @@ class Net:
             )  # fmt: skip
             forward(E)
             ops.eval_count(pb, E, logits="logits", labels="y", result="eval_result", B=Bt, C=C)
+        return {"result_buffer": "eval_result", "test_rows": n_test, "loss_buffer": None}
 
 
 # --- the nodes: one per layer type --------------------------------------------------------------
@@ -225,8 +242,8 @@ class Node:
         self.in_shape, self.out_shape = t.in_shape, t.out_shape
         self.last = t.depth == 0 and t.path == f"layers.{len(g.net.layers) - 1}"
         self.params: dict[str, Param] = {}
-        for full, p in t.params.items():
-            self.params[full.rsplit(".", 1)[1]] = self.mb.param(
+        for full, p in t.params.items():  # by the name after the layer's path: weight, qkv.bias
+            self.params[full.removeprefix(t.path + ".")] = self.mb.param(
                 full, p.shape, _init(rng, p), copy=p.matrix, decay=p.decay
             )
 
@@ -245,10 +262,14 @@ class Node:
 
 
 def _init(rng: np.random.Generator, p: L.ParamShape):
-    """PyTorch's default: uniform in +-1/sqrt(fan_in), drawn when called (not in a dry run); or a fill."""
+    """PyTorch's default: uniform in +-1/sqrt(fan_in), drawn when called (not in a dry run); or a
+    fill, or normal(0, std) (nn.Embedding's)."""
     if p.fill is not None:
         fill = p.fill
         return lambda: np.full(p.shape, fill, np.float32)
+    if p.std is not None:
+        std = p.std
+        return lambda: rng.normal(0.0, std, size=p.shape).astype(np.float32)
     bound = 1.0 / math.sqrt(p.fan_in)
     return lambda: rng.uniform(-bound, bound, size=p.shape).astype(np.float32)
 
@@ -256,7 +277,7 @@ def _init(rng: np.random.Generator, p: L.ParamShape):
 class LinearNode(Node):
     def forward(self, x, program, flags, training):
         W, b = self.params["weight"], self.params.get("bias")
-        n_out, n_in = self.out_shape[0], self.in_shape[0]
+        n_out, n_in = self.out_shape[-1], self.in_shape[-1]
         common = dict(A=x.buffer, B=str(W["copy"]), M=x.rows, N=n_out, K=n_in, flags=flags)
         if self.last:
             bias = b["master"] if b else self.g.zeros(n_out)
@@ -273,7 +294,7 @@ class LinearNode(Node):
 
     def backward(self, x, y, saved, dy, program, need_dx):
         W, b = self.params["weight"], self.params.get("bias")
-        n_out, n_in = self.out_shape[0], self.in_shape[0]
+        n_out, n_in = self.out_shape[-1], self.in_shape[-1]
         self.mb.matmul(
             program,
             "matmul_wgrad",
