@@ -68,16 +68,27 @@ PRESETS = [
 # most of it); "gpu" is the real benchmark (4096^3 matmuls, a 4096-wide MLP at batch 1024); "tiny" is
 # for tests.
 #   square, train: matmul sizes (n for n^3; batch x in x out, timed as its three products)
-#   step_models: the models whose training step is timed, each a dict: "name" ("digits" trains on
-#     digits, "gpt" on gpt_corpus, others on synthetic data), "config" (TrainConfig fields),
-#     optionally "readbacks": True to count its readbacks, and any of STEP_SETTINGS (below) to
-#     override the preset's for this model alone
+#   step_models: the models whose training step is timed, each a dict: "name" ("digits" and a
+#     network (model_spec) train on digits, "gpt" on gpt_corpus, others on synthetic data),
+#     "config" (TrainConfig fields), optionally "readbacks": True to count its readbacks, and any
+#     of STEP_SETTINGS (below) to override the preset's for this model alone
 #   step_rounds blocks of up to step_steps steps (about step_block_s seconds each) give the wall
 #     time per step; each round then alternates at least host_pairs (our step, floor step) pairs
 #     for host CPU time
 #   matmul_s: seconds per timed batch of matmuls; readback_steps, log_every: the readback count
 #   gpt_corpus: None for the default corpus (webmp.data.text.load_text(), what `webmp train --model gpt`
 #     trains on), or a number of characters of random text over GPT_BENCH_ALPHABET
+# The CNN on the digits as [1, 8, 8] images (a network of webmp.nn layers, model "net")
+BENCH_CNN = {
+    "input": [1, 8, 8],
+    "layers": [
+        {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"},
+        {"type": "maxpool2d", "kernel": 2},
+        {"type": "residual", "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1},
+                                        {"type": "relu"}]},
+        {"type": "flatten"}, {"type": "linear", "out": 10},
+    ],
+}  # fmt: skip
 STEP_SETTINGS = ("step_rounds", "step_steps", "step_block_s", "host_pairs", "readback_steps", "log_every")
 GPT_BENCH_ALPHABET = "abcdefghij "
 SIZES: dict[str, dict[str, Any]] = {
@@ -92,6 +103,7 @@ SIZES: dict[str, dict[str, Any]] = {
                 config=dict(model="gpt", n_layer=1, n_head=2, d_model=16, context=8, batch_size=4),
                 readbacks=True,
             ),
+            dict(name="cnn", config=dict(model_spec=BENCH_CNN, batch_size=8)),
         ],
         gpt_corpus=2000,
         step_rounds=2,
@@ -119,6 +131,7 @@ SIZES: dict[str, dict[str, Any]] = {
                 readback_steps=20,
                 log_every=5,
             ),
+            dict(name="cnn", config=dict(model_spec=BENCH_CNN, batch_size=64)),
         ],
         gpt_corpus=None,
         step_rounds=3,
@@ -136,6 +149,7 @@ SIZES: dict[str, dict[str, Any]] = {
             dict(name="digits", config=dict(hidden=[256, 256], batch_size=64), readbacks=True),
             dict(name="wide", config=dict(hidden=[4096, 4096], batch_size=1024)),
             dict(name="gpt", config=dict(model="gpt"), readbacks=True),
+            dict(name="cnn", config=dict(model_spec=BENCH_CNN, batch_size=1024)),
         ],
         gpt_corpus=None,
         step_rounds=5,

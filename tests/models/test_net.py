@@ -142,23 +142,47 @@ def test_the_config_round_trips_through_json():
         TrainConfig(model="mlp", model_spec=CNN)
 
 
-@pytest.mark.slow  # two runs of each network: 20 s on a 2-core CPU adapter
-@pytest.mark.parametrize("spec", ["cnn", "res_mlp"])
-def test_a_network_trains_on_the_digits_in_mixed_and_fp32(tmp_path, spec):
-    """The issue's CNN (digits as [1, 8, 8] images) and a residual MLP with RMSNorm, SiLU, Tanh,
-    dropout and LayerNorm: both precisions reach >= 95 % on the test split, within 1 point of each
-    other, no step skipped."""
+DEEP_CNN = {
+    "input": [1, 8, 8],
+    "layers": [
+        {"type": "conv2d", "out": 8, "kernel": 3, "padding": 1}, {"type": "relu"},
+        {"type": "residual", "layers": [{"type": "conv2d", "out": 8, "kernel": 3, "padding": 1},
+                                        {"type": "relu"},
+                                        {"type": "conv2d", "out": 8, "kernel": 3, "padding": 1}]},
+        {"type": "relu"}, {"type": "maxpool2d", "kernel": 2},
+        {"type": "residual", "layers": [{"type": "conv2d", "out": 8, "kernel": 3, "padding": 1},
+                                        {"type": "relu"},
+                                        {"type": "conv2d", "out": 8, "kernel": 3, "padding": 1}]},
+        {"type": "relu"}, {"type": "conv2d", "out": 16, "kernel": 3, "stride": 2, "padding": 1},
+        {"type": "relu"}, {"type": "flatten"}, {"type": "linear", "out": 10},
+    ],
+}  # fmt: skip
+# (network, flags, accuracy floor, largest mixed-fp32 gap). The issue's CNN at train's defaults and a
+# deeper one (two residual blocks of two convolutions, a strided convolution): >= 96 % in both
+# precisions, within 0.5 point (measured: CNN 99.16 % both; deeper 96.94 / 96.66 %); the residual MLP
+# (RMSNorm, SiLU, Tanh, dropout, LayerNorm, a bias-less head) >= 95 % within 1 point.
+TRAINED = {
+    "cnn": (CNN, [], 0.96, 0.005),
+    "deep-cnn": (DEEP_CNN, ["--steps", "600", "--batch-size", "32"], 0.96, 0.005),
+    "res-mlp": (RES_MLP, ["--steps", "400", "--batch-size", "32"], 0.95, 0.01),
+}
+
+
+@pytest.mark.slow  # two runs of each network: 30-90 s on a 2-core CPU adapter
+@pytest.mark.parametrize("name", list(TRAINED))
+def test_a_network_trains_on_the_digits_in_mixed_and_fp32(tmp_path, name):
+    spec, flags, floor, gap = TRAINED[name]
     path = tmp_path / "net.json"
-    path.write_text(json.dumps(CNN if spec == "cnn" else RES_MLP))
+    path.write_text(json.dumps(spec))
     acc = {}
     for precision in ("mixed", "fp32"):
         out = tmp_path / precision
-        flags = ["--model-spec", str(path), "--steps", "400", "--batch-size", "32", "--quiet"]
-        assert cli(["train", *flags, "--precision", precision, "--out", str(out)]) == 0
+        args = ["--model-spec", str(path), *flags, "--quiet", "--precision", precision, "--out", str(out)]
+        assert cli(["train", *args]) == 0
         summary = json.loads((out / "summary.json").read_text())
         assert summary["skipped_steps"] == 0
         acc[precision] = summary["test_accuracy"]
-    assert min(acc.values()) >= 0.95 and abs(acc["mixed"] - acc["fp32"]) <= 0.01, acc
+    assert min(acc.values()) >= floor and abs(acc["mixed"] - acc["fp32"]) <= gap, acc
 
 
 def test_the_plan_declares_each_layers_parameters_by_its_path(digits):
@@ -262,3 +286,25 @@ def test_images_from_an_npz_train_channels_last(tmp_path):
         build_plan(
             TrainConfig(model_spec={"input": [1, 6, 10], "layers": [FLAT, LIN]}), data, "fp32", dry=True
         )
+
+
+def test_the_layer_table_of_a_token_network_adds_up_with_its_shared_scratch():
+    """A token network's rows (its attention scores shared by layers of one head count in a row of
+    their own) add up to the plan's activations; the embedding keeps its output and its gradient."""
+    from webmp.models.summary import layer_table
+
+    spec = {
+        "input": {"tokens": 11, "context": 5},
+        "layers": [{"type": "embedding", "dim": 8},
+                   {"type": "residual", "layers": [{"type": "layernorm"},
+                                                   {"type": "causal_self_attention", "heads": 2}]},
+                   {"type": "linear", "out": 11}],
+    }  # fmt: skip
+    B = 3
+    table = layer_table(Network.from_dict(spec), B)
+    rows = {r.path: r for r in table.rows}
+    assert rows["layers.0"].out_shape == (5, 8) and rows["layers.0"].params == 11 * 8 + 5 * 8
+    assert rows["layers.0"].activations["fp32"] == 2 * B * 5 * 8 * 4
+    assert rows["(shared)"].activations["fp32"] > 0
+    for precision in ("mixed", "fp32"):
+        assert table.totals["activations"][precision] == table.totals["memory"][precision]["activations"]

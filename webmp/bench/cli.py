@@ -135,7 +135,7 @@ def run_bench(
 ) -> dict:
     """Runs the benchmark at a preset size ('tiny', 'default', 'gpu') and returns its JSON dict.
     Matmul tiles come from the auto-tune cache for this adapter (tuned first with tune_first).
-    models: the names of the preset's step models to run (default all: digits, wide, gpt)."""
+    models: the names of the preset's step models to run (default all: digits, wide, gpt, cnn)."""
     from ..engine.runtime import default_gpu
 
     gpu = gpu or default_gpu()
@@ -203,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
         "--models",
         nargs="+",
         choices=sorted({m["name"] for size in SIZES.values() for m in size["step_models"]}),
-        help="the training-step models to run (default: all of the size's: digits, wide, gpt)",
+        help="the training-step models to run (default: all of the size's: digits, wide, gpt, cnn)",
     )
     p.add_argument(
         "--ranks",

@@ -53,7 +53,7 @@ def model_data(model: dict, preset: dict) -> Dataset | TextCorpus:
     cfg = model["config"]
     if cfg.get("model") == "gpt":
         return bench_corpus(preset["gpt_corpus"])
-    if model["name"] == "digits":
+    if model["name"] == "digits" or cfg.get("model_spec") is not None:
         return load_digits()
     return synthetic_dataset(cfg["hidden"][0], 2 * cfg["batch_size"])
 
@@ -69,7 +69,22 @@ def model_shape(plan: Plan) -> str:
     c = plan["config"]
     if c["model"] == "gpt":
         return f"L{c['n_layer']} H{c['n_head']} D{c['d_model']} T{c['context']} V{plan['layers'][0]}"
+    if c["model"] == "net":
+        return network_shape(c["model_spec"]["layers"])
     return "-".join(map(str, plan["layers"]))
+
+
+def network_shape(layers: list[dict]) -> str:
+    """A network's layers in a few characters: conv16 relu maxpool2 res(conv16 relu) flatten fc10."""
+    short = {"conv2d": "conv", "linear": "fc", "maxpool2d": "maxpool", "avgpool2d": "avgpool"}
+    parts = []
+    for layer in layers:
+        if layer["type"] == "residual":
+            parts.append(f"res({network_shape(layer['layers'])})")
+            continue
+        size = layer.get("out") or layer.get("kernel") or ""
+        parts.append(f"{short.get(layer['type'], layer['type'])}{size}")
+    return " ".join(parts)
 
 
 def step_plan(gpu, model: dict, data, precision: str, log_every: int) -> tuple[Plan, bytes, float]:

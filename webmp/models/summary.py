@@ -5,7 +5,8 @@ the training plan declares (so the table is what the GPU will hold, not an estim
 A buffer belongs to the layer whose path is its name's longest prefix (`layers.3.layers.0.y`,
 `layers.3.layers.0.patches`, and their gradients `d_...`); the logits and their gradient belong to the
 last layer; the batch as the GPU reads it (X, its pixel re-lay, the labels, the loss rows) to the
-input row.
+input row; scratch that several layers share (the attention scores of layers with the same head
+count) to a row of its own.
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ import numpy as np
 
 from ..config import TrainConfig
 from ..data.tables import Dataset, make_dataset
+from ..data.text import TextCorpus, tokenize
 from ..engine.plan import BufferSpec, memory_by_category
 from ..nn.network import Network
 from . import plan_buffers
 
 PRECISIONS = {"mixed": "native", "fp32": "fp32"}  # the table's columns: precision -> the plan's f16 path
 INPUT = "(input)"
+SHARED = "(shared)"
 OUTPUT_BUFFERS = ("logits", "dlogits")
+# the batch as the GPU reads it: examples, their pixel re-lay, labels or token ids and targets, the
+# loss rows, and the embedding gradient's row order (spans, order)
+INPUT_BUFFERS = ("X", "X_pixels", "y", "loss_rows", "idx", "targets", "spans", "order")
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,13 @@ class LayerTable:
         return format_layer_table(self)
 
 
-def spec_dataset(net: Network, rows: int = 2) -> Dataset:
-    """A stand-in for data of the network's shape (what a dry run needs: the features and classes)."""
+def spec_dataset(net: Network, rows: int = 2) -> Dataset | TextCorpus:
+    """A stand-in for data of the network's shape (what a dry run needs: the features and classes,
+    or a text of the vocabulary's size a few windows long)."""
+    if net.is_tokens:
+        V, T = net.classes, net.context
+        chars = "".join(chr(0x4E00 + i) for i in range(V))  # V distinct characters (CJK: no surrogates)
+        return tokenize(chars * (1 + 20 * T // V), "spec", "", "")
     x = np.zeros((rows, math.prod(net.in_shape)))
     y = np.arange(rows) % net.classes
     return make_dataset("spec", x, y, x, y, net.classes)
@@ -67,18 +78,20 @@ def owner(name: str, paths: list[str], last: str) -> str:
     if base in OUTPUT_BUFFERS or name in OUTPUT_BUFFERS:
         return last
     mine = [p for p in paths if base.startswith(p + ".")]
-    return max(mine, key=len) if mine else INPUT
+    if mine:
+        return max(mine, key=len)
+    return INPUT if name in INPUT_BUFFERS else SHARED
 
 
 def activation_bytes(buffers: list[BufferSpec], paths: list[str], last: str) -> dict[str, int]:
-    out = dict.fromkeys([INPUT, *paths], 0)
+    out = dict.fromkeys([INPUT, *paths, SHARED], 0)
     for b in buffers:
         if b["category"] == "activations":
             out[owner(b["name"], paths, last)] += b["bytes"]
     return out
 
 
-def layer_table(net: Network, batch_size: int, data: Dataset | None = None) -> LayerTable:
+def layer_table(net: Network, batch_size: int, data: Dataset | TextCorpus | None = None) -> LayerTable:
     """The layer table of `net` trained at `batch_size` (on `data` when given: its splits sized in the
     data row; else a stand-in of the network's shape)."""
     data = data or spec_dataset(net)
@@ -100,6 +113,8 @@ def layer_table(net: Network, batch_size: int, data: Dataset | None = None) -> L
         rows.append(
             LayerRow(t.path, t.layer.type, t.depth, t.out_shape, n, {p: acts[p][t.path] for p in PRECISIONS})
         )
+    if any(acts[p][SHARED] for p in PRECISIONS):
+        rows.append(LayerRow(SHARED, "scratch", 0, (), 0, {p: acts[p][SHARED] for p in PRECISIONS}))
     totals = {
         "params": sum(r.params for r in rows),
         "activations": {p: sum(a[p] for a in (r.activations for r in rows)) for p in PRECISIONS},
@@ -123,7 +138,7 @@ def format_layer_table(table: LayerTable) -> str:
         (
             "  " * r.depth + r.path,
             r.type,
-            str([B, *r.out_shape]),
+            str([B, *r.out_shape]) if r.path != SHARED else "",
             f"{r.params:,}",
             size(r.activations["mixed"]),
             size(r.activations["fp32"]),

@@ -28,8 +28,8 @@ def dry_run_report(cfg: TrainConfig) -> str:
     """`webmp train --dry-run`'s text: the layer table of a network, else the plan's bytes by category."""
     data = load_training_data(cfg)
     if cfg.model_spec is not None:
-        assert isinstance(data, Dataset)
-        check_data_fits(cfg.model_spec, data)
+        if isinstance(data, Dataset):
+            check_data_fits(cfg.model_spec, data)
         return layer_table(cfg.model_spec, cfg.batch_size, data).format()
     path = "fp32" if cfg.precision == "fp32" else "native"
     by_category = memory_by_category(plan_buffers(cfg, data, path))
