@@ -74,7 +74,7 @@ ALLOWED = {
     "data": {"config"},
     "ops": {"engine"},
     "models": {"config", "data", "engine", "nn", "ops"},
-    "train": {"config", "data", "engine", "models", "presets"},
+    "train": {"config", "data", "engine", "models", "nn", "presets"},
     "tune": {"config", "data", "engine", "models", "ops"},
     "testing": {"config", "data", "engine", "models", "ops"},
     "sample": {"config", "data", "engine", "models", "train"},
