@@ -1,8 +1,9 @@
-"""What the parity tests with PyTorch share (test_torch_parity.py for the built-in models,
-test_net_parity.py for networks of webmp.nn layers): training a torch model as webmp trains a
-config, training webmp from given initial weights, comparing the two (tolerances: the docstring of
-test_torch_parity.py), and the torch twin of a webmp.nn Network (webmp.nn.torch_layout's
-equivalent Sequential). Imported only where torch is installed."""
+"""What the tests against PyTorch share (models/test_torch_parity.py for the built-in models,
+models/test_net_parity.py for networks of webmp.nn layers, models/test_torch_layout.py and
+train/test_export.py): training a torch model as webmp trains a config, training webmp from given
+initial weights, comparing the two (tolerances: the docstring of test_torch_parity.py), and the
+torch twin of a webmp.nn Network (webmp.nn.torch_layout's equivalent Sequential). Imported only
+where torch is installed."""
 
 from __future__ import annotations
 
