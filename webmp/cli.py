@@ -1,11 +1,12 @@
-"""`webmp train | model | sample | serve | bench` — the command line.
+"""`webmp train | model | export | sample | serve | bench` — the command line.
 
 `webmp train`'s configuration flags are generated from TrainConfig (webmp/config.py): one flag per
 field, named after it (underscores as dashes), typed by its annotation (int, float, str, bool,
 list[...] as comma-separated values, Literal[...] as choices, `T | None` as T), defaulting to its
 default and helped by its docstring. A new field is a new flag with nothing to add here. `serve` and
 `bench` parse their own arguments (webmp/serve/cli.py, webmp/bench/cli.py); `sample`'s are below
-(the work is webmp/sample/replay.py's, imported when the command runs: it loads wgpu).
+(the work is webmp/sample/replay.py's, imported when the command runs: it loads wgpu), and so are
+`export`'s (the work: webmp/train/export.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ COMMANDS = {
     "sample": "generate text with a trained GPT run (on the GPU)",
     "serve": "serve the browser runtime (FastAPI) on 127.0.0.1",
     "bench": "benchmark kernels, step overhead and memory",
+    "export": "write a run's trained weights as safetensors (webmp's or PyTorch's layout)",
 }
 SCALARS: dict[type, str] = {int: "INT", float: "FLOAT", str: "TEXT"}  # flag types and their metavars
 
@@ -316,6 +318,38 @@ def cmd_sample(argv: list[str]) -> int:
     return 0
 
 
+def export_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="webmp export",
+        description="Write the trained weights of a run directory (the f32 masters of its checkpoint) "
+        "as a safetensors file: in webmp's names and layouts (what --init-weights reads), or for a "
+        "network of webmp.nn layers (model net) as the state_dict of its equivalent PyTorch "
+        "nn.Sequential (README: A network of your own).",
+    )
+    p.add_argument("run", metavar="RUN_DIR", help="the run directory (its checkpoint)")
+    p.add_argument("out", metavar="OUT.safetensors", help="the file to write (replaced if there)")
+    p.add_argument(
+        "--layout",
+        choices=("torch", "webmp"),
+        default="webmp",
+        help="torch: PyTorch's names and layouts (net runs only); webmp: webmp's (default: webmp)",
+    )
+    return p
+
+
+def cmd_export(argv: list[str]) -> int:
+    args = export_parser().parse_args(argv)
+    from .train.export import export_weights
+
+    try:
+        done = export_weights(args.run, args.out, args.layout)
+    except (OSError, ValueError) as e:
+        print(f"webmp export: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+    print(f"webmp export: {done.path}: {done.tensors} tensors at step {done.step}, {done.layout} layout")
+    return 0
+
+
 def main_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="webmp",
@@ -338,6 +372,8 @@ def _dispatch(argv: list[str]) -> int:
             return cmd_sample(rest)
         if cmd == "model":
             return cmd_model(rest)
+        if cmd == "export":
+            return cmd_export(rest)
         if cmd == "serve":
             from .serve.cli import cli_serve
 

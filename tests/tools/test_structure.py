@@ -129,7 +129,14 @@ def test_leaf_modules_import_nothing_from_webmp():
 
 @pytest.mark.parametrize(
     "module",
-    ["webmp.serve.app", "webmp.train.checkpoint", "webmp.serve.runs", "webmp.cli", "webmp.sample.job"],
+    [
+        "webmp.serve.app",
+        "webmp.train.checkpoint",
+        "webmp.train.export",
+        "webmp.serve.runs",
+        "webmp.cli",
+        "webmp.sample.job",
+    ],
 )
 def test_serving_and_checkpoints_do_not_load_wgpu(module):
     code = f"import sys, {module}; print('wgpu' in sys.modules)"

@@ -22,6 +22,8 @@ from safetensors.numpy import load, save
 
 from ..engine.plan import Plan, pack_h
 from ..engine.state import STATE_FIELDS, decode_state
+from ..nn.network import Network
+from ..nn.torch_layout import from_torch, looks_like_torch
 from .rundir import atomic_write, dumps
 
 CHECKPOINT_FORMAT = "webmp-checkpoint/1"
@@ -118,6 +120,14 @@ def read_checkpoint_meta(path: str | Path) -> dict:
 
 
 def load_checkpoint(directory: str | Path) -> tuple[dict[str, bytes], dict]:
+    """A checkpoint's buffers (their bytes) and checkpoint.json, checked (read_checkpoint)."""
+    tensors, meta = read_checkpoint(directory)
+    return {n: a.tobytes() for n, a in tensors.items()}, meta
+
+
+def read_checkpoint(directory: str | Path) -> tuple[dict[str, np.ndarray], dict]:
+    """A checkpoint's tensors and checkpoint.json, checked: its format, the SHA-256 of its bytes and
+    the state words against checkpoint.json; ValueError (FileNotFoundError) in one line otherwise."""
     directory = checkpoint_dir(directory)
     meta = read_checkpoint_meta(directory)
     path = directory / TENSORS
@@ -131,16 +141,15 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, bytes], dict]:
         tensors = load(raw)
     except Exception as e:  # safetensors raises its own error types for a damaged header
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
-    contents = {n: a.tobytes() for n, a in tensors.items()}
-    check_state_matches_meta(directory, contents, meta)
-    return contents, meta
+    state = tensors["state"].tobytes() if "state" in tensors else b""
+    check_state_matches_meta(directory, state, meta)
+    return tensors, meta
 
 
-def check_state_matches_meta(directory: Path, contents: dict[str, bytes], meta: dict) -> None:
-    """ValueError when checkpoint.json's step, scaler or data position contradicts the state words in
-    the tensors (an edited or mismatched checkpoint.json): a resume would start at one step with the
-    GPU at another, and cut the run's metrics at the wrong line."""
-    raw = contents.get("state", b"")
+def check_state_matches_meta(directory: Path, raw: bytes, meta: dict) -> None:
+    """ValueError when checkpoint.json's step, scaler or data position contradicts the state words
+    `raw` (the tensor 'state'; an edited or mismatched checkpoint.json): a resume would start at one
+    step with the GPU at another, and cut the run's metrics at the wrong line."""
     fields = STATE_FIELDS[: len(raw) // 4]  # an older checkpoint may hold fewer words (resume_blob)
     have = {name for name, _ in fields}
     if not {*SCALER_WORDS, *META_WORDS.values()} <= have:
@@ -195,11 +204,14 @@ def _with_contents(plan: Plan, blob: bytes, contents: dict[str, bytes]) -> tuple
     return plan, bytes(out)
 
 
-def load_initial_weights(path: str | Path, plan: Plan) -> dict[str, np.ndarray]:
+def load_initial_weights(path: str | Path, plan: Plan, net: Network | None = None) -> dict[str, np.ndarray]:
     """The plan's parameters from a safetensors file (`--init-weights`), as float32, each checked:
     present, of the parameter's shape, floating point, finite. A tensor that is no parameter is
     refused by name (a misspelt one would otherwise be left at its drawn value), except in a webmp
-    checkpoint, whose optimizer state, working copies and GPU state are left out."""
+    checkpoint, whose optimizer state, working copies and GPU state are left out. For a network
+    (model net, `net` given) the file may instead hold the state_dict of its equivalent PyTorch
+    Sequential, told by its names (`0.weight`, not `layers.0.weight`) and converted to webmp's
+    layouts (webmp.nn.torch_layout), each tensor checked under its torch name."""
     path = Path(path)
     what = f"init_weights: {path}"
     if not path.is_file():
@@ -210,12 +222,18 @@ def load_initial_weights(path: str | Path, plan: Plan) -> dict[str, np.ndarray]:
             tensors = {name: f.get_tensor(name) for name in f.keys()}
     except Exception as e:  # safetensors raises its own error types (also for bf16, which numpy lacks)
         raise ValueError(f"{what}: not a readable safetensors file of numpy dtypes ({e})") from None
+    is_checkpoint = metadata.get("format") == CHECKPOINT_FORMAT
+    if net is not None and not is_checkpoint and looks_like_torch(list(tensors)):
+        what = f"{what} (a torch state_dict)"
+        converted = from_torch(net, tensors, what)  # names and shapes, in torch's layout
+        for name, t in tensors.items():
+            _float32(what, name, t)
+        tensors = converted
     shapes = {p["name"]: tuple(p["shape"]) for p in plan["params"]}
     expected = ", ".join(f"{n} {list(s)}" for n, s in shapes.items())
     missing = [n for n in shapes if n not in tensors]
     if missing:
         raise ValueError(f"{what}: lacks {', '.join(missing)}; this model's parameters are: {expected}")
-    is_checkpoint = metadata.get("format") == CHECKPOINT_FORMAT
     unknown = sorted(set(tensors) - set(shapes))
     if unknown and not is_checkpoint:
         raise ValueError(
@@ -229,16 +247,20 @@ def load_initial_weights(path: str | Path, plan: Plan) -> dict[str, np.ndarray]:
                 f"{what}: {name} has shape {list(t.shape)}, this model's {name} is {list(shape)} "
                 "(weights are stored [in, out]: PyTorch's Linear weight transposed)"
             )
-        if t.dtype.kind != "f":
-            raise ValueError(f"{what}: {name} is {t.dtype}, not floating point")
-        with np.errstate(over="ignore"):  # a float64 beyond f32's range: counted below, by name
-            w = t.astype(np.float32)
-        if not np.isfinite(w).all():
-            raise ValueError(
-                f"{what}: {name} holds {int((~np.isfinite(w)).sum())} non-finite values (as float32)"
-            )
-        out[name] = w
+        out[name] = _float32(what, name, t)
     return out
+
+
+def _float32(what: str, name: str, t: np.ndarray) -> np.ndarray:
+    """A floating-point tensor as float32, refused by name when not floating point or not finite."""
+    if t.dtype.kind != "f":
+        raise ValueError(f"{what}: {name} is {t.dtype}, not floating point")
+    with np.errstate(over="ignore"):  # a float64 beyond f32's range: counted below, by name
+        w = t.astype(np.float32)
+    if not np.isfinite(w).all():
+        bad = int((~np.isfinite(w)).sum())
+        raise ValueError(f"{what}: {name} holds {bad} non-finite values (as float32)")
+    return w
 
 
 def initial_weights_blob(plan: Plan, blob: bytes, weights: dict[str, np.ndarray]) -> tuple[Plan, bytes]:

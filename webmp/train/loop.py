@@ -170,7 +170,8 @@ class Trainer:
                     stacklevel=3,
                 )
         elif cfg.init_weights is not None:
-            plan, blob = initial_weights_blob(plan, blob, load_initial_weights(cfg.init_weights, plan))
+            weights = load_initial_weights(cfg.init_weights, plan, cfg.model_spec)
+            plan, blob = initial_weights_blob(plan, blob, weights)
         return plan, blob
 
     def _open_run_dir(self, out: str | Path | None) -> tuple[Path, RunDir | None]:
