@@ -104,6 +104,35 @@ class Residual(torch.nn.Sequential):
         return x + super().forward(x)
 
 
+class Embedding(torch.nn.Module):
+    """webmp's embedding (torch_layout's equivalent): weight [V, D] rows by token, plus the learned
+    positions [T, D] (nn.Embedding's init for both)."""
+
+    def __init__(self, V: int, T: int, D: int, positions: bool):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(V, D))
+        self.positions = torch.nn.Parameter(torch.randn(T, D)) if positions else None
+
+    def forward(self, idx):
+        x = torch.nn.functional.embedding(idx, self.weight)
+        return x if self.positions is None else x + self.positions[: idx.shape[1]]
+
+
+class CausalSelfAttention(torch.nn.Module):
+    """webmp's causal_self_attention (torch_layout's equivalent): fused qkv, causal SDPA, proj."""
+
+    def __init__(self, D: int, heads: int, bias: bool):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = torch.nn.Linear(D, 3 * D, bias=bias), torch.nn.Linear(D, D, bias=bias)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).split(D, dim=-1))
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(o.transpose(1, 2).reshape(B, T, D))
+
+
 def sequential(net: nn.Network) -> torch.nn.Sequential:
     """The torch model equivalent to `net` (webmp.nn.torch_layout), with torch's default init."""
     return torch.nn.Sequential(*_modules(net.layers, net.in_shape))
@@ -118,8 +147,12 @@ def _modules(layers, shape) -> list:
 
 
 def _module(layer, shape):
+    if isinstance(layer, L.Embedding):
+        return Embedding(shape.vocab, shape[0], layer.dim, layer.positions)
+    if isinstance(layer, L.CausalSelfAttention):
+        return CausalSelfAttention(shape[-1], layer.heads, layer.bias)
     if isinstance(layer, L.Linear):
-        return torch.nn.Linear(shape[0], layer.out, bias=layer.bias)
+        return torch.nn.Linear(shape[-1], layer.out, bias=layer.bias)
     if isinstance(layer, L.Conv2d):
         k, s, p = layer.kernel, layer.stride, layer.padding
         return torch.nn.Conv2d(shape[0], layer.out, k, stride=s, padding=p, bias=layer.bias)
@@ -128,9 +161,9 @@ def _module(layer, shape):
     if isinstance(layer, L.AvgPool2d):
         return torch.nn.AvgPool2d(layer.kernel, layer.step, layer.padding)
     if isinstance(layer, L.LayerNorm):
-        return torch.nn.LayerNorm(shape[0], eps=layer.eps)
+        return torch.nn.LayerNorm(shape[-1], eps=layer.eps)
     if isinstance(layer, L.RMSNorm):
-        return torch.nn.RMSNorm(shape[0], eps=layer.eps)
+        return torch.nn.RMSNorm(shape[-1], eps=layer.eps)
     if isinstance(layer, L.Dropout):
         return torch.nn.Dropout(layer.p)
     if isinstance(layer, L.GELU):

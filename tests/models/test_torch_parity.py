@@ -269,3 +269,28 @@ def test_a_gpt_from_layers_trains_as_pytorch_does(tmp_path, precision):
             for w in (ours, theirs):
                 w[name] = np.concatenate([w[name][:D], w[name][2 * D :]])
         assert_same_weights(ours, theirs)
+
+
+def test_a_token_networks_torch_twin_is_the_layers_gpt():
+    """webmp.nn.torch_layout for token networks: the equivalent Sequential (tests/parity.py's
+    Embedding and CausalSelfAttention modules) loaded with to_torch of the layers GPT's webmp
+    weights computes the layers GPT's logits (the same float32 operations: equal within a few f32
+    ulps), and from_torch of its state_dict gives those weights back bit for bit."""
+    from parity import sequential, state_arrays
+
+    from webmp.nn import Network
+    from webmp.nn.torch_layout import from_torch, to_torch
+
+    V, D, H, L, T = 11, 16, 2, 2, 7
+    net = Network.from_dict(gpt_spec(V, D, H, L, T))
+    torch.manual_seed(0)
+    gpt = LayersGPT(V, D, H, L, T)
+    weights = gpt.webmp_weights()
+    twin = sequential(net)
+    twin.load_state_dict({k: torch.tensor(v) for k, v in to_torch(net, weights).items()}, strict=True)
+    idx = torch.randint(0, V, (3, T))
+    with torch.no_grad():
+        want, got = gpt(idx), twin(idx)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    back = from_torch(net, state_arrays(twin))
+    assert all(np.array_equal(back[k], weights[k]) for k in weights)

@@ -9,7 +9,11 @@ residual block this Sequential subclass:
             return x + super().forward(x)
 
 so torch's names are webmp's without the "layers." segments (webmp `layers.3.layers.0.weight` is
-torch's `3.0.weight`). The layouts differ in three ways:
+torch's `3.0.weight`). A token network's embedding is a module with parameters `weight` [V, D] and
+`positions` [T, D] (x = weight[idx] + positions[:T], as GPT-2's wte and wpe), its attention one
+with `qkv = nn.Linear(D, 3D)` (columns q | k | v, head h owning columns h*d .. h*d + d - 1 of
+each) and `proj = nn.Linear(D, D)` around scaled_dot_product_attention(is_causal=True); sequence
+values [T, D] keep their feature order. The layouts differ in three ways:
 - Linear: webmp's weight is [in, out], torch's [out, in].
 - Conv2d: webmp's weight is [kernel*kernel*C, out] with rows in (kh, kw, c) order, torch's
   [out, C, kh, kw].
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layers import Conv2d, Flatten, Layer, LayerNorm, Linear, RMSNorm, Shape
+from .layers import CausalSelfAttention, Conv2d, Embedding, Flatten, Layer, LayerNorm, Linear, RMSNorm, Shape
 from .network import Network, Residual
 
 Perm = np.ndarray | None  # a vector's features: webmp's i-th is torch's perm[i] (None: the same order)
@@ -122,8 +126,15 @@ def _walk(
         path, tpath = f"{prefix}layers.{i}", f"{tprefix}{i}"
         after, where = layer.out_shape(path, shape), layer.where(path)
         put = _placer(out, path, tpath, where)
-        if isinstance(layer, Linear):
-            n_in, n_out = shape[0], layer.out
+        if isinstance(layer, Embedding):
+            for name, p in layer.params(shape).items():
+                put(name, p.shape, p.shape, (lambda a: a, lambda a: a))
+        elif isinstance(layer, CausalSelfAttention):
+            for name, p in layer.params(shape).items():
+                convert = _linear(None, None) if len(p.shape) == 2 else _vector(None)
+                put(name, p.shape, p.shape[::-1], convert)
+        elif isinstance(layer, Linear):
+            n_in, n_out = shape[-1], layer.out
             cols = end if i == last_linear else None
             put("weight", (n_in, n_out), (n_out, n_in), _linear(perm, cols))
             if layer.bias:
@@ -137,8 +148,8 @@ def _walk(
         elif isinstance(layer, Flatten) and len(shape) == 3:
             perm = flatten_perm(*shape)
         elif isinstance(layer, (LayerNorm, RMSNorm)):
-            for name in layer.params(shape):
-                put(name, shape, shape, _vector(perm))
+            for name, p in layer.params(shape).items():
+                put(name, p.shape, p.shape, _vector(perm))
         elif isinstance(layer, Residual):
             _walk(layer.layers, f"{path}.", f"{tpath}.", shape, perm, perm, out)
         # the others keep the feature order and own no parameters (pools take images: no order)
