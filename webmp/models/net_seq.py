@@ -31,7 +31,8 @@ from ..nn import layers as L
 from ..nn.network import Network
 from .common import EVAL, EVAL_FLAGS, ModelBuilder, replayed
 from .gpt import Heads
-from .net import Net, Node, Value
+from .net import Net
+from .net_nodes import Node, Value
 
 
 def build_token_net_plan(
