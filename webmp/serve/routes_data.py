@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from ..data.tables import Dataset
 from ..models.summary import layer_table
 from .api import answers, api_router, run_store
+from .budget import check_plan_size
 from .errors import InvalidConfig
 from .form import page_config
 from .page_data import check_network_data
@@ -74,12 +75,13 @@ async def upload_data(request: Request, name: str = FILE_NAME) -> Upload:
 async def network_table(request: Request) -> dict[str, Any]:
     """The layer table (webmp.models.summary.LayerTable.to_dict()) of a config's network at its
     batch size, on its data (the page sends model_spec, batch_size and data); 422 with the line that
-    POST /api/runs would answer."""
+    POST /api/runs would answer (the network, its data, the page's memory budget)."""
     cfg = page_config(await json_body(request))
     if cfg.model_spec is None:
         raise InvalidConfig("invalid model_spec: a layer table is a network's: give model_spec")
     data = await asyncio.to_thread(run_store(request).data.load, cfg)
     check_network_data(cfg, data)
+    check_plan_size(cfg, data)
     assert isinstance(data, Dataset)  # a network trains on a table (TrainConfig: model net)
     try:
         table = await asyncio.to_thread(layer_table, cfg.model_spec, cfg.batch_size, data)

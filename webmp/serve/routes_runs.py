@@ -49,8 +49,10 @@ async def json_body(request: Request) -> Any:
     raw = await read_body(request, MAX_JSON_BODY, f"POST bodies are at most {MAX_JSON_BODY} bytes")
     try:
         return json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
+    except ValueError:
         raise HTTPException(422, "the body must be a JSON object of TrainConfig fields") from None
+    except RecursionError:
+        raise HTTPException(422, "the body nests deeper than the server's JSON parser goes") from None
 
 
 def browser_config_schema() -> dict:
