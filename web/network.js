@@ -117,7 +117,11 @@ export class NetworkField {
 
   async ask() {
     const asked = ++this.asked, spec = this.value();
-    if (spec === null) return;
+    if (spec === null) {  // nothing to table (the server's 422 at Start says a net needs one)
+      page.layerTable = null;
+      this.table.replaceChildren();
+      return;
+    }
     try {
       const table = await api('/api/network', {method: 'POST', body: {model_spec: spec, ...this.context()}});
       if (asked !== this.asked) return;
