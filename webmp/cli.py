@@ -1,4 +1,4 @@
-"""`webmp train | sample | serve | bench` — the command line.
+"""`webmp train | model | sample | serve | bench` — the command line.
 
 `webmp train`'s configuration flags are generated from TrainConfig (webmp/config.py): one flag per
 field, named after it (underscores as dashes), typed by its annotation (int, float, str, bool,
@@ -11,6 +11,7 @@ default and helped by its docstring. A new field is a new flag with nothing to a
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from .nn import Network
 
 COMMANDS = {
     "train": "train a model natively through wgpu-py",
+    "model": "print a network's layer table: output shapes, parameters, activation memory",
     "sample": "generate text with a trained GPT run (on the GPU)",
     "serve": "serve the browser runtime (FastAPI) on 127.0.0.1",
     "bench": "benchmark kernels, step overhead and memory",
@@ -145,6 +147,12 @@ def train_parser() -> argparse.ArgumentParser:
         "change it (the model, data, precision, batch size and seed cannot)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the configuration and the data, print what the GPU would hold (a network's layer "
+        "table) and stop before any GPU work",
+    )
     add_train_flags(p)
     return p
 
@@ -167,6 +175,15 @@ def cmd_train(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"webmp train: {e}", file=sys.stderr)
         return 1
+    if args.dry_run:
+        from .train.dry_run import dry_run_report
+
+        try:
+            print(dry_run_report(cfg))
+        except (OSError, ValueError) as e:
+            print(f"webmp train: {e}", file=sys.stderr)
+            return 1
+        return 0
     from .train.distributed import detect_world
     from .train.loop import ScaleCollapseError, Trainer
 
@@ -186,6 +203,42 @@ def cmd_train(argv: list[str]) -> int:
         print(f"webmp train{where}: {e}", file=sys.stderr)
         world.abort(1)
         return 1
+    return 0
+
+
+def model_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="webmp model",
+        description="Print the layer table of a network file (webmp train --model-spec FILE.json): each "
+        "layer's output shape, parameters and the activation bytes its training step keeps in mixed "
+        "precision and in fp32, from the plan's own buffers. No GPU work.",
+    )
+    p.add_argument("spec", metavar="FILE.json", type=_network_file, help="the network file")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=TrainConfig.model_fields["batch_size"].default,
+        metavar="INT",
+        help="the batch the activations are sized for (default: %(default)s, train's)",
+    )
+    p.add_argument("--data", metavar="FILE", help="a data file (.npz or .csv) the network must fit")
+    p.add_argument("--json", action="store_true", help="the table as JSON")
+    return p
+
+
+def cmd_model(argv: list[str]) -> int:
+    args = model_parser().parse_args(argv)
+    from .train.dry_run import network_table
+
+    if not 1 <= args.batch_size <= 1 << 20:
+        print(f"webmp model: --batch-size {args.batch_size} must be between 1 and {1 << 20}", file=sys.stderr)
+        return 2
+    try:
+        table = network_table(args.spec, args.batch_size, args.data)
+    except (OSError, ValueError) as e:
+        print(f"webmp model: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(table.to_dict(), indent=1) if args.json else table.format())
     return 0
 
 
@@ -283,6 +336,8 @@ def _dispatch(argv: list[str]) -> int:
             return cmd_train(rest)
         if cmd == "sample":
             return cmd_sample(rest)
+        if cmd == "model":
+            return cmd_model(rest)
         if cmd == "serve":
             from .serve.cli import cli_serve
 

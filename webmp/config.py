@@ -101,7 +101,9 @@ class TrainConfig(BaseModel):
     ] = None  # fmt: skip
     """a network of your own (model net, implied): a JSON file {"input": [C, H, W] or [features],
     "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"}, ...]} whose
-    last layer is a linear layer with one output per class (schema: webmp.nn.network_schema())"""
+    last layer is a linear layer with one output per class, or a sequence model on text {"input":
+    {"tokens": V, "context": T}, "layers": [{"type": "embedding", "dim": 64}, ...]} whose last layer
+    has one output per character (schema: webmp.nn.network_schema())"""
     hidden: Annotated[
         list[int],
         Meta("model", label="hidden widths", common=True, models=MLP_MODELS, locked=True,
@@ -116,9 +118,10 @@ class TrainConfig(BaseModel):
     """built-in training data (without --data): scikit-learn's 8x8 digits (10 classes), a fixed split"""
     data: Annotated[str | None, Meta("model", common=True, locked=True, metavar="PATH")] = None
     """training data file: for the MLPs .npz (arrays x, y) or .csv (last column the label), split 80/20
-    like digits, without it the built-in dataset; for gpt any UTF-8 text (characters are the tokens,
-    the last 10 % validation), without it the running Python's standard library sources; a browser
-    run names a file uploaded to its server by its hash, sha256:<64 hex digits>"""
+    like digits, without it the built-in dataset; for gpt (and a network with a token input) any UTF-8
+    text (characters are the tokens, the last 10 % validation), without it the running Python's
+    standard library sources; a browser run names a file uploaded to its server by its hash,
+    sha256:<64 hex digits>"""
     init_weights: Annotated[
         str | None, Meta("model", browser=BROWSER_INIT, locked=True, metavar="PATH")
     ] = None  # fmt: skip
@@ -153,7 +156,8 @@ class TrainConfig(BaseModel):
     tie_head: Annotated[bool, Meta("model", label="tied head", models=GPT_ONLY, locked=True)] = True
     """gpt: the output head is the token embedding's transpose (no head bias)"""
     val_tokens: Annotated[int, Meta("model", models=GPT_ONLY, u32=True)] = 32768
-    """gpt: validation characters evaluated at the end (the first ones of the split; 0 = all)"""
+    """gpt and token networks: validation characters evaluated at the end (the first ones of the
+    split; 0 = all)"""
     input_scale: Annotated[float, Meta("model", form_after="init_gain", models=TABLE_MODELS, locked=True)] = (
         1.0
     )
@@ -354,7 +358,7 @@ class TrainConfig(BaseModel):
             raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         if self.min_scale > self.init_scale:
             raise ValueError(f"min_scale ({self.min_scale}) must not exceed init_scale ({self.init_scale})")
-        rows = self.batch_size * (self.context if self.model == "gpt" else 1)
+        rows = self.batch_size * self.window
         if self.steps * rows >= 2**32:
             raise ValueError(
                 f"steps x rows a step ({self.steps} x {rows}) must stay below 2^32: the data position "
@@ -369,6 +373,18 @@ class TrainConfig(BaseModel):
     @property
     def loss_scaling(self) -> bool:
         return self.precision == "mixed"
+
+    @property
+    def trains_on_text(self) -> bool:
+        """Whether the model trains on a text corpus: the gpt, or a network with a token input."""
+        return self.model == "gpt" or (self.model_spec is not None and self.model_spec.is_tokens)
+
+    @property
+    def window(self) -> int:
+        """Loss rows an example: the context of the gpt or of a token network, else 1."""
+        if self.model == "gpt":
+            return self.context
+        return self.model_spec.context if self.model_spec is not None and self.model_spec.is_tokens else 1
 
 
 # Every field's Meta, checked here: a field without one is an import error.

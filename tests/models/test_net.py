@@ -117,7 +117,12 @@ def test_a_spec_file_too_large_or_not_json_is_refused_before_parsing(tmp_path, c
 def test_a_network_for_other_data_is_refused_naming_both(digits):
     cfg = TrainConfig(model_spec={"input": [1, 4, 4], "layers": [FLAT, LIN]})
     with pytest.raises(
-        ValueError, match=r"takes input \[1, 4, 4\] \(16 values an example\) but the data digits has 64"
+        ValueError, match=r"takes images \[1, 4, 4\] but the data digits holds images \[1, 8, 8\]"
+    ):
+        build_plan(cfg, digits, "fp32", dry=True)
+    cfg = TrainConfig(model_spec={"input": [16], "layers": [LIN]})
+    with pytest.raises(
+        ValueError, match=r"takes input \[16\] \(16 values an example\) but the data digits has 64"
     ):
         build_plan(cfg, digits, "fp32", dry=True)
     cfg = TrainConfig(model_spec={"input": [64], "layers": [{"type": "linear", "out": 7}]})
@@ -163,3 +168,97 @@ def test_the_plan_declares_each_layers_parameters_by_its_path(digits):
     assert [p["name"] for p in plan["params"]] == list(Network.from_dict(CNN).param_shapes())
     names = {b["name"] for b in plan["buffers"]}
     assert {"layers.0.patches", "layers.2.argmax", "layers.3.layers.0.patches", "logits", "dlogits"} <= names
+
+
+# --- the layer table (webmp model, webmp train --dry-run) ----------------------------------------
+
+
+def test_the_layer_table_counts_every_activation_once_and_sizes_them_per_precision():
+    """Each row's bytes from the plan's buffers: a ReLU over [B*64, 16] pixels keeps its output and
+    that output's gradient, 2 x B*64*16 values (2 bytes in mixed, 4 in fp32); the rows add up to the
+    plan's own activation total in both precisions."""
+    from webmp.models.summary import layer_table
+
+    B = 8
+    table = layer_table(Network.from_dict(CNN), B)
+    rows = {r.path: r for r in table.rows}
+    assert [r.path for r in table.rows] == ["(input)", *(t.path for t in Network.from_dict(CNN).trace())]
+    assert rows["layers.1"].activations == {"mixed": 2 * B * 64 * 16 * 2, "fp32": 2 * B * 64 * 16 * 4}
+    assert rows["layers.3.layers.0"].params == 144 * 16 + 16 and rows["layers.3.layers.0"].depth == 1
+    assert rows["layers.4"].out_shape == (256,) and rows["layers.4"].activations["mixed"] == 0
+    assert table.totals["params"] == 5050
+    for precision in ("mixed", "fp32"):
+        total = table.totals["memory"][precision]["activations"]
+        assert (
+            table.totals["activations"][precision]
+            == total
+            == sum(r.activations[precision] for r in table.rows)
+        )
+    text = table.format()
+    assert "layers.3.layers.0  conv2d     [8, 16, 4, 4]" in text and "activations mixed/fp32: 0.51" in text
+
+
+def test_webmp_model_prints_the_table_and_refuses_what_does_not_fit(tmp_path, capsys):
+    import numpy as np
+
+    spec = tmp_path / "cnn.json"
+    spec.write_text(json.dumps(CNN))
+    assert cli(["model", str(spec), "--batch-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == [
+        "layer",
+        "type",
+        "output",
+        "shape",
+        "params",
+        "act.",
+        "mixed",
+        "act.",
+        "fp32",
+    ]
+    assert "total" in out and "5,050" in out
+    assert cli(["model", str(spec), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"]["params"] == 5050
+    np.savez(tmp_path / "rgb.npz", x=np.zeros((20, 3, 8, 8)), y=np.arange(20) % 10)
+    assert cli(["model", str(spec), "--data", str(tmp_path / "rgb.npz")]) == 1
+    err = capsys.readouterr().err
+    assert "takes images [1, 8, 8] but the data rgb.npz holds images [3, 8, 8]" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_layers({"type": "conv3d"}, FLAT, LIN)))
+    assert cli(["model", str(bad)]) == 2
+    assert "layers.0: unknown layer type 'conv3d'" in capsys.readouterr().err
+
+
+def test_train_dry_run_prints_the_table_and_trains_nothing(tmp_path, capsys):
+    spec = tmp_path / "cnn.json"
+    spec.write_text(json.dumps(CNN))
+    out = tmp_path / "run"
+    assert cli(["train", "--model-spec", str(spec), "--dry-run", "--out", str(out)]) == 0
+    assert "layers.5  " in capsys.readouterr().out and not out.exists()
+
+
+def test_images_from_an_npz_train_channels_last(tmp_path):
+    """x [N, C, H, W] (here C = 3) is stored on the GPU one pixel's channels together: the data
+    buffer holds each example's (h, w, c) values, and a network for other images is refused."""
+    import numpy as np
+
+    from webmp.data.tables import load_table
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 3, 4, 5))
+    np.savez(tmp_path / "rgb.npz", x=x, y=np.arange(30) % 4)
+    data = load_table(tmp_path / "rgb.npz")
+    assert data.image == (3, 4, 5) and data.features == 60
+    spec = {"input": [3, 4, 5], "layers": [{"type": "conv2d", "out": 4, "kernel": 3}, FLAT,
+                                             {"type": "linear", "out": 4}]}  # fmt: skip
+    plan, blob = build_plan(TrainConfig(model_spec=spec, batch_size=4), data, "fp32")
+    buf = next(b for b in plan["buffers"] if b["name"] == "train_x")
+    stored = np.frombuffer(blob[buf["init"]["offset"] :][: buf["bytes"]], np.float32).reshape(-1, 60)
+    want = data.train_x.reshape(-1, 3, 4, 5).transpose(0, 2, 3, 1).reshape(-1, 60)
+    np.testing.assert_array_equal(stored, want)
+    with pytest.raises(
+        ValueError, match=r"takes images \[1, 6, 10\] but the data rgb.npz holds images \[3, 4, 5\]"
+    ):
+        build_plan(
+            TrainConfig(model_spec={"input": [1, 6, 10], "layers": [FLAT, LIN]}), data, "fp32", dry=True
+        )

@@ -172,7 +172,10 @@ def test_bad_npz_says_what_is_wrong(tmp_path):
     cases = {
         "no_x.npz": ({"y": y}, "no array 'x' in the .npz (it holds: y)"),
         "no_y.npz": ({"x": x, "labels": y}, "no array 'y' in the .npz (it holds: labels, x)"),
-        "x1d.npz": ({"x": x[:, 0], "y": y}, "x must be 2-D [rows, features], got shape (120,)"),
+        "x1d.npz": (
+            {"x": x[:, 0], "y": y},
+            "x must be [rows, features] or images [rows, C, H, W], got shape (120,)",
+        ),
         "y2d.npz": ({"x": x, "y": y[:, None]}, "y must be 1-D [rows], got shape (120, 1)"),
         "rows.npz": ({"x": x, "y": y[:-1]}, "x has 120 rows but y has 119"),
         "complex.npz": ({"x": x + 1j, "y": y}, "x must hold real numbers, got dtype complex128"),

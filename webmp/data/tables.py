@@ -32,7 +32,10 @@ TRAIN_FRACTION = 0.8
 MAX_FILE_BYTES = 1 << 30  # 1 GiB: no data file larger is read
 TABLE_SUFFIXES = (".npz", ".csv")
 TEXT_FOR_GPT = "text data trains the GPT (--model gpt)"
-MLP_FORMATS = ".npz (arrays x [rows, features] and y [rows]) or .csv (the last column the label)"
+MLP_FORMATS = (
+    ".npz (arrays x [rows, features] or images [rows, C, H, W], and y [rows]) or .csv (the last column "
+    "the label)"
+)
 NOT_TEXT_SUFFIXES = (".npy", ".json", ".jsonl", ".tsv", ".parquet", ".xlsx", ".xls")  # tables, not prose
 MAX_CLASSES = 1 << 16  # one output unit per class: a larger label is a mistake (say a regression target)
 
@@ -51,6 +54,7 @@ class Dataset:
     classes: int
     source: str = ""  # where the data came from: "scikit-learn digits", a file's absolute path
     sha256: str | None = None  # of the file's bytes; None for a built-in dataset
+    image: tuple[int, int, int] | None = None  # (C, H, W) when each row is an image, in (c, h, w) order
 
     @property
     def features(self) -> int:
@@ -71,7 +75,15 @@ def check_arrays(x: np.ndarray, y: np.ndarray, classes: int, what: str) -> None:
 
 
 def make_dataset(
-    name: str, train_x, train_y, test_x, test_y, classes: int, source: str = "", sha256: str | None = None
+    name: str,
+    train_x,
+    train_y,
+    test_x,
+    test_y,
+    classes: int,
+    source: str = "",
+    sha256: str | None = None,
+    image: tuple[int, int, int] | None = None,
 ) -> Dataset:
     train_x, test_x = np.asarray(train_x, np.float64), np.asarray(test_x, np.float64)
     train_y, test_y = np.asarray(train_y), np.asarray(test_y)
@@ -86,6 +98,7 @@ def make_dataset(
         classes,
         source,
         sha256,
+        image,
     )
 
 
@@ -97,6 +110,7 @@ def split_standardise(
     input_scale: float = 1.0,
     source: str = "",
     sha256: str | None = None,
+    image: tuple[int, int, int] | None = None,
 ) -> Dataset:
     """The MLP's dataset from all rows (x float64 [n, f], y integer [n], n >= 2): a deterministic
     80/20 split by SPLIT_SEED (at least one row on each side), features standardised on the train
@@ -108,16 +122,17 @@ def split_standardise(
     std = x[tr].std(0)
     std[std < 1e-6] = 1.0  # constant features (digits' border pixels, always 0) stay 0
     norm = (x - mean) / std * input_scale
-    return make_dataset(name, norm[tr], y[tr], norm[te], y[te], classes, source, sha256)
+    return make_dataset(name, norm[tr], y[tr], norm[te], y[te], classes, source, sha256, image)
 
 
 def load_digits(input_scale: float = 1.0) -> Dataset:
-    """sklearn's 8x8 digits: deterministic 80/20 split, features standardised on the train split."""
+    """sklearn's 8x8 digits: deterministic 80/20 split, features standardised on the train split;
+    each row a [1, 8, 8] image too."""
     from sklearn.datasets import load_digits as sk_digits
 
     d = sk_digits()
     x, y = d.data.astype(np.float64), d.target.astype(np.int64)
-    return split_standardise("digits", x, y, 10, input_scale, source="scikit-learn digits")
+    return split_standardise("digits", x, y, 10, input_scale, source="scikit-learn digits", image=(1, 8, 8))
 
 
 def load_dataset(name: str, input_scale: float = 1.0) -> Dataset:
@@ -198,8 +213,12 @@ def load_table(path: str | os.PathLike[str], input_scale: float = 1.0) -> Datase
         raise DataError(
             f"{p}: unknown data format {suffix or '(no extension)'!r}; the MLP trains on {MLP_FORMATS}"
         )
+    image = None
     if suffix == ".npz":
         x, y, classes = _npz_arrays(raw, p)
+        if x.ndim == 4:
+            image = x.shape[1:]
+            x = x.reshape(len(x), -1)
     else:
         x, y = _csv_arrays(decode_utf8(raw, str(p)), p)
         classes = None
@@ -215,7 +234,9 @@ def load_table(path: str | os.PathLike[str], input_scale: float = 1.0) -> Datase
     if classes < 2:
         raise DataError(f"{p}: every label is 0; a classifier needs at least 2 classes")
     digest = hashlib.sha256(raw).hexdigest()
-    return split_standardise(p.name, x, y, classes, input_scale, source=str(p.resolve()), sha256=digest)
+    return split_standardise(
+        p.name, x, y, classes, input_scale, source=str(p.resolve()), sha256=digest, image=image
+    )
 
 
 def _npz_arrays(raw: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, int | None]:
@@ -232,13 +253,13 @@ def _npz_arrays(raw: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, int | None
             have = ", ".join(sorted(arrays)) or "none"
             raise DataError(f"{p}: no array {key!r} in the .npz (it holds: {have}); save x and y")
     x, y = arrays["x"], arrays["y"]
-    if x.ndim != 2:
-        raise DataError(f"{p}: x must be 2-D [rows, features], got shape {x.shape}")
+    if x.ndim not in (2, 4):
+        raise DataError(f"{p}: x must be [rows, features] or images [rows, C, H, W], got shape {x.shape}")
     if y.ndim != 1:
         raise DataError(f"{p}: y must be 1-D [rows], got shape {y.shape}")
     if len(x) != len(y):
         raise DataError(f"{p}: x has {len(x)} rows but y has {len(y)}")
-    if x.shape[1] == 0:
+    if 0 in x.shape[1:]:
         raise DataError(f"{p}: x has no features (shape {x.shape})")
     for key, a in (("x", x), ("y", y)):
         if a.dtype.kind not in "biuf":
@@ -246,8 +267,8 @@ def _npz_arrays(raw: bytes, p: Path) -> tuple[np.ndarray, np.ndarray, int | None
     xf = x.astype(np.float64)
     bad = ~np.isfinite(xf)
     if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise DataError(f"{p}: x holds {int(bad.sum())} NaN/Inf value(s), the first at x[{r}, {c}]")
+        first = ", ".join(str(int(i)) for i in np.argwhere(bad)[0])
+        raise DataError(f"{p}: x holds {int(bad.sum())} NaN/Inf value(s), the first at x[{first}]")
     labels = _labels(y.astype(np.float64), lambda i: f"{p}: y[{i}]")
     classes = None
     if "classes" in arrays:

@@ -107,9 +107,10 @@ def load_text(path: str | os.PathLike[str] | None = None, max_bytes: int | None 
 
 
 def load_training_data(cfg: TrainConfig) -> Dataset | TextCorpus:
-    """What `cfg.model` trains on: the GPT a text corpus (cfg.data or the default corpus), the MLPs
-    a Dataset (webmp.data.tables.load_mlp_data)."""
-    return load_text(cfg.data) if cfg.model == "gpt" else load_mlp_data(cfg)
+    """What `cfg.model` trains on: the GPT and a network with a token input a text corpus (cfg.data
+    or the default corpus), the MLPs and the other networks a Dataset
+    (webmp.data.tables.load_mlp_data)."""
+    return load_text(cfg.data) if cfg.trains_on_text else load_mlp_data(cfg)
 
 
 def checkpoint_facts(data: Dataset | TextCorpus) -> dict[str, Any]:

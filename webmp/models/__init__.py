@@ -10,6 +10,7 @@ from ..engine.tiles import TileTable
 from .gpt import build_gpt_plan
 from .mlp import build_mlp_plan
 from .net import build_net_plan
+from .net_seq import build_token_net_plan
 
 
 def build_plan(
@@ -24,7 +25,8 @@ def build_plan(
 ) -> tuple[Plan, bytes]:
     """The plan and its initial-contents blob for training `cfg` on `data` with prelude `path`
     ('native', 'emulated' or 'fp32'); matmul tile shapes from `tiles` (default: DEFAULT_TILES).
-    The MLPs take a Dataset, the GPT a TextCorpus (its shape: build_gpt_plan's defaults).
+    The MLPs and the networks on a table take a Dataset, the GPT and the token networks a
+    TextCorpus (the GPT's shape: build_gpt_plan's defaults).
     With `world` > 1: data-parallel rank `rank`'s plan (its `data_parallel` key says how to run it).
     dry: a dry run (PlanBuilder's), the same plan without initial contents (every buffer's init
     None, the blob empty): what plan_buffers reads."""
@@ -32,9 +34,13 @@ def build_plan(
         if isinstance(data, TextCorpus):
             raise TypeError(f"model {cfg.model!r} trains on a Dataset, not a TextCorpus")
         return build_mlp_plan(cfg, data, path, tiles, rank, world, dry=dry)
+    if cfg.model == "net" and cfg.trains_on_text:
+        if not isinstance(data, TextCorpus):
+            raise TypeError(f"a network with a token input trains on a TextCorpus, got {type(data).__name__}")
+        return build_token_net_plan(cfg, data, path, tiles, rank, world, dry=dry)
     if cfg.model == "net":
         if isinstance(data, TextCorpus):
-            raise TypeError("model 'net' trains on a Dataset, not a TextCorpus")
+            raise TypeError("model 'net' with an image or vector input trains on a Dataset, not a TextCorpus")
         return build_net_plan(cfg, data, path, tiles, rank, world, dry=dry)
     if cfg.model == "gpt":
         if not isinstance(data, TextCorpus):

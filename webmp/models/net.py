@@ -2,8 +2,12 @@
 parameters and emits its forward and backward dispatches through the launchers of webmp/ops.
 
 Values flow as h matrices: a vector batch [B, features], an image batch channels-last [B*H*W, C]
-(one row a pixel). Every value has its own buffer (Flatten of an even-C image reuses its input's:
-the same bytes), and its gradient the buffer "d_" + its name, written by the layer that reads the
+(one row a pixel), a sequence batch [B*T, D] (one row a position). A network with a token input
+(sequence models on text) is webmp/models/net_seq.py's TokenNet, a Net with its own data, loss
+rows and evaluation and the nodes of its own layers (the embedding, attention).
+
+Every value has its own buffer (Flatten of an even-C image reuses its input's: the same bytes),
+and its gradient the buffer "d_" + its name, written by the layer that reads the
 value. No node's backward reads its own output, so a residual block adds its input into its last
 layer's output in place, and its input's gradient into its first layer's input gradient.
 """
@@ -37,9 +41,14 @@ class Value:
 
 
 def value_of(buffer: str, shape: tuple[int, ...], batch: int) -> Value:
+    if isinstance(shape, L.Tokens):  # token ids, u32 [B*T]
+        return Value(buffer, shape, batch * shape[0], 1)
     if len(shape) == 3:
         C, H, W = shape
         return Value(buffer, shape, batch * H * W, C)
+    if len(shape) == 2:
+        T, D = shape
+        return Value(buffer, shape, batch * T, D)
     return Value(buffer, shape, batch, shape[0])
 
 
@@ -61,19 +70,21 @@ def build_net_plan(
     g = Net(mb, net, data)
     g.train_step()
     mb.optimizer()
-    g.evaluation()
+    evaluation = g.evaluation()
     mb.histograms(g.lens)
-    evaluation: EvalSpec = {
-        "result_buffer": "eval_result",
-        "test_rows": len(data.test_x),
-        "loss_buffer": None,
-    }
     return mb.finish([data.features, *[t.out_shape[0] for t in g.traced if t.depth == 0]], evaluation)
 
 
 def check_data_fits(net: Network, data: Dataset) -> None:
-    """ValueError naming both when the data's examples are not the network's input."""
+    """ValueError naming both when the data's examples are not the network's input: an image network
+    takes images of its shape (or table rows of as many values, read in (c, h, w) order), a vector
+    network rows of as many features (images flattened in (c, h, w) order, as torch.flatten)."""
     want = math.prod(net.in_shape)
+    if len(net.in_shape) == 3 and data.image is not None and data.image != net.in_shape:
+        raise ValueError(
+            f"the network takes images {list(net.in_shape)} but the data {data.name} holds images "
+            f"{list(data.image)}"
+        )
     if data.features != want:
         raise ValueError(
             f"the network takes input {list(net.in_shape)} ({want} values an example) but the data "
@@ -86,6 +97,14 @@ def check_data_fits(net: Network, data: Dataset) -> None:
         )
 
 
+def channels_last(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Rows of (c, h, w)-ordered images as the GPU reads them, (h, w, c): one pixel's channels together."""
+    if len(shape) != 3 or shape[0] == 1:
+        return x
+    C, H, W = shape
+    return np.ascontiguousarray(x.reshape(len(x), C, H, W).transpose(0, 2, 3, 1).reshape(len(x), -1))
+
+
 class Net:
     """The network's nodes (their parameters declared in trace order) and its programs."""
 
@@ -94,17 +113,24 @@ class Net:
         pb = mb.pb
         self.mb, self.pb, self.net, self.data = mb, pb, net, data
         self.Bt = Bt = mb.local_batch
-        pb.f32("train_x", data.train_x.shape, "data", data.train_x)
+        pb.f32("train_x", data.train_x.shape, "data", channels_last(data.train_x, net.in_shape))
         pb.u32("train_y", data.train_y.shape, "data", data.train_y)
-        pb.f32("test_x", data.test_x.shape, "data", data.test_x)
+        pb.f32("test_x", data.test_x.shape, "data", channels_last(data.test_x, net.in_shape))
         pb.u32("test_y", data.test_y.shape, "data", data.test_y)
         mb.bookkeeping(Bt)
         pb.h("X", Bt, data.features)
         pb.u32("y", (Bt,), "activations")
-        self.traced = net.trace()
-        rng = np.random.default_rng(mb.cfg.seed)
-        self.nodes = {t.path: make_node(self, t, i, rng) for i, t in enumerate(self.traced)}
+        self.place_nodes()
+
+    def place_nodes(self) -> None:
+        """Every layer's node, its parameters declared (and drawn from the seed) in trace order."""
+        self.traced = self.net.trace()
+        rng = np.random.default_rng(self.mb.cfg.seed)
+        self.nodes = {t.path: self.node_type(t.layer)(self, t, i, rng) for i, t in enumerate(self.traced)}
         self.lens: list[tuple[str, str]] = []
+
+    def node_type(self, layer: L.Layer) -> type[Node]:
+        return NODES[type(layer)]
 
     def act(self, name: str, rows: int, cols: int) -> str:
         """The h buffer `name` [rows, cols], declared at its first use."""
@@ -151,14 +177,19 @@ class Net:
         )  # fmt: skip
         self.kept: dict[str, Any] = {}
         self.forward(T, "flags", True, self.kept)
-        self.act("dlogits", Bt, self.net.classes)
+        self.loss_and_backward(T, "y", Bt)
+
+    def loss_and_backward(self, program: str, labels: str, rows: int) -> None:
+        """softmax_xent over the `rows` rows of logits (labels in `labels`), then the backward pass."""
+        C = self.net.classes
+        self.act("dlogits", rows, C)
         ops.softmax_xent(
-            pb, T, logits="logits", labels="y", loss_rows="loss_rows", dlogits="dlogits", B=Bt,
-            C=self.net.classes, counted=mb.counted_rows,
+            self.pb, program, logits="logits", labels=labels, loss_rows="loss_rows", dlogits="dlogits",
+            B=rows, C=C, counted=self.mb.counted_rows,
         )  # fmt: skip
-        dlogits = Value("dlogits", (self.net.classes,), Bt, self.net.classes)
+        dlogits = Value("dlogits", self.net.out_shape("network", self.net.in_shape), rows, C)
         self.lens.append(("logits", "dlogits"))
-        self._backward_layers(self.net.layers, "", dlogits, T, first=True)
+        self._backward_layers(self.net.layers, "", dlogits, program, first=True)
 
     def _backward_layers(self, layers, prefix, dy: Value, program: str, first: bool) -> Value | None:
         """The layers' backward passes, last first, from the gradient of their output; returns the
@@ -181,7 +212,7 @@ class Net:
             self.pb.f32(name, (n,), "other", np.zeros(n, np.float32))
         return name
 
-    def evaluation(self) -> None:
+    def evaluation(self) -> EvalSpec:
         """Program 'eval' on the test split, as the MLP's: one batch a chunk, dropout off."""
         pb, Bt, E, C = self.pb, self.Bt, EVAL, self.net.classes
         n_test = len(self.data.test_x)
@@ -194,6 +225,7 @@ class Net:
             )  # fmt: skip
             forward(E)
             ops.eval_count(pb, E, logits="logits", labels="y", result="eval_result", B=Bt, C=C)
+        return {"result_buffer": "eval_result", "test_rows": n_test, "loss_buffer": None}
 
 
 # --- the nodes: one per layer type --------------------------------------------------------------
@@ -210,8 +242,8 @@ class Node:
         self.in_shape, self.out_shape = t.in_shape, t.out_shape
         self.last = t.depth == 0 and t.path == f"layers.{len(g.net.layers) - 1}"
         self.params: dict[str, Param] = {}
-        for full, p in t.params.items():
-            self.params[full.rsplit(".", 1)[1]] = self.mb.param(
+        for full, p in t.params.items():  # by the name after the layer's path: weight, qkv.bias
+            self.params[full.removeprefix(t.path + ".")] = self.mb.param(
                 full, p.shape, _init(rng, p), copy=p.matrix, decay=p.decay
             )
 
@@ -230,10 +262,14 @@ class Node:
 
 
 def _init(rng: np.random.Generator, p: L.ParamShape):
-    """PyTorch's default: uniform in +-1/sqrt(fan_in), drawn when called (not in a dry run); or a fill."""
+    """PyTorch's default: uniform in +-1/sqrt(fan_in), drawn when called (not in a dry run); or a
+    fill, or normal(0, std) (nn.Embedding's)."""
     if p.fill is not None:
         fill = p.fill
         return lambda: np.full(p.shape, fill, np.float32)
+    if p.std is not None:
+        std = p.std
+        return lambda: rng.normal(0.0, std, size=p.shape).astype(np.float32)
     bound = 1.0 / math.sqrt(p.fan_in)
     return lambda: rng.uniform(-bound, bound, size=p.shape).astype(np.float32)
 
@@ -241,7 +277,7 @@ def _init(rng: np.random.Generator, p: L.ParamShape):
 class LinearNode(Node):
     def forward(self, x, program, flags, training):
         W, b = self.params["weight"], self.params.get("bias")
-        n_out, n_in = self.out_shape[0], self.in_shape[0]
+        n_out, n_in = self.out_shape[-1], self.in_shape[-1]
         common = dict(A=x.buffer, B=str(W["copy"]), M=x.rows, N=n_out, K=n_in, flags=flags)
         if self.last:
             bias = b["master"] if b else self.g.zeros(n_out)
@@ -258,7 +294,7 @@ class LinearNode(Node):
 
     def backward(self, x, y, saved, dy, program, need_dx):
         W, b = self.params["weight"], self.params.get("bias")
-        n_out, n_in = self.out_shape[0], self.in_shape[0]
+        n_out, n_in = self.out_shape[-1], self.in_shape[-1]
         self.mb.matmul(
             program,
             "matmul_wgrad",
@@ -449,7 +485,7 @@ class DropoutNode(Node):
 
 
 class NormNode(Node):
-    """LayerNorm (its eps PyTorch's default: the kernel's) or RMSNorm over a vector's features."""
+    """LayerNorm or RMSNorm over a vector's features, with the layer's eps."""
 
     def forward(self, x, program, flags, training):
         y = self.out(x)
@@ -460,7 +496,7 @@ class NormNode(Node):
                 self.pb.f32(stats, (x.rows, 2), "activations")
             ops.layernorm_fwd(
                 self.pb, program, Z=x.buffer, gamma=g["master"], beta=self.params["bias"]["master"],
-                Y=y.buffer, stats=stats, M=x.rows, N=x.cols, flags=flags, rows=rows,
+                Y=y.buffer, stats=stats, M=x.rows, N=x.cols, flags=flags, rows=rows, eps=self.layer.eps,
             )  # fmt: skip
         else:
             if stats not in self.pb.buffers:
@@ -518,8 +554,18 @@ class ResidualNode(Node):
         f = self.g._forward_layers(
             layers, f"{self.path}.", x, program, flags, training, self.g_keep(training)
         )
+        if f.buffer == x.buffer:  # f passed x through: x + x goes to a buffer of its own, x stays
+            f = self.copy(x, f"{self.path}.y", program)
         ops.add_h(self.pb, program, A=x.buffer, Y=f.buffer, M=x.rows, N=x.cols, flags=flags)
         return Value(f.buffer, x.shape, x.rows, x.cols), None
+
+    def copy(self, v: Value, name: str, program: str) -> Value:
+        out = Value(self.g.act(name, v.rows, v.cols), v.shape, v.rows, v.cols)
+        ops.repack_h(
+            self.pb, program, X=v.buffer, Y=out.buffer, rows_in=v.rows, cols_in=v.cols, rows_out=v.rows,
+            cols_out=v.cols,
+        )  # fmt: skip
+        return out
 
     def g_keep(self, training: bool) -> dict[str, Any] | None:
         return self.g.kept if training else None
@@ -529,7 +575,8 @@ class ResidualNode(Node):
             cast(Residual, self.layer).layers, f"{self.path}.", dy, program, first=False
         )
         assert dx is not None
-        # dx += dy; where f passes x through (dx is dy: y = 2x) this doubles it, as it should
+        if dx.buffer == dy.buffer:  # f passed its gradient through: dy + dy to a buffer of its own
+            dx = self.copy(dy, f"d_{self.path}.x", program)
         ops.add_h(self.pb, program, A=dy.buffer, Y=dx.buffer, M=x.rows, N=x.cols)
         return dx
 

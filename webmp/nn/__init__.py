@@ -1,13 +1,17 @@
 """Networks users define: layers (webmp.nn.layers) composed into a Network (webmp.nn.network), from
-Python or a JSON file. What each layer is lives here; how it runs on the GPU is webmp/models/net.py."""
+Python or a JSON file; classifiers of images or vectors, and sequence models on text (a token input,
+embedding and causal self-attention layers). What each layer is lives here; how it runs on the GPU
+is webmp/models/net.py (and net_seq.py for the sequence layers)."""
 
 from __future__ import annotations
 
 from .layers import (
     GELU,
     AvgPool2d,
+    CausalSelfAttention,
     Conv2d,
     Dropout,
+    Embedding,
     Flatten,
     Layer,
     LayerNorm,
@@ -20,11 +24,14 @@ from .layers import (
     ShapeError,
     SiLU,
     Tanh,
+    Tokens,
+    kind_of,
 )
-from .network import MAX_SPEC_BYTES, Network, Residual, Traced, network_schema
+from .network import MAX_SPEC_BYTES, Network, Residual, TokenInput, Traced, network_schema
 
 __all__ = [
-    "GELU", "MAX_SPEC_BYTES", "AvgPool2d", "Conv2d", "Dropout", "Flatten", "Layer", "LayerNorm",
-    "Linear", "MaxPool2d", "Network", "ParamShape", "ReLU", "RMSNorm", "Residual", "Shape", "ShapeError",
-    "SiLU", "Tanh", "Traced", "network_schema",
+    "GELU", "MAX_SPEC_BYTES", "AvgPool2d", "CausalSelfAttention", "Conv2d", "Dropout", "Embedding",
+    "Flatten", "Layer", "LayerNorm", "Linear", "MaxPool2d", "Network", "ParamShape", "ReLU", "RMSNorm",
+    "Residual", "Shape", "ShapeError", "SiLU", "Tanh", "TokenInput", "Tokens", "Traced", "kind_of",
+    "network_schema",
 ]  # fmt: skip

@@ -1,7 +1,9 @@
-"""A network: an input shape and a list of layers (Residual holds a list of its own), from Python or
-from a JSON file (`Network.from_file`, its schema `network_schema()`), checked whole before any GPU
-work: every layer's shape chained from the input (ShapeError naming the layer and both shapes), the
-depth and size bounded, the last layer a Linear whose outputs are the classes.
+"""A network: an input and a list of layers (Residual holds a list of its own), from Python or from a
+JSON file (`Network.from_file`, its schema `network_schema()`), checked whole before any GPU work:
+every layer's shape chained from the input (ShapeError naming the layer and both shapes), the depth
+and size bounded, the last layer a Linear whose outputs are the classes (an image or vector input,
+loss softmax_xent) or the vocabulary (a token input {"tokens": V, "context": T}, loss next_token:
+each position's logits for the token after it).
 
 `trace` walks it once and says, for each layer, its path (`layers.3.layers.0`: the names its
 parameters carry in checkpoints), its input and output shapes and its parameters.
@@ -16,14 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from .layers import (
     GELU,
     MAX_IMAGE_SIDE,
+    MAX_WIDTH,
     AvgPool2d,
+    CausalSelfAttention,
     Conv2d,
     Dropout,
+    Embedding,
     Flatten,
     Layer,
     LayerNorm,
@@ -36,12 +41,14 @@ from .layers import (
     ShapeError,
     SiLU,
     Tanh,
+    Tokens,
 )
 
 MAX_LAYERS = 256  # layers in all, nested ones included
 MAX_DEPTH = 8  # residual blocks inside residual blocks
 MAX_SPEC_BYTES = 1 << 20  # a network file; a real one is a few kilobytes
 MAX_PARAMS = 1 << 28  # 1 GiB of f32 masters, before the optimizer's moments
+MAX_CONTEXT = 1 << 13  # TrainConfig.context's limit: the attention scores grow with its square
 
 
 class Residual(Layer):
@@ -51,6 +58,7 @@ class Residual(Layer):
     layers: list[AnyLayer] = Field(min_length=1)
 
     def out_shape(self, path: str, shape: Shape) -> Shape:
+        self.check_input(path, shape)
         out = shape
         for i, layer in enumerate(self.layers):
             out = layer.out_shape(f"{path}.layers.{i}", out)
@@ -64,12 +72,33 @@ class Residual(Layer):
 
 AnyLayer = Annotated[
     Linear | Conv2d | MaxPool2d | AvgPool2d | Flatten | ReLU | GELU | SiLU | Tanh | Dropout | LayerNorm
-    | RMSNorm | Residual,
+    | RMSNorm | Embedding | CausalSelfAttention | Residual,
     Field(discriminator="type"),
 ]  # fmt: skip
 Residual.model_rebuild()
 
 InputShape = Annotated[list[Annotated[int, Field(ge=1, le=1 << 16)]], Field(min_length=1, max_length=3)]
+
+
+class TokenInput(BaseModel):
+    """A token network's input: windows of `context` token ids from a vocabulary of `tokens` (for
+    text, its distinct characters)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tokens: Annotated[int, Field(ge=2, le=MAX_WIDTH)]
+    context: Annotated[int, Field(ge=1, le=MAX_CONTEXT)]
+
+
+def _input_kind(value: object) -> str:
+    return "token_input" if isinstance(value, dict | TokenInput) else "shape"
+
+
+# tagged, so that an error names input.context, not the union's members
+NetworkInput = Annotated[
+    Annotated[InputShape, Tag("shape")] | Annotated[TokenInput, Tag("token_input")],
+    Discriminator(_input_kind),
+]
+_INPUT_TAGS = {"shape", "token_input"}
 
 
 @dataclass(frozen=True)
@@ -99,19 +128,27 @@ def _walk(layers: Sequence[Layer], prefix: str, shape: Shape, depth: int, out: l
 
 class Network(Layer):
     """{"input": [C, H, W] or [features], "layers": [...]}: the last layer's outputs are the classes,
-    trained with softmax cross-entropy."""
+    trained with softmax cross-entropy (loss "softmax_xent"). {"input": {"tokens": V, "context": T},
+    "layers": [{"type": "embedding", ...}, ...]}: a sequence model; the last layer's outputs at
+    each position are the logits of the next token, trained with cross-entropy over every position
+    of every window (loss "next_token", implied by the token input)."""
 
     type: Literal["network"] = "network"
-    input: InputShape
+    input: NetworkInput
     layers: list[AnyLayer] = Field(min_length=1)
-    loss: Literal["softmax_xent"] = "softmax_xent"
+    loss: Literal["softmax_xent", "next_token"] = "softmax_xent"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _implied_loss(cls, data):
+        """A token input's loss, when left out, is next_token."""
+        if isinstance(data, dict) and "loss" not in data and isinstance(data.get("input"), dict | TokenInput):
+            data = {**data, "loss": "next_token"}
+        return data
 
     @model_validator(mode="after")
     def _fits(self) -> Network:
-        if len(self.input) == 2:
-            raise ValueError(f"input {self.input}: give [features] or an image [C, H, W]")
-        if len(self.input) == 3 and max(self.input[1:]) > MAX_IMAGE_SIDE:
-            raise ValueError(f"input {self.input}: images up to {MAX_IMAGE_SIDE} pixels a side")
+        self._check_input()
         count, depth = _count(self.layers)
         if count > MAX_LAYERS:
             raise ValueError(f"{count} layers; at most {MAX_LAYERS}")
@@ -119,23 +156,59 @@ class Network(Layer):
             raise ValueError(f"residual blocks nested {depth} deep; at most {MAX_DEPTH}")
         traced = self.trace()  # ShapeError (a ValueError) names the layer
         last = traced[-1] if not isinstance(self.layers[-1], Residual) else None
+        outputs = "the next token's logits" if self.is_tokens else "the classes' logits"
         if last is None or not isinstance(last.layer, Linear):
             raise ValueError(
                 f"the last layer ({type(self.layers[-1]).__name__.lower()}) must be a linear layer: its "
-                "outputs are the classes' logits"
+                f"outputs are {outputs}"
+            )
+        if isinstance(self.input, TokenInput) and last.out_shape[-1] != self.input.tokens:
+            raise ValueError(
+                f"the last layer ({last.path}, linear) has {last.out_shape[-1]} outputs but the input's "
+                f"vocabulary is {self.input.tokens} tokens: its outputs are {outputs}"
             )
         total = sum(math.prod(p.shape) for t in traced for p in t.params.values())
         if total > MAX_PARAMS:
             raise ValueError(f"{total:,} parameters; at most {MAX_PARAMS:,}")
         return self
 
+    def _check_input(self) -> None:
+        if isinstance(self.input, TokenInput):
+            if self.loss != "next_token":
+                raise ValueError(f"loss {self.loss}: a token input trains with loss next_token")
+            return
+        if self.loss != "softmax_xent":
+            raise ValueError(f"loss {self.loss}: it needs a token input {{tokens, context}}")
+        if len(self.input) == 2:
+            raise ValueError(
+                f"input {self.input}: give [features] or an image [C, H, W] (or, for text, "
+                '{"tokens": V, "context": T})'
+            )
+        if len(self.input) == 3 and max(self.input[1:]) > MAX_IMAGE_SIDE:
+            raise ValueError(f"input {self.input}: images up to {MAX_IMAGE_SIDE} pixels a side")
+
+    @property
+    def is_tokens(self) -> bool:
+        """Whether this is a sequence model (a token input)."""
+        return isinstance(self.input, TokenInput)
+
     @property
     def in_shape(self) -> Shape:
+        if isinstance(self.input, TokenInput):
+            return Tokens(self.input.context, self.input.tokens)
         return tuple(self.input)
 
     @property
     def classes(self) -> int:
-        return self.out_shape("network", self.in_shape)[0]
+        """The last layer's outputs: the classes, or a token network's vocabulary."""
+        return self.out_shape("network", self.in_shape)[-1]
+
+    @property
+    def context(self) -> int:
+        """A token network's window length T (ValueError for the others)."""
+        if not isinstance(self.input, TokenInput):
+            raise ValueError("only a token network has a context")
+        return self.input.context
 
     def out_shape(self, path: str, shape: Shape) -> Shape:
         out: list[Traced] = []
@@ -195,7 +268,7 @@ def _count(layers: Sequence[Layer], depth: int = 0) -> tuple[int, int]:
 def network_error(e: ValidationError) -> str:
     """The first error of a network's validation in one line: where (layers.3.kernel) and what."""
     err = e.errors()[0]
-    where = ".".join(str(x) for x in err["loc"] if not (isinstance(x, str) and x in _TAGS))
+    where = ".".join(str(x) for x in err["loc"] if not (isinstance(x, str) and x in _TAGS | _INPUT_TAGS))
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "union_tag_invalid":
         msg = f"unknown layer type {err['input'].get('type')!r}; one of {sorted(_TAGS - {'network'})}"
@@ -206,7 +279,7 @@ def network_error(e: ValidationError) -> str:
 
 _TAGS = {
     "linear", "conv2d", "maxpool2d", "avgpool2d", "flatten", "relu", "gelu", "silu", "tanh", "dropout",
-    "layernorm", "rmsnorm", "residual", "network",
+    "layernorm", "rmsnorm", "embedding", "causal_self_attention", "residual", "network",
 }  # fmt: skip
 
 

@@ -74,6 +74,9 @@ def colsum(pb: PlanBuilder, program: str, *, G: str, out: str, M: int, N: int) -
     )
 
 
+LAYERNORM_EPS = 1e-5  # nn.LayerNorm's default, layernorm_fwd.wgsl's EPS
+
+
 def layernorm_fwd(
     pb: PlanBuilder,
     program: str,
@@ -87,14 +90,18 @@ def layernorm_fwd(
     N: int,
     flags: str = "flags",
     rows: str = "workgroup",
+    eps: float = LAYERNORM_EPS,
 ) -> None:
     """Y = LayerNorm(Z) * gamma + beta over rows of N, keeping (mean, rstd) per row; rows
-    "workgroup": a workgroup a row, "thread": a thread a row (64 rows a workgroup), bit-identical."""
+    "workgroup": a workgroup a row, "thread": a thread a row (64 rows a workgroup), bit-identical.
+    eps: the kernel's default (nn.LayerNorm's) unless given, so the built-in models' plans name none."""
+    if not eps > 0:
+        raise ValueError(f"layernorm_fwd: eps {eps!r} must be positive")
     pb.dispatch(
         program,
         ["reduce.wgsl", "layernorm_fwd.wgsl"],
         row_entry("layernorm_fwd", rows),
-        {"M": M, "N": N},
+        {"M": M, "N": N, **({} if eps == LAYERNORM_EPS else {"EPS": eps})},
         {"Z": Z, "gamma": gamma, "beta": beta, "Y": Y, "stats": stats, "flags": flags},
         _row_grid(M, rows),
     )
