@@ -110,6 +110,26 @@ def test_a_gpt_and_a_network_train_on_their_uploads(client, tmp_path):
     assert net["config"]["model"] == "net" and net["config"]["data"] == ref
 
 
+def test_a_token_network_trains_on_uploaded_text_and_has_a_table(client):
+    """A network with a token input trains on text: the upload's, whose vocabulary it must have."""
+    ref = upload(client, "notes.txt", TEXT).json()["data"]
+    vocab = len(set(TEXT.decode()))
+    layers = [{"type": "embedding", "dim": 16}, {"type": "linear", "out": vocab}]
+    spec = {"input": {"tokens": vocab, "context": 16}, "layers": layers}
+    run = create(client, **SMALL, model_spec=spec, data=ref, val_tokens=256)
+    plan = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated"}).json()["plan"]
+    assert {b["name"]: b["shape"] for b in plan["buffers"]}["tokens"] == [len(TEXT.decode()) * 9 // 10]
+    r = client.post("/api/network", json={"model_spec": spec, "data": ref, "batch_size": 4})
+    assert r.status_code == 200, r.text
+    assert [row["path"] for row in r.json()["rows"]] == ["(input)", "layers.0", "layers.1"]
+    wrong = {**spec, "input": {"tokens": vocab + 1, "context": 16}}
+    wrong["layers"] = [spec["layers"][0], {"type": "linear", "out": vocab + 1}]
+    r = client.post("/api/runs", json={**SMALL, "model_spec": wrong, "data": ref})
+    assert r.status_code == 422 and r.json()["detail"].startswith(
+        f"invalid model_spec: the network's input has a vocabulary of {vocab + 1} tokens but the text "
+    )
+
+
 def test_a_network_for_other_data_than_the_upload_is_refused(client):
     ref = upload(client, "iris.csv", CSV).json()["data"]
     for path in ("/api/runs", "/api/network"):
@@ -133,7 +153,10 @@ def test_an_upload_of_the_other_kind_is_not_found_for_the_model(client):
         f"invalid data: this server holds no uploaded table (.npz or .csv) {text}; upload the file"
     )
     r = client.post("/api/runs", json={**TINY_GPT, "data": table})
-    assert r.status_code == 422 and "no uploaded UTF-8 text (what a gpt trains on)" in r.json()["detail"]
+    assert (
+        r.status_code == 422
+        and "no uploaded UTF-8 text (what a gpt and a token network train on)" in r.json()["detail"]
+    )
     r = client.post("/api/runs", json={**SMALL, "data": "sha256:" + "0" * 64})
     assert r.status_code == 422 and "holds no uploaded table" in r.json()["detail"]
     assert client.get("/api/runs").json() == []

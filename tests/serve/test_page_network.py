@@ -192,9 +192,15 @@ def test_a_network_for_other_data_than_the_runs_is_refused_naming_both(client):
     """The digits are 64 features an example in 10 classes: a network of another input or other
     classes is refused before any run (its plan would read past the batch)."""
     detail = refused(client, {**NET, "model_spec": {**CNN, "input": [3, 8, 8]}})
+    assert (
+        detail
+        == "invalid model_spec: the network takes images [3, 8, 8] but the data digits holds images [1, 8, 8]"
+    )
+    vector = {"input": [32], "layers": [{"type": "linear", "out": 10}]}
+    detail = refused(client, {**NET, "model_spec": vector})
     assert detail == (
-        "invalid model_spec: the network takes input [3, 8, 8] (192 values an example) but the data "
-        "digits has 64 features an example"
+        "invalid model_spec: the network takes input [32] (32 values an example) but the data digits has 64 "
+        "features an example"
     )
     detail = refused(client, {**NET, "model_spec": with_layer(5, out=7)})
     assert detail == (

@@ -1,13 +1,14 @@
-"""What browser runs train on: the built-in data (the table models' digits, the GPT's default corpus),
-or a file a page uploaded (PUT /api/data), stored in the runs directory under its SHA-256 and named
-in the config by it (data "sha256:<hex>"). A page never names a server path (check_browser_config
-refuses one): the plan's blob, training data included, goes to whichever client asks for it.
+"""What browser runs train on: the built-in data (the digits; the default corpus for the models that
+train on text, the GPT and a network with a token input), or a file a page uploaded (PUT /api/data),
+stored in the runs directory under its SHA-256 and named in the config by it (data "sha256:<hex>").
+A page never names a server path (check_browser_config refuses one): the plan's blob, training data
+included, goes to whichever client asks for it.
 
 An upload is checked by the loaders `webmp train --data` uses (webmp.data.tables.load_table for
 .npz and .csv, webmp.data.text.load_text for any other name: UTF-8 text), so it is refused in their
 words; it is stored as uploads/<sha256>.npz, .csv or .txt, and a config's hash names the text for
-the GPT, the table for the others. Each file is loaded once per server process: a stored file is
-never rewritten (its name is its content).
+a model that trains on text, the table for the others. Each file is loaded once per server
+process: a stored file is never rewritten (its name is its content).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..config import TrainConfig
 from ..data.tables import TABLE_SUFFIXES, DataError, Dataset, load_dataset, load_table
 from ..data.text import TextCorpus, load_text
 from ..models.net import check_data_fits
+from ..models.net_seq import check_corpus_fits
 from .errors import InvalidConfig, InvalidData, TooLarge
 from .form import check_browser_config
 
@@ -82,15 +84,16 @@ class PageData:
         self.dir = None if runs_root is None else Path(runs_root) / UPLOADS
 
     def stored(self, cfg: TrainConfig) -> Path:
-        """The stored upload cfg.data names: text for the GPT, a table for the others; InvalidConfig
-        (naming the field) when this server holds none."""
+        """The stored upload cfg.data names: text for a model that trains on text, a table for the
+        others; InvalidConfig (naming the field) when this server holds none."""
         assert cfg.data is not None
         sha = cfg.data.removeprefix("sha256:")
-        suffixes = (TEXT_SUFFIX,) if cfg.model == "gpt" else TABLE_SUFFIXES
+        suffixes = (TEXT_SUFFIX,) if cfg.trains_on_text else TABLE_SUFFIXES
         for suffix in suffixes:
             if self.dir is not None and (self.dir / f"{sha}{suffix}").is_file():
                 return self.dir / f"{sha}{suffix}"
-        kind = "UTF-8 text (what a gpt trains on)" if cfg.model == "gpt" else "table (.npz or .csv)"
+        text = "UTF-8 text (what a gpt and a token network train on)"
+        kind = text if cfg.trains_on_text else "table (.npz or .csv)"
         raise InvalidConfig(f"invalid data: this server holds no uploaded {kind} {cfg.data}; upload the file")
 
     def load(self, cfg: TrainConfig) -> Dataset | TextCorpus:
@@ -98,17 +101,17 @@ class PageData:
         check_browser_config(cfg)
         if cfg.data is not None:
             path = str(self.stored(cfg))
-            if cfg.model == "gpt":
+            if cfg.trains_on_text:
                 return _text(path)
             return dataclasses.replace(_table(path, cfg.input_scale), name=cfg.data)  # not the file's name
-        return _default_corpus() if cfg.model == "gpt" else _dataset(cfg.dataset, cfg.input_scale)
+        return _default_corpus() if cfg.trains_on_text else _dataset(cfg.dataset, cfg.input_scale)
 
     @staticmethod
     def name(cfg: TrainConfig) -> str:
         """The training data of a browser run, in words (a refused resume names it)."""
         if cfg.data is not None:
             return f"the uploaded {cfg.data}"
-        return DEFAULT_CORPUS if cfg.model == "gpt" else f"the {cfg.dataset} dataset"
+        return DEFAULT_CORPUS if cfg.trains_on_text else f"the {cfg.dataset} dataset"
 
     def upload(self, raw: bytes, name: str) -> dict[str, Any]:
         """Check and store an upload named `name` (only its suffix and the messages read it): what the
@@ -154,9 +157,14 @@ class PageData:
 
 
 def check_network_data(cfg: TrainConfig, data: Dataset | TextCorpus) -> None:
-    """InvalidConfig naming model_spec when the network's input or classes are not the data's."""
-    if cfg.model_spec is not None and isinstance(data, Dataset):
-        try:
+    """InvalidConfig naming model_spec when the network's input or classes are not the data's (a
+    token network's vocabulary not the text's)."""
+    if cfg.model_spec is None:
+        return
+    try:
+        if isinstance(data, Dataset):
             check_data_fits(cfg.model_spec, data)
-        except ValueError as e:
-            raise InvalidConfig(f"invalid model_spec: {e}") from None
+        else:
+            check_corpus_fits(cfg.model_spec, data)
+    except ValueError as e:
+        raise InvalidConfig(f"invalid model_spec: {e}") from None

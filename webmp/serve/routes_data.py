@@ -6,12 +6,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from fastapi import Query, Request
 from pydantic import BaseModel
 
-from ..data.tables import Dataset
 from ..models.summary import layer_table
 from .api import answers, api_router, run_store
 from .budget import check_plan_size
@@ -82,9 +82,12 @@ async def network_table(request: Request) -> dict[str, Any]:
     data = await asyncio.to_thread(run_store(request).data.load, cfg)
     check_network_data(cfg, data)
     check_plan_size(cfg, data)
-    assert isinstance(data, Dataset)  # a network trains on a table (TrainConfig: model net)
     try:
-        table = await asyncio.to_thread(layer_table, cfg.model_spec, cfg.batch_size, data)
+        # a token network's table is of its text (layer_table's annotation names only a Dataset)
+        table = await asyncio.to_thread(layer_table, cfg.model_spec, cfg.batch_size, data)  # type: ignore[arg-type]
     except ValueError as e:  # a launcher's limit (the plan cannot be built at this size)
         raise InvalidConfig(f"this config makes no plan: {e}") from None
-    return table.to_dict()
+    # shapes as plain tuples: a token network's input shape is a named tuple, which to_dict's
+    # dataclasses.asdict cannot rebuild
+    rows = [dataclasses.replace(r, out_shape=tuple(r.out_shape)) for r in table.rows]
+    return dataclasses.replace(table, input_shape=tuple(table.input_shape), rows=rows).to_dict()
