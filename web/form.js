@@ -6,20 +6,49 @@
 // holds the model and only the fields that differ from that model's defaults: the server fills in
 // the rest (MODEL_DEFAULTS), as `webmp train` does for flags left out. The server validates (422: one
 // "invalid FIELD: message" line per field, `webmp train`'s words), and each message is shown next to
-// its field.
+// its field. Two fields have inputs of their own: the network's JSON editor with its layer table
+// (network.js) and the data's upload (upload.js).
 import {$, page} from './page.js';
 import {api} from './server.js';
+import {NetworkField} from './network.js';
+import {DataField} from './upload.js';
 
 // The form's fields, groups, defaults and presets (GET /api/form), their inputs and the model they
 // show; `sample`: the text generation form's defaults (`webmp sample`'s) and limits.
 export const form = {ready: false, fields: [], groups: [], defaults: {}, presets: [], sample: null, inputs: {}, labels: {},
-                     model: null};
+                     model: null, own: {}, maxUpload: 0};  // own: the fields with inputs of their own, by name
 
 const sameValue = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
+// One field's message beside it ('' clears it), as showFieldErrors shows the server's.
+function showFieldError(name, message) {
+  form.labels[name].querySelector('.field-error').textContent = message;
+  if (message) page.fieldErrors[name] = message;
+  else delete page.fieldErrors[name];
+}
+
+// The network's table depends on the batch size and the data (its input must be theirs).
+function tableContext() {
+  const get = (name) => getField(form.fields.find((f) => f.name === name));
+  const data = get('data');
+  return {batch_size: get('batch_size'), ...(data === null ? {} : {data})};
+}
+
+function ownInput(f) {
+  const id = `cfg-${f.name}`;
+  if (f.kind === 'network') {
+    return new NetworkField(id, {context: tableContext, onError: (detail) =>
+      showFieldError(f.name, detail.replace(/^invalid model_spec: /, '').replaceAll('\n', '; '))});
+  }
+  return new DataField(id, {maxBytes: form.maxUpload, onError: (detail) => showFieldError(f.name, detail)});
+}
+
 function fieldInput(f) {
   let el;
-  if (f.kind === 'choice') {
+  if (f.kind === 'network' || f.kind === 'data') {
+    form.own[f.name] = ownInput(f);
+    el = form.own[f.name].input;
+  } else if (f.kind === 'choice') {
     el = document.createElement('select');
     for (const c of f.choices) el.append(new Option(c, c));
   } else {
@@ -43,6 +72,7 @@ const number = (text) => (text.trim() !== '' && Number.isFinite(Number(text)) ? 
 
 function getField(f) {
   const el = form.inputs[f.name];
+  if (form.own[f.name]) return form.own[f.name].value();
   switch (f.kind) {
     case 'bool': return el.checked;
     case 'int': case 'float': return number(el.value);
@@ -54,7 +84,8 @@ function getField(f) {
 
 function setField(f, value) {
   const el = form.inputs[f.name];
-  if (f.kind === 'bool') el.checked = Boolean(value);
+  if (form.own[f.name]) form.own[f.name].set(value);
+  else if (f.kind === 'bool') el.checked = Boolean(value);
   else el.value = Array.isArray(value) ? value.join(',') : value === null ? '' : String(value);
 }
 
@@ -70,6 +101,7 @@ function selectModel(model) {
     form.labels[f.name].hidden = !applies(f, model);
   }
   form.model = model;
+  if (model === 'net') form.own.model_spec?.refresh();
 }
 
 // A run's config: every field as it was (a run opened from its URL).
@@ -89,12 +121,14 @@ function applyPreset(name) {
   showFieldErrors('');
 }
 
+// A run's config holds the model, its network (net: it has no default the server would fill in) and
+// only the fields that differ from that model's defaults.
 export function formConfig() {
   const model = form.inputs.model.value, cfg = {model};
   for (const f of form.fields) {
     if (f.name === 'model' || f.disabled !== null || !applies(f, model)) continue;
     const value = getField(f);
-    if (!sameValue(value, form.defaults[model][f.name])) cfg[f.name] = value;
+    if (f.kind === 'network' || !sameValue(value, form.defaults[model][f.name])) cfg[f.name] = value;
   }
   return cfg;
 }
@@ -129,7 +163,7 @@ function fieldLabel(f) {
   error.className = 'field-error';
   error.setAttribute('role', 'alert');
   const input = fieldInput(f);
-  label.append(name, input, error);
+  label.append(name, input, ...(form.own[f.name]?.extra ?? []), error);
   if (f.disabled !== null) {
     const why = document.createElement('small');
     why.className = 'why';
@@ -171,10 +205,13 @@ export function formChanges(cfg) {
 export let formReady = null;  // GET /api/form, and the form built from it (loadForm, when the page opens)
 
 export function loadForm() {
-  formReady = api('/api/form').then(({fields, groups, defaults, presets, sample}) => {
-    Object.assign(form, {fields, groups, defaults, presets, sample});
+  formReady = api('/api/form').then(({fields, groups, defaults, presets, sample, max_upload: maxUpload}) => {
+    Object.assign(form, {fields, groups, defaults, presets, sample, maxUpload});
     buildForm();
     form.inputs.model.addEventListener('change', () => selectModel(form.inputs.model.value));
+    for (const name of ['batch_size', 'data']) {
+      form.inputs[name].addEventListener('input', () => { if (form.model === 'net') form.own.model_spec.refresh(); });
+    }
     $('preset').addEventListener('change', () => applyPreset($('preset').value));
     selectModel(form.inputs.model.value);
     form.ready = true;

@@ -7,6 +7,7 @@ export const $ = (id) => document.getElementById(id);
 export const page = window.webmp = {
   status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null,
   phase: null, phases: [], timing: null, fieldErrors: {},  // a run's phases; the form's errors
+  layerTable: null, upload: null,  // the network's last layer table; the last data upload's answer
   sample: {status: 'idle'}, sampled: 0,  // sampled: samples ended (done or failed)
   noWebGPU: false,  // true: no adapter here, the page cannot train
   // the page's tuning pass: this adapter's key on the server, how many shape

@@ -30,8 +30,9 @@ function formatTime(unixSeconds) {
 
 // The settings a run differs in, in a few words: what tells runs apart in the list.
 function settings(cfg) {
-  const shape = cfg.model === 'gpt' ? `${cfg.n_layer}×${cfg.d_model}` : (cfg.hidden || []).join('-');
-  return `${cfg.model} ${shape}, ${cfg.precision}`;
+  const shape = cfg.model === 'gpt' ? `${cfg.n_layer}×${cfg.d_model}`
+    : cfg.model === 'net' ? `${cfg.model_spec.layers.map((l) => l.type).join('-')}` : (cfg.hidden || []).join('-');
+  return `${cfg.model} ${shape}, ${cfg.precision}${cfg.data ? `, data ${cfg.data.slice(7, 15)}` : ''}`;
 }
 
 export class RunsPanel {

@@ -79,16 +79,6 @@ def field_meta(model: type[BaseModel]) -> dict[str, Meta]:
     return {name: meta for name, meta in metas.items() if meta is not None}
 
 
-# The plan's blob, training data included, goes to whichever client asks for it over HTTP: a data
-# path chosen by that client would let it read any file the server can.
-BROWSER_DATA = (
-    "browser runs train on the built-in datasets (the MLPs: the dataset field; gpt: the default "
-    "corpus, the server's Python standard library sources); data files (--data) are for native "
-    "`webmp train`"
-)
-BROWSER_SPEC = (
-    "browser runs train the built-in models; a network file (--model-spec) is for native `webmp train`"
-)
 BROWSER_INIT = (
     "browser runs draw their initial weights from the seed; a weights file (--init-weights) is for "
     "native `webmp train`"
@@ -107,7 +97,7 @@ class TrainConfig(BaseModel):
     of --model-spec (webmp.nn layers)"""
     model_spec: Annotated[
         Network | None,
-        Meta("model", models=NET_ONLY, locked=True, metavar="FILE.json", browser=BROWSER_SPEC),
+        Meta("model", label="network", common=True, models=NET_ONLY, locked=True, metavar="FILE.json"),
     ] = None  # fmt: skip
     """a network of your own (model net, implied): a JSON file {"input": [C, H, W] or [features],
     "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"}, ...]} whose
@@ -126,11 +116,12 @@ class TrainConfig(BaseModel):
     """multiplies PyTorch's default Linear init"""
     dataset: Annotated[Literal["digits"], Meta("model", models=TABLE_MODELS, locked=True)] = "digits"
     """built-in training data (without --data): scikit-learn's 8x8 digits (10 classes), a fixed split"""
-    data: Annotated[str | None, Meta("model", browser=BROWSER_DATA, locked=True, metavar="PATH")] = None
+    data: Annotated[str | None, Meta("model", common=True, locked=True, metavar="PATH")] = None
     """training data file: for the MLPs .npz (arrays x, y) or .csv (last column the label), split 80/20
     like digits, without it the built-in dataset; for gpt (and a network with a token input) any UTF-8
     text (characters are the tokens, the last 10 % validation), without it the running Python's
-    standard library sources"""
+    standard library sources; a browser run names a file uploaded to its server by its hash,
+    sha256:<64 hex digits>"""
     init_weights: Annotated[
         str | None, Meta("model", browser=BROWSER_INIT, locked=True, metavar="PATH")
     ] = None  # fmt: skip

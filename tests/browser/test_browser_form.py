@@ -75,7 +75,7 @@ def cli_errors(flags: dict) -> list[str]:
 
 
 def test_every_setting_is_in_the_form_and_bad_values_read_as_the_cli(server, browser):
-    """Every TrainConfig field has an input (the uncommon ones under "more settings", `data`
+    """Every TrainConfig field has an input (the uncommon ones under "more settings", `init_weights`
     disabled with its reason); values the server refuses are shown next to their fields in the words
     `webmp train` prints for them, and no run is created."""
     page = browser.open(server.url + "/")
@@ -84,8 +84,8 @@ def test_every_setting_is_in_the_form_and_bad_values_read_as_the_cli(server, bro
         assert page.locator(f"#cfg-{name}").count() == 1, name
     assert not page.locator("#cfg-backoff_factor").is_visible()  # inside the closed "more settings"
     page.click("#more-settings > summary")
-    assert page.locator("#cfg-data").is_disabled()
-    assert "native `webmp train`" in page.locator("label:has(#cfg-data) .why").inner_text()
+    assert page.locator("#cfg-init_weights").is_disabled()
+    assert "native `webmp train`" in page.locator("label:has(#cfg-init_weights) .why").inner_text()
     runs_before = server.runs()
     bad = {"growth_factor": 0.5, "backoff_factor": 2, "batch_size": 0}
     for name, value in bad.items():

@@ -27,6 +27,7 @@ from webmp.cli import main as cli_main
 from webmp.config import MODEL_DEFAULTS, TrainConfig
 from webmp.data.text import load_text, unigram_bits_per_char
 from webmp.models import build_plan
+from webmp.nn import Network
 from webmp.presets import LOSS_SCALING_DEMO, PRESETS
 from webmp.serve.budget import (
     MAX_BUFFER_BYTES,
@@ -36,8 +37,9 @@ from webmp.serve.budget import (
     estimate_buffers,
 )
 from webmp.serve.errors import InvalidConfig
-from webmp.serve.form import NOT_IN_BROWSER, check_browser_config
+from webmp.serve.form import DEFAULT_NETWORK, NOT_IN_BROWSER, check_browser_config
 from webmp.serve.page_data import training_data
+from webmp.serve.security import MAX_UPLOAD_BYTES
 from webmp.serve.store import RunStore
 from webmp.train.rundir import RunDir
 
@@ -76,7 +78,8 @@ def test_form_is_made_from_the_config_and_its_model_defaults(client):
     form = client.get("/api/form").json()
     fields = {f["name"]: f for f in form["fields"]}
     assert sorted(fields) == sorted(TrainConfig.model_fields) and len(form["fields"]) == len(fields)
-    assert fields["model"]["kind"] == "choice" and fields["model"]["choices"] == ["mlp", "mlp-ln", "gpt"]
+    assert fields["model"]["kind"] == "choice"
+    assert fields["model"]["choices"] == ["mlp", "mlp-ln", "gpt", "net"]
     assert fields["model"]["models"] is None and fields["steps"]["models"] is None
     assert fields["hidden"]["kind"] == "int_list" and fields["hidden"]["models"] == ["mlp", "mlp-ln"]
     assert fields["tie_head"]["kind"] == "bool" and fields["lr"]["kind"] == "float"
@@ -92,17 +95,22 @@ def test_form_is_made_from_the_config_and_its_model_defaults(client):
     assert fields["backoff_factor"]["group"] == "precision" and not fields["backoff_factor"]["common"]
     assert fields["steps"]["common"] and fields["seed"]["group"] == "run"
     # only what a page cannot use is disabled, with check_browser_config's reason
-    assert {n for n, f in fields.items() if f["disabled"]} == set(NOT_IN_BROWSER)
-    assert set(NOT_IN_BROWSER) == {"data", "init_weights", "model_spec"}
-    assert fields["model"]["choices"] == ["mlp", "mlp-ln", "gpt"]  # a network file is for native runs
-    for name in NOT_IN_BROWSER:
-        assert fields[name]["kind"] == "text" and "native `webmp train`" in fields[name]["disabled"]
-        with pytest.raises(InvalidConfig, match="native `webmp train`"):
-            net = {"input": [64], "layers": [{"type": "linear", "out": 10}]}
-            check_browser_config(TrainConfig(**{name: net if name == "model_spec" else "x.npz"}))
-    assert set(form["defaults"]) == {"mlp", "mlp-ln", "gpt"}
+    assert {n for n, f in fields.items() if f["disabled"]} == set(NOT_IN_BROWSER) == {"init_weights"}
+    assert fields["init_weights"]["kind"] == "text"
+    assert "native `webmp train`" in fields["init_weights"]["disabled"]
+    with pytest.raises(InvalidConfig, match="native `webmp train`"):
+        check_browser_config(TrainConfig(init_weights="x.safetensors"))
+    # the network's editor and the data's upload: inputs of their own (web/network.js, upload.js)
+    assert (fields["model_spec"]["kind"], fields["data"]["kind"]) == ("network", "data")
+    assert form["max_upload"] == MAX_UPLOAD_BYTES
+    assert set(form["defaults"]) == {"mlp", "mlp-ln", "gpt", "net"}
     for model, defaults in form["defaults"].items():
-        assert defaults == TrainConfig(model=model).model_dump()
+        if model == "net":  # the CNN as written, not as the model dumps it with every default
+            assert defaults["model_spec"] == DEFAULT_NETWORK
+            defaults = {**defaults, "model_spec": Network.from_dict(DEFAULT_NETWORK).model_dump()}
+            assert defaults == TrainConfig(model=model, model_spec=DEFAULT_NETWORK).model_dump()
+        else:
+            assert defaults == TrainConfig(model=model).model_dump()
     assert {k: form["defaults"]["gpt"][k] for k in ("steps", "batch_size", "lr")} == {
         k: MODEL_DEFAULTS["gpt"][k] for k in ("steps", "batch_size", "lr")
     }
@@ -194,7 +202,7 @@ def test_gpt_trains_on_the_default_corpus_with_the_native_plan(client):
     assert tokens["shape"] == [len(corpus.train)] and tokens["init"]["bytes"] == 4 * len(corpus.train)
 
     r = client.post("/api/runs", json={**GPT, "data": "/etc/passwd"})  # still no data files
-    assert r.status_code == 422 and "browser runs train on the built-in datasets" in r.json()["detail"]
+    assert r.status_code == 422 and "a path is for native `webmp train --data`" in r.json()["detail"]
 
 
 def test_gpt_summary_carries_the_validation_loss(client):
@@ -395,7 +403,8 @@ def test_data_files_are_refused_for_browser_runs(client, tmp_path):
     r = client.post("/api/runs", json={**SMALL, "data": str(secret)})
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
-    assert "browser runs train on the built-in datasets" in detail and "webmp train" in detail
+    assert detail.startswith("invalid data: a browser run trains on the built-in data or on a file uploaded")
+    assert "a path is for native `webmp train --data`" in detail
     assert str(secret) not in detail
     assert sorted(p.name for p in client.app.state.store.root.glob("*")) == before  # no run directory
     assert client.get("/api/runs").json() == []

@@ -60,7 +60,7 @@ def test_derived_sets_are_the_expected_ones() -> None:
         "batch_size", "seed", "init_gain", "n_layer", "n_head", "d_model", "context", "tie_head",
         "model_spec",
     }  # fmt: skip
-    assert set(NOT_IN_BROWSER) == {"data", "init_weights", "model_spec"}
+    assert set(NOT_IN_BROWSER) == {"init_weights"}
     assert {n for n, m in FIELD_META.items() if m.u32} == {
         "steps", "growth_interval", "hysteresis", "warmup", "checkpoint_every", "val_tokens",
     }  # fmt: skip
@@ -97,11 +97,16 @@ def test_limits_come_from_the_meta(field: str, value: object, message: str) -> N
 
 def test_browser_refusal_comes_from_the_meta() -> None:
     check_browser_config(TrainConfig(data=None, init_weights=None))  # the defaults, given: fine
-    net = {"input": [64], "layers": [{"type": "linear", "out": 10}]}
     for name, why in NOT_IN_BROWSER.items():
         with pytest.raises(InvalidConfig) as err:
-            check_browser_config(TrainConfig(**{name: net if name == "model_spec" else "x"}))
+            check_browser_config(TrainConfig(**{name: "x"}))
         assert str(err.value.args[0]) == why == FIELD_META[name].browser
+    # a network is a page's to give; its data only an upload's hash, never a path on the server
+    check_browser_config(TrainConfig(model_spec={"input": [64], "layers": [{"type": "linear", "out": 10}]}))
+    check_browser_config(TrainConfig(data="sha256:" + "0" * 64))
+    for path in ("x.csv", "/etc/passwd", "sha256:" + "0" * 63, "sha256:../" + "0" * 61):
+        with pytest.raises(InvalidConfig, match="^invalid data: .*a path is for native `webmp train --data`"):
+            check_browser_config(TrainConfig(data=path))
 
 
 def test_a_new_field_is_a_flag_a_form_field_and_validated() -> None:

@@ -78,7 +78,7 @@ ALLOWED = {
     "tune": {"config", "data", "engine", "models", "ops"},
     "testing": {"config", "data", "engine", "models", "nn", "ops"},
     "sample": {"config", "data", "engine", "models", "train"},
-    "serve": {"config", "data", "engine", "models", "presets", "resources", "sample", "train", "tune"},
+    "serve": {"config", "data", "engine", "models", "nn", "presets", "resources", "sample", "train", "tune"},
     "bench": {"config", "data", "engine", "models", "ops", "presets", "serve", "train", "tune"},
     "cli": {"bench", "config", "nn", "presets", "sample", "serve", "train"},
     "__main__": {"cli"},

@@ -13,7 +13,15 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from ..tune.page import ADAPTER_KEY_PATTERN
-from .errors import InvalidConfig, InvalidSample, InvalidUpload, RunStateConflict, UnknownRun
+from .errors import (
+    InvalidConfig,
+    InvalidData,
+    InvalidSample,
+    InvalidUpload,
+    RunStateConflict,
+    TooLarge,
+    UnknownRun,
+)
 from .messages import json_safe
 from .store import RunStore
 
@@ -23,6 +31,8 @@ HTTP_STATUS = {
     InvalidUpload: 400,
     InvalidConfig: 422,
     InvalidSample: 422,
+    InvalidData: 422,
+    TooLarge: 413,
 }
 F16 = Query(..., pattern="^(native|emulated)$", description="does the page's adapter have shader-f16")
 # the page's adapter key (POST /api/adapters): the run's plan takes the matmul tiles tuned for it

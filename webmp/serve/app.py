@@ -8,6 +8,7 @@ statuses: webmp/serve/api.py). Who may talk to it is webmp/serve/security.py's; 
 
   GET  /api/form                        the page's form: TrainConfig fields, kinds, help, per-model defaults
   POST /api/runs                        create a run from a TrainConfig (JSON body)   -> RunInfo
+                                        (its model_spec a network as JSON, its data an upload's hash)
   GET  /api/runs, /api/runs/{id}        list / status                                -> RunInfo
                                         (browser runs, and kind 'native': run directories `webmp
                                         train` wrote under the runs directory, read-only)
@@ -20,6 +21,10 @@ statuses: webmp/serve/api.py). Who may talk to it is webmp/serve/security.py's; 
   GET  /api/runs/{id}/blob?f16=...      the plan's initial-contents blob (octet-stream)
   PUT  /api/runs/{id}/checkpoint?f16=&step=   raw bytes of plan["checkpoint_buffers"], in order
                                         (those: webmp/serve/routes_runs.py)
+  PUT  /api/data?name=FILE              the page's training data (raw bytes): checked by `webmp train
+                                        --data`'s loaders, stored by SHA-256  -> {data: "sha256:..."}
+  POST /api/network                     a config's network's layer table (or its one-line 422)
+                                        (both: webmp/serve/routes_data.py)
   WS   /api/runs/{id}/ws                records and the summary (see webmp/serve/messages.py); a socket
                                         sending faster than WS_MESSAGES_PER_S / WS_BYTES_PER_S
                                         allow is closed with code 4429; one page per run trains
@@ -45,7 +50,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ..resources import UPLOT_DIR, WEB_DIR
-from . import routes_runs, routes_sample, routes_tune, sockets
+from . import routes_data, routes_runs, routes_sample, routes_tune, sockets
 from .api import HTTP_STATUS, SafeJSONResponse
 from .errors import PageRunError
 from .security import LOOPBACK_NAMES, request_guard
@@ -76,7 +81,7 @@ def create_app(
     async def page_run_error(request: Request, exc: PageRunError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=HTTP_STATUS.get(type(exc), 400))
 
-    for routes in (routes_runs, routes_sample, routes_tune, sockets):  # the schema's order
+    for routes in (routes_runs, routes_data, routes_sample, routes_tune, sockets):  # the schema's order
         app.include_router(routes.router)
     mount_static(app)
     return app

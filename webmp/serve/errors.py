@@ -25,5 +25,13 @@ class InvalidConfig(PageRunError):
     """A valid TrainConfig that a browser run cannot train."""
 
 
+class InvalidData(PageRunError):
+    """An uploaded data file the loaders refuse (their one line)."""
+
+
+class TooLarge(PageRunError):
+    """More than the server keeps (an upload beyond what its uploads may hold in all)."""
+
+
 class InvalidSample(PageRunError):
     """Text generation settings or a prompt that cannot be used (webmp.sample.job's SampleError)."""

@@ -1,13 +1,19 @@
 """The page's form: every TrainConfig field from its JSON schema and its Meta (group, label, the
 models that read it, disabled with its reason where a browser run cannot set it), the groups' titles
-and order; the presets and the sampling form's defaults (GET /api/form).
+and order; the presets and the sampling form's defaults (GET /api/form). What a page may set
+(check_browser_config), and a page's config read as `webmp train` reads its flags (page_config).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
-from ..config import FIELD_META, Meta, TrainConfig, field_meta
+from pydantic import ValidationError
+
+from ..config import FIELD_META, Meta, TrainConfig, config_error_message, field_meta
+from ..nn.network import MAX_DEPTH, Network
 from ..presets import PRESETS
 from ..sample.job import (
     DEFAULT_SEED,
@@ -15,6 +21,7 @@ from ..sample.job import (
     DEFAULT_TOKENS,
 )
 from .errors import InvalidConfig
+from .security import MAX_UPLOAD_BYTES
 
 # What a page may ask to generate (`webmp sample` has no limits): a sampling plan's `seq` holds the
 # prompt and the tokens, and every token is one replay of the forward pass on the page's GPU.
@@ -23,19 +30,91 @@ MAX_PAGE_PROMPT = 2000  # characters
 
 
 # Fields a page cannot set, each with the reason the form shows next to it (their Meta.browser).
-BROWSER_MODELS = ("mlp", "mlp-ln", "gpt")  # model net: its network is a file (model_spec's Meta.browser)
 NOT_IN_BROWSER = {name: meta.browser for name, meta in FIELD_META.items() if meta.browser is not None}
+# The plan's blob, training data included, goes to whichever client asks for it over HTTP: a data
+# path chosen by that client would let it read any file the server can. A page uploads its data
+# (PUT /api/data, webmp/serve/page_data.py) and names it by the hash the server answered.
+DATA_REF = re.compile(r"sha256:[0-9a-f]{64}")
+BROWSER_DATA = (
+    "a browser run trains on the built-in data or on a file uploaded to the server, named by its hash "
+    "(sha256:<64 hex digits>, as PUT /api/data answers); a path is for native `webmp train --data`"
+)
+# The network the form offers first for model net: the issue's CNN for the 8x8 digits.
+DEFAULT_NETWORK: dict[str, Any] = {
+    "input": [1, 8, 8],
+    "layers": [
+        {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1},
+        {"type": "relu"},
+        {"type": "maxpool2d", "kernel": 2},
+        {
+            "type": "residual",
+            "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"}],
+        },
+        {"type": "flatten"},
+        {"type": "linear", "out": 10},
+    ],
+}
 
 
 def check_browser_config(cfg: TrainConfig) -> None:
     """Refuse a config that sets a field a page cannot (its Meta.browser, the reason InvalidConfig
-    gives): one whose value is not its default."""
+    gives): one whose value is not its default; and data that is not an upload's hash (DATA_REF)."""
     fields = type(cfg).model_fields
     for name, meta in field_meta(type(cfg)).items():
         if meta.browser is not None and getattr(cfg, name) != fields[name].get_default(
             call_default_factory=True
         ):
             raise InvalidConfig(meta.browser)
+    if cfg.data is not None and not DATA_REF.fullmatch(cfg.data):
+        raise InvalidConfig(f"invalid data: {BROWSER_DATA}")
+
+
+def residual_depth(spec: object) -> int:
+    """How deep a network's JSON nests layer lists (residual blocks), counted without recursion: a
+    nesting deeper than pydantic's recursion guard would otherwise be refused in its words."""
+    deepest, todo = 0, [(spec, -1)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, dict) and isinstance(node.get("layers"), list):
+            deepest = max(deepest, depth + 1)
+            todo += [(layer, depth + 1) for layer in node["layers"]]
+    return deepest
+
+
+def page_network(spec: object) -> Network:
+    """A page's network, read as `webmp train --model-spec` reads a file (Network.from_json and
+    from_dict: one line naming the layer): a JSON object, or its text as the page's editor holds it
+    (text that is not JSON is refused in the CLI's words). InvalidConfig naming model_spec."""
+    try:
+        if isinstance(spec, str):
+            text = spec
+            try:
+                spec = json.loads(text)
+            except ValueError:
+                Network.from_json(text, "model_spec")  # raises: the words for a file that is not JSON
+            except RecursionError:
+                raise ValueError("model_spec: nested deeper than a JSON parser goes") from None
+        depth = residual_depth(spec)
+        if depth > MAX_DEPTH:  # Network's own words, before pydantic recurses that deep
+            raise ValueError(f"model_spec: residual blocks nested {depth} deep; at most {MAX_DEPTH}")
+        return Network.from_dict(spec, "model_spec")
+    except ValueError as e:
+        raise InvalidConfig(f"invalid {e}") from None
+
+
+def page_config(body: object) -> TrainConfig:
+    """A config a page sends (POST /api/runs, /api/network, /api/tune): a JSON object of TrainConfig
+    fields, its model_spec read by page_network. InvalidConfig: one "invalid FIELD: message" line
+    per field."""
+    if not isinstance(body, dict):
+        raise InvalidConfig("the body must be a JSON object of TrainConfig fields")
+    fields = dict(body)
+    if fields.get("model_spec") is not None:
+        fields["model_spec"] = page_network(fields["model_spec"])
+    try:
+        return TrainConfig(**fields)
+    except ValidationError as e:
+        raise InvalidConfig(config_error_message(e)) from None
 
 
 # The page's form offers every TrainConfig field, generated from its JSON schema and Meta: the kind
@@ -50,15 +129,20 @@ GROUP_TITLES = {
     "run": "run",
 }
 _KINDS = {"integer": "int", "number": "float", "boolean": "bool", "array": "int_list", "string": "text"}
+# Fields with inputs of their own: the network's JSON editor and its layer table (web/network.js),
+# the data's upload (web/upload.js).
+PAGE_KINDS = {"model_spec": "network", "data": "data"}
 
 
 def form_field(name: str, prop: dict[str, Any], meta: Meta) -> dict[str, Any]:
     """One field of the form from its JSON schema property and its Meta."""
-    if "enum" in prop or "const" in prop:
+    if name in PAGE_KINDS:
+        kind, choices = PAGE_KINDS[name], None
+    elif "enum" in prop or "const" in prop:
         kind, choices = "choice", list(prop.get("enum", [prop.get("const")]))
     else:
         types = [t.get("type", "object") for t in prop.get("anyOf", [prop]) if t.get("type") != "null"]
-        kind, choices = _KINDS.get(types[0], "text"), None  # an object (a network): shown, disabled
+        kind, choices = _KINDS.get(types[0], "text"), None
     return {
         "name": name,
         "label": meta.label or name.replace("_", " "),
@@ -83,6 +167,11 @@ def form_order(metas: dict[str, Meta]) -> list[str]:
     return sorted(names, key=lambda name: groups.index(metas[name].group))
 
 
+def model_defaults(model: str) -> dict[str, Any]:
+    """The fields a page sends for a model when it changes none: the model, and net's network."""
+    return {"model": model, **({"model_spec": DEFAULT_NETWORK} if model == "net" else {})}
+
+
 def page_form(model: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
     """What GET /api/form returns: every TrainConfig field ({name, label, kind: int | float | bool |
     choice | int_list | text, choices, help, models: the models that read it, null for all, group,
@@ -93,10 +182,10 @@ def page_form(model: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
     props = model.model_json_schema()["properties"]
     metas = field_meta(model)
     fields = [form_field(name, props[name], metas[name]) for name in form_order(metas)]
-    for f in fields:
-        if f["name"] == "model":  # a network of one's own comes from a file: native runs only
-            f["choices"] = [m for m in f["choices"] if m in BROWSER_MODELS]
-    defaults = {m: model.model_validate({"model": m}).model_dump() for m in BROWSER_MODELS}
+    models = next(f["choices"] for f in fields if f["name"] == "model")
+    defaults = {m: model.model_validate(model_defaults(m)).model_dump() for m in models}
+    if "net" in defaults:  # the network as written, not with every layer's defaults spelled out
+        defaults["net"]["model_spec"] = DEFAULT_NETWORK
     sample = {
         "prompt": "",
         "tokens": DEFAULT_TOKENS,
@@ -107,6 +196,7 @@ def page_form(model: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
     }
     return {
         "fields": fields,
+        "max_upload": MAX_UPLOAD_BYTES,
         "groups": [{"name": g, "title": title} for g, title in GROUP_TITLES.items()],
         "defaults": defaults,
         "presets": [p.model_dump() for p in PRESETS],

@@ -11,17 +11,16 @@ from typing import Any
 
 from fastapi import HTTPException, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from ..config import TrainConfig, config_error_message
+from ..config import TrainConfig
 from ..resources import UPLOT_DIR
 from ..train.rundir import lens_view
 from .api import F16, TILES, answers, api_router, run_store
 from .errors import RunStateConflict
-from .form import BROWSER_MODELS, page_form
+from .form import page_config, page_form
 from .messages import Offer, RunInfo
 from .native_runs import downsample
-from .page_data import training_data
 from .security import MAX_JSON_BODY, read_body
 
 MAX_POINTS = 100_000  # the most records a downsampled metrics answer may be asked for
@@ -45,12 +44,28 @@ class CheckpointSaved(BaseModel):
 router = api_router()
 
 
+async def json_body(request: Request) -> Any:
+    """A POST's JSON body (at most MAX_JSON_BODY bytes, else 413), parsed; 422 if it is not JSON."""
+    raw = await read_body(request, MAX_JSON_BODY, f"POST bodies are at most {MAX_JSON_BODY} bytes")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise HTTPException(422, "the body must be a JSON object of TrainConfig fields") from None
+    except RecursionError:
+        raise HTTPException(422, "the body nests deeper than the server's JSON parser goes") from None
+
+
 def browser_config_schema() -> dict:
-    """TrainConfig's JSON schema as a page may send it: the browser's models, no network file
-    (model_spec is for native runs: check_browser_config refuses it)."""
+    """TrainConfig's JSON schema as a page may send it, its network an object or its JSON text (the
+    network's own schema, webmp.nn.network_schema(), is left out: with it the API fuzzer's generated
+    bodies almost never made a run; page_network checks it in `webmp train --model-spec`'s words)."""
     schema = TrainConfig.model_json_schema()
-    schema["properties"].pop("model_spec")
-    schema["properties"]["model"]["enum"] = list(BROWSER_MODELS)
+    spec = schema["properties"]["model_spec"]
+    schema["properties"]["model_spec"] = {
+        "anyOf": [{"type": "object"}, {"type": "string"}, {"type": "null"}],
+        "default": None,
+        "description": spec.get("description", ""),
+    }
     schema.pop("$defs", None)
     return schema
 
@@ -92,19 +107,10 @@ def list_runs(request: Request) -> list[RunInfo]:
     },
 )
 async def create_run(request: Request) -> RunInfo:
-    raw = await read_body(request, MAX_JSON_BODY, f"POST bodies are at most {MAX_JSON_BODY} bytes")
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
-        raise HTTPException(422, "the body must be a JSON object of TrainConfig fields") from None
-    if not isinstance(body, dict):
-        raise HTTPException(422, "the body must be a JSON object of TrainConfig fields")
-    try:
-        cfg = TrainConfig(**body)
-    except ValidationError as e:
-        raise HTTPException(422, config_error_message(e)) from None
-    await asyncio.to_thread(training_data, cfg)  # loaded once per process, off the event loop
-    return run_store(request).create(cfg).info()
+    cfg = page_config(await json_body(request))
+    store = run_store(request)
+    await asyncio.to_thread(store.data.load, cfg)  # loaded once per process, off the event loop
+    return store.create(cfg).info()
 
 
 @router.get("/runs/{run_id}", response_model=RunInfo, responses=answers(404))

@@ -10,10 +10,9 @@ import asyncio
 from functools import lru_cache
 from typing import Any
 
-from fastapi import HTTPException
-from pydantic import ValidationError
+from fastapi import HTTPException, Request
 
-from ..config import TrainConfig, config_error_message
+from ..config import TrainConfig
 from ..engine.plan import resolve_f16_path
 from ..tune.matmul_cases import FIT_LIMITS, kebab_limits
 from ..tune.page import (
@@ -34,8 +33,9 @@ from ..tune.page import (
     tuned_forms,
     tuning_plan,
 )
-from .api import answers, api_router
+from .api import answers, api_router, run_store
 from .budget import check_plan_size
+from .form import page_config
 from .messages import (
     AdapterSignature,
     AdapterTiles,
@@ -45,7 +45,7 @@ from .messages import (
     TuneResults,
     TuneVerdict,
 )
-from .page_data import training_data
+from .page_data import PageData
 
 router = api_router()
 
@@ -57,12 +57,9 @@ def adapter_tiles(signature: AdapterSignature) -> AdapterTiles:
     return AdapterTiles(adapter_key=key, tuned=tuned_classes(key), forms=tuned_forms(key))
 
 
-def _tuned_config(req: TuneRequest) -> tuple[TrainConfig, str]:
+def _tuned_config(req: TuneRequest, data: PageData) -> tuple[TrainConfig, str]:
     """A tuning request's config and storage path, checked as POST /api/runs checks them."""
-    try:
-        cfg = TrainConfig(**req.config)
-    except ValidationError as e:
-        raise HTTPException(422, config_error_message(e)) from None
+    cfg = page_config(req.config)
     missing = [k for k in FIT_LIMITS if k not in kebab_limits(req.limits)]
     if missing:
         raise HTTPException(422, f"limits: the tile choices need the adapter's {', '.join(missing)}")
@@ -70,28 +67,29 @@ def _tuned_config(req: TuneRequest) -> tuple[TrainConfig, str]:
         path = resolve_f16_path(cfg.precision, cfg.f16, req.f16 == "native")
     except RuntimeError as e:
         raise HTTPException(409, str(e)) from None
-    check_plan_size(cfg, training_data(cfg))
+    check_plan_size(cfg, data.load(cfg))
     return cfg, path
 
 
 @lru_cache(maxsize=2)
-def _tuning(request_json: str) -> Tuning:
+def _tuning(request_json: str, data: PageData) -> Tuning:
     req = TuneRequest.model_validate_json(request_json)
-    cfg, path = _tuned_config(req)
+    cfg, path = _tuned_config(req, data)
     has_subgroups = "subgroups" in req.adapter.features
-    return tuning_plan(cfg, training_data(cfg), path, req.limits, has_subgroups, req.max_candidates)
+    return tuning_plan(cfg, data.load(cfg), path, req.limits, has_subgroups, req.max_candidates)
 
 
-def tuning_for(req: TuneRequest) -> Tuning:
-    """The tuning plan of a request, built once for the request and its results (the last two kept)."""
-    return _tuning(req.model_dump_json())
+def tuning_for(req: TuneRequest, data: PageData) -> Tuning:
+    """The tuning plan of a request on the server's data (`data`: the store's), built once for the
+    request and its results (the last two kept)."""
+    return _tuning(req.model_dump_json(), data)
 
 
 @router.post("/tune", response_model=None, responses=answers(400, 409, 413, 422))
-async def tune_plan(req: TuneRequest) -> dict[str, Any]:
+async def tune_plan(request: Request, req: TuneRequest) -> dict[str, Any]:
     """A tuning plan for the config's matmuls on the page's adapter (webmp.tune.page): the page runs
     each case's check and time programs and posts each class's results to /api/tune/results."""
-    tuning = await asyncio.to_thread(tuning_for, req)
+    tuning = await asyncio.to_thread(tuning_for, req, run_store(request).data)
     return {
         "adapter_key": adapter_key(req.adapter.model_dump()),
         "f16_path": tuning.path,
@@ -102,10 +100,10 @@ async def tune_plan(req: TuneRequest) -> dict[str, Any]:
 
 
 @router.post("/tune/results", response_model=TuneVerdict, responses=answers(400, 409, 413, 422))
-async def tune_results(body: TuneResults) -> TuneVerdict:
+async def tune_results(request: Request, body: TuneResults) -> TuneVerdict:
     """Judges a class's results (outputs against float64) and stores the fastest correct choice
     under the adapter's key, where plans asked for with ?tiles=KEY find it."""
-    tuning = await asyncio.to_thread(tuning_for, body.request)
+    tuning = await asyncio.to_thread(tuning_for, body.request, run_store(request).data)
     if body.shape_class not in {c.cls for c in tuning.cases}:
         raise HTTPException(
             422, f"shape_class: {body.shape_class!r} is not one of this tuning plan's classes"
@@ -121,19 +119,19 @@ async def tune_results(body: TuneResults) -> TuneVerdict:
     return TuneVerdict(adapter_key=key, shape_class=verdict.pop("class"), **verdict)
 
 
-def forms_for(req: TuneRequest) -> FormsTuning:
+def forms_for(req: TuneRequest, data: PageData) -> FormsTuning:
     """The form choices of a request's config, on the tiles tuned for its adapter so far (built
     anew each time: the class results posted in between change those tiles)."""
-    cfg, path = _tuned_config(req)
+    cfg, path = _tuned_config(req, data)
     return forms_plan(cfg, path, adapter_key(req.adapter.model_dump()))
 
 
 @router.post("/tune/forms", response_model=None, responses=answers(400, 409, 413, 422))
-async def tune_forms_plan(req: TuneRequest) -> dict[str, Any]:
+async def tune_forms_plan(request: Request, req: TuneRequest) -> dict[str, Any]:
     """After the classes: the forms the config's plan uses (webmp.tune.page.forms_plan), each a
     program; the page runs each once, digests its outputs, times it and posts each choice's results
     to /api/tune/forms/results. No choice (the plain MLP): no plan and an empty list."""
-    forms = await asyncio.to_thread(forms_for, req)
+    forms = await asyncio.to_thread(forms_for, req, run_store(request).data)
     return {
         "adapter_key": adapter_key(req.adapter.model_dump()),
         "plan": forms.plan,
@@ -143,10 +141,10 @@ async def tune_forms_plan(req: TuneRequest) -> dict[str, Any]:
 
 
 @router.post("/tune/forms/results", response_model=TuneFormVerdict, responses=answers(400, 409, 413, 422))
-async def tune_forms_results(body: TuneFormResults) -> TuneFormVerdict:
+async def tune_forms_results(request: Request, body: TuneFormResults) -> TuneFormVerdict:
     """Keeps the faster form of a choice where every form's outputs had the same digest, else the
     default, and stores it under the adapter's key, where plans asked for with ?tiles=KEY find it."""
-    forms = await asyncio.to_thread(forms_for, body.request)
+    forms = await asyncio.to_thread(forms_for, body.request, run_store(request).data)
     spec = forms.spec(body.what)
     if spec is None:
         raise HTTPException(422, f"what: {body.what!r} is not one of this config's form choices")

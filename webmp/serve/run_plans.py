@@ -15,16 +15,17 @@ from ..train.rundir import RunDir
 from .budget import PlanCache
 from .errors import InvalidUpload, RunStateConflict
 from .messages import Offer
-from .page_data import data_name, training_data
+from .page_data import PageData
 
 Layout = list[tuple[str, int]]  # (buffer, bytes) of a checkpoint upload, in order
 
 
 class RunPlans:
-    """The plans of one run (`run_id`, trained with `cfg` in `run_dir`), cached in `cache`."""
+    """The plans of one run (`run_id`, trained with `cfg` on `data`'s data in `run_dir`), cached in
+    `cache`."""
 
-    def __init__(self, run_id: str, cfg: TrainConfig, run_dir: RunDir, cache: PlanCache):
-        self.run_id, self.cfg, self.dir, self.cache = run_id, cfg, run_dir, cache
+    def __init__(self, run_id: str, cfg: TrainConfig, run_dir: RunDir, cache: PlanCache, data: PageData):
+        self.run_id, self.cfg, self.dir, self.cache, self.data = run_id, cfg, run_dir, cache, data
 
     def path_for(self, offer: Offer) -> str:
         """The f16 path for a page whose adapter has ('native') or lacks ('emulated') shader-f16."""
@@ -49,7 +50,7 @@ class RunPlans:
         Cached; runs in a worker thread."""
         built = self.cache.get((self.run_id, path, tiles))
         if built is None:
-            built = build_plan(self.cfg, training_data(self.cfg), path, TileTable.for_adapter(tiles))
+            built = build_plan(self.cfg, self.data.load(self.cfg), path, TileTable.for_adapter(tiles))
             self.cache.put((self.run_id, path, tiles), built)
         return built
 
@@ -63,10 +64,10 @@ class RunPlans:
         if checkpoint_step is None:
             return plan, blob, 0
         contents, meta = load_checkpoint(self.dir.path)
-        then, now = meta.get("data_sha256"), training_data(self.cfg).sha256
+        then, now = meta.get("data_sha256"), self.data.load(self.cfg).sha256
         if then != now:
             raise RunStateConflict(
-                f"cannot resume run {self.run_id}: its training data, {data_name(self.cfg)}, changed "
+                f"cannot resume run {self.run_id}: its training data, {self.data.name(self.cfg)}, changed "
                 f"since the checkpoint at step {meta['step']} (sha256 {then or 'not recorded'} then, "
                 f"{now} now)"
             )

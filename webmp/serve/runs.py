@@ -43,7 +43,7 @@ from .messages import (
     Summary,
 )
 from .native_runs import final_loss
-from .page_data import training_data
+from .page_data import PageData
 from .reports import PendingRecords, RunLens
 from .run_plans import Layout, RunPlans
 from .sampling import RunSampler, page_settings
@@ -65,9 +65,11 @@ class PageRun:
         state: dict[str, Any] | None = None,
         data_sha256: str | None = None,
         cache: PlanCache | None = None,
+        data: PageData | None = None,
     ):
         """data_sha256: the training data's (config.json's), None for a built-in MLP dataset;
-        cache: the cache of built plans (the store's, shared by its runs)."""
+        cache: the cache of built plans (the store's, shared by its runs); data: where its training
+        data is (the store's; None: the built-in data only)."""
         check_browser_config(cfg)
         self.id = path.name
         self.dir = RunDir(path)
@@ -89,7 +91,8 @@ class PageRun:
         self.lens = RunLens(self.dir)
         self.pending = PendingRecords()
         self.connected = False
-        self.plans = RunPlans(self.id, cfg, self.dir, cache if cache is not None else PlanCache())
+        self.data = data if data is not None else PageData(None)
+        self.plans = RunPlans(self.id, cfg, self.dir, cache if cache is not None else PlanCache(), self.data)
         self.matmul_tiles = "default"  # TileTable.describe() of the last plan the page asked for
         self.sampler = RunSampler(self.dir)
         self._changed = asyncio.Event()
@@ -181,7 +184,7 @@ class PageRun:
         if self.f16_path is not None and path != self.f16_path:
             raise InvalidUpload(f"a checkpoint for the {path} f16 path; this run trains on {self.f16_path}")
         plan, contents = self.plans.checkpoint_contents(offer, step, body)
-        extra = {"adapter": self.adapter, "runtime": "browser", **checkpoint_facts(training_data(self.cfg))}
+        extra = {"adapter": self.adapter, "runtime": "browser", **checkpoint_facts(self.data.load(self.cfg))}
         save_checkpoint(self.dir.path, plan, contents, extra)
 
     def checkpoint_saved(self, step: int) -> None:
@@ -292,7 +295,7 @@ class PageRun:
                 if sums_loss
                 else "this plan's eval program sums no loss: the summary must not carry val_loss_sum"
             )
-        data = await asyncio.to_thread(training_data, self.cfg)
+        data = await asyncio.to_thread(self.data.load, self.cfg)
         unigram = await asyncio.to_thread(run_baseline_bits, self.cfg, data)
         self.store(self.pending.drain())
         summary = run_summary(

@@ -24,6 +24,9 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 MAX_JSON_BODY = 1 << 20  # a TrainConfig is a few hundred bytes; POST bodies above this get 413
+# A page's data upload (PUT /api/data) is read whole into memory and checked; 32 MiB of text is 32 M
+# characters, whose token ids (4 bytes each) still fit WebGPU's default 128 MiB binding.
+MAX_UPLOAD_BYTES = 32 << 20
 TOKEN_COOKIE = "webmp_token"
 # What one page's socket may send (token buckets: a burst, refilled at a rate). A page sends a hello,
 # one records message per log interval (a readback of the GPU's metrics ring, a few ms at least, so

@@ -17,7 +17,7 @@ from .errors import InvalidConfig, RunStateConflict, UnknownRun
 from .form import check_browser_config
 from .messages import RUN_ID_RE, RunInfo
 from .native_runs import NativeRun, scan_native
-from .page_data import training_data
+from .page_data import PageData, check_network_data
 from .runs import STATE_FILE, PageRun
 
 
@@ -30,6 +30,7 @@ class RunStore:
         self.native: dict[str, NativeRun] = {}
         self.skipped: set[str] = set()  # native run directories reported as unreadable once
         self.plans = PlanCache()  # shared by the runs: at most MAX_CACHED_PLANS held in all
+        self.data = PageData(self.root)  # the built-in data and the pages' uploads
         if self.root.is_dir():
             for state_file in sorted(self.root.glob(f"*/{STATE_FILE}")):
                 self._load(state_file.parent)
@@ -79,7 +80,7 @@ class RunStore:
         if state.get("status") == "running":  # the server stopped while a page was training
             state["status"], state["message"] = "disconnected", "the server restarted during the run"
         try:
-            run = PageRun(path, cfg, state, sha256, self.plans)
+            run = PageRun(path, cfg, state, sha256, self.plans, self.data)
         except ValueError as e:  # a damaged metrics line: the run is kept on disk, not served
             print(f"webmp serve: skipping {path}: {e}", file=sys.stderr)
             return
@@ -95,11 +96,11 @@ class RunStore:
     def create(self, cfg: TrainConfig) -> PageRun:
         """A new run; config.json records its training data's sha256, as a native run's does (the
         data is loaded once per server process: call from a worker thread the first time)."""
-        data = training_data(cfg)  # checks the config before the run directory exists
+        data = self.data.load(cfg)  # checks the config before the run directory exists
+        check_network_data(cfg, data)
         check_plan_size(cfg, data)
-        run = PageRun(
-            new_run_dir(self.root, prefix="browser"), cfg, data_sha256=data.sha256, cache=self.plans
-        )
+        path = new_run_dir(self.root, prefix="browser")
+        run = PageRun(path, cfg, data_sha256=data.sha256, cache=self.plans, data=self.data)
         run.save()
         self.runs[run.id] = run
         return run
