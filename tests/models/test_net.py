@@ -91,6 +91,12 @@ BAD = {
         ),
         "residual blocks nested 10 deep; at most 8",
     ),
+    "far too deep": (  # past pydantic's recursion guard: still counted, in the same words
+        _layers(
+            json.loads('{"type": "residual", "layers": [' * 400 + '{"type": "relu"}' + "]}" * 400), FLAT, LIN
+        ),
+        "residual blocks nested 400 deep; at most 8",
+    ),
     "input of two dims": ({"input": [8, 8], "layers": [LIN]}, "input [8, 8]: give [features] or an image"),
 }
 
@@ -308,3 +314,4 @@ def test_the_layer_table_of_a_token_network_adds_up_with_its_shared_scratch():
     assert rows["(shared)"].activations["fp32"] > 0
     for precision in ("mixed", "fp32"):
         assert table.totals["activations"][precision] == table.totals["memory"][precision]["activations"]
+    assert json.loads(json.dumps(table.to_dict()))["input_shape"] == [5]

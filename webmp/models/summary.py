@@ -107,11 +107,14 @@ def layer_table(net: Network, batch_size: int, data: Dataset | TextCorpus | None
         buffers = plan_buffers(cfg, data, path)
         acts[precision] = activation_bytes(buffers, paths, last)
         memory[precision] = memory_by_category(buffers)
-    rows = [LayerRow(INPUT, "input", 0, net.in_shape, 0, {p: acts[p][INPUT] for p in PRECISIONS})]
+    in_shape = tuple(net.in_shape)  # plain (a token input's shape is a tuple subclass asdict cannot copy)
+    rows = [LayerRow(INPUT, "input", 0, in_shape, 0, {p: acts[p][INPUT] for p in PRECISIONS})]
     for t in traced:
         n = sum(math.prod(p.shape) for p in t.params.values())
         rows.append(
-            LayerRow(t.path, t.layer.type, t.depth, t.out_shape, n, {p: acts[p][t.path] for p in PRECISIONS})
+            LayerRow(
+                t.path, t.layer.type, t.depth, tuple(t.out_shape), n, {p: acts[p][t.path] for p in PRECISIONS}
+            )
         )
     if any(acts[p][SHARED] for p in PRECISIONS):
         rows.append(LayerRow(SHARED, "scratch", 0, (), 0, {p: acts[p][SHARED] for p in PRECISIONS}))
@@ -120,7 +123,7 @@ def layer_table(net: Network, batch_size: int, data: Dataset | TextCorpus | None
         "activations": {p: sum(a[p] for a in (r.activations for r in rows)) for p in PRECISIONS},
         "memory": memory,
     }
-    return LayerTable(net.in_shape, batch_size, rows, totals)
+    return LayerTable(in_shape, batch_size, rows, totals)
 
 
 def size(n: int) -> str:

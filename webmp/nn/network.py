@@ -231,12 +231,17 @@ class Network(Layer):
             data = json.loads(text)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"{what}: not JSON ({e})") from None
+        except RecursionError:
+            raise ValueError(f"{what}: nested deeper than a JSON parser goes") from None
         return cls.from_dict(data, what)
 
     @classmethod
     def from_dict(cls, data: object, what: str = "network") -> Network:
         if not isinstance(data, dict):
             raise ValueError(f"{what}: a network is a JSON object with input and layers")
+        depth = residual_depth(data)
+        if depth > MAX_DEPTH:  # said before pydantic recurses that deep (past its guard, in its words)
+            raise ValueError(f"{what}: residual blocks nested {depth} deep; at most {MAX_DEPTH}")
         try:
             return cls(**{k: v for k, v in data.items() if k != "type"})
         except ValidationError as e:
@@ -253,6 +258,17 @@ class Network(Layer):
         except OSError as e:
             raise ValueError(f"{p}: cannot read it ({e.strerror})") from None
         return cls.from_json(text, str(p))
+
+
+def residual_depth(spec: object) -> int:
+    """How deep a network's JSON nests layer lists (residual blocks), counted without recursion."""
+    deepest, todo = 0, [(spec, -1)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, dict) and isinstance(node.get("layers"), list):
+            deepest = max(deepest, depth + 1)
+            todo += [(layer, depth + 1) for layer in node["layers"]]
+    return deepest
 
 
 def _count(layers: Sequence[Layer], depth: int = 0) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config import FIELD_META, Meta, TrainConfig, config_error_message, field_meta
-from ..nn.network import MAX_DEPTH, Network
+from ..nn.network import Network
 from ..presets import PRESETS
 from ..sample.job import (
     DEFAULT_SEED,
@@ -69,18 +69,6 @@ def check_browser_config(cfg: TrainConfig) -> None:
         raise InvalidConfig(f"invalid data: {BROWSER_DATA}")
 
 
-def residual_depth(spec: object) -> int:
-    """How deep a network's JSON nests layer lists (residual blocks), counted without recursion: a
-    nesting deeper than pydantic's recursion guard would otherwise be refused in its words."""
-    deepest, todo = 0, [(spec, -1)]
-    while todo:
-        node, depth = todo.pop()
-        if isinstance(node, dict) and isinstance(node.get("layers"), list):
-            deepest = max(deepest, depth + 1)
-            todo += [(layer, depth + 1) for layer in node["layers"]]
-    return deepest
-
-
 def page_network(spec: object) -> Network:
     """A page's network, read as `webmp train --model-spec` reads a file (Network.from_json and
     from_dict: one line naming the layer): a JSON object, or its text as the page's editor holds it
@@ -94,9 +82,6 @@ def page_network(spec: object) -> Network:
                 Network.from_json(text, "model_spec")  # raises: the words for a file that is not JSON
             except RecursionError:
                 raise ValueError("model_spec: nested deeper than a JSON parser goes") from None
-        depth = residual_depth(spec)
-        if depth > MAX_DEPTH:  # Network's own words, before pydantic recurses that deep
-            raise ValueError(f"model_spec: residual blocks nested {depth} deep; at most {MAX_DEPTH}")
         return Network.from_dict(spec, "model_spec")
     except ValueError as e:
         raise InvalidConfig(f"invalid {e}") from None

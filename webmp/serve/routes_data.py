@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 from fastapi import Query, Request
@@ -83,11 +82,7 @@ async def network_table(request: Request) -> dict[str, Any]:
     check_network_data(cfg, data)
     check_plan_size(cfg, data)
     try:
-        # a token network's table is of its text (layer_table's annotation names only a Dataset)
-        table = await asyncio.to_thread(layer_table, cfg.model_spec, cfg.batch_size, data)  # type: ignore[arg-type]
+        table = await asyncio.to_thread(layer_table, cfg.model_spec, cfg.batch_size, data)
     except ValueError as e:  # a launcher's limit (the plan cannot be built at this size)
         raise InvalidConfig(f"this config makes no plan: {e}") from None
-    # shapes as plain tuples: a token network's input shape is a named tuple, which to_dict's
-    # dataclasses.asdict cannot rebuild
-    rows = [dataclasses.replace(r, out_shape=tuple(r.out_shape)) for r in table.rows]
-    return dataclasses.replace(table, input_shape=tuple(table.input_shape), rows=rows).to_dict()
+    return table.to_dict()
