@@ -315,3 +315,44 @@ def test_the_layer_table_of_a_token_network_adds_up_with_its_shared_scratch():
     for precision in ("mixed", "fp32"):
         assert table.totals["activations"][precision] == table.totals["memory"][precision]["activations"]
     assert json.loads(json.dumps(table.to_dict()))["input_shape"] == [5]
+
+
+@pytest.mark.parametrize("model", ["mlp", "mlp-ln"])
+@pytest.mark.parametrize("precision", ["mixed", "fp32"])
+def test_the_builtin_mlp_as_a_network_trains_to_its_curve_bit_for_bit(tmp_path, model, precision):
+    """mlp and mlp-ln as networks (webmp.nn.mlp_network): their activations fused into the next
+    linear layer's matmuls, the network's step is the MLP's dispatch for dispatch, so from the same
+    initial weights every logged loss and scale is the same float."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from webmp.nn import mlp_network
+    from webmp.train.loop import Trainer
+
+    hidden, act = [24, 16], "gelu" if model == "mlp" else "relu"
+    rng = np.random.default_rng(0)
+    dims, ln = [64, *hidden, 10], model == "mlp-ln"
+    ours, theirs = {}, {}
+    for l in range(3):
+        k = l * (3 if ln else 2)
+        W, b = rng.uniform(-0.3, 0.3, (dims[l], dims[l + 1])), rng.uniform(-0.1, 0.1, dims[l + 1])
+        ours |= {f"W{l}": W, f"b{l}": b}
+        theirs |= {f"layers.{k}.weight": W, f"layers.{k}.bias": b}
+        if ln and l < 2:
+            g, beta = rng.uniform(0.5, 1.5, dims[l + 1]), rng.uniform(-0.2, 0.2, dims[l + 1])
+            ours |= {f"ln_g{l}": g, f"ln_b{l}": beta}
+            theirs |= {f"layers.{k + 1}.weight": g, f"layers.{k + 1}.bias": beta}
+    common = dict(steps=30, batch_size=16, log_every=5, checkpoint_every=0, precision=precision, act=act)
+    curves = []
+    for name, weights, cfg in (
+        ("mlp", ours, TrainConfig(model=model, hidden=hidden, **common)),
+        ("net", theirs, TrainConfig(model_spec=mlp_network(64, hidden, 10, act, ln), **common)),
+    ):
+        save_file(
+            {k: np.asarray(v, np.float32) for k, v in weights.items()}, tmp_path / f"{name}.safetensors"
+        )
+        cfg = cfg.model_copy(update={"init_weights": str(tmp_path / f"{name}.safetensors")})
+        t = Trainer(cfg, out=tmp_path / name, progress=False, log=None)
+        t.run()
+        curves.append([(r["step"], r["loss"], r["scale"]) for r in t.run_dir.read_metrics()])
+    assert curves[0] == curves[1]

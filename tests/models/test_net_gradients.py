@@ -64,9 +64,22 @@ RES_MLP = {
         {"type": "rmsnorm", "eps": 1e-4}, {"type": "linear", "out": 10, "bias": False},
     ],
 }  # fmt: skip
+# activations fused into the linear layer after them (applied on load, their gradient on store),
+# the first one on the data itself, one inside a residual block, and one that is not (relu before a
+# residual block)
+FUSED_MLP = {
+    "input": [64],
+    "layers": [
+        {"type": "tanh"}, {"type": "linear", "out": 24}, {"type": "gelu"}, {"type": "linear", "out": 24},
+        {"type": "layernorm"}, {"type": "relu"},
+        {"type": "residual", "layers": [{"type": "linear", "out": 20}, {"type": "silu"},
+                                        {"type": "linear", "out": 24}]},
+        {"type": "tanh"}, {"type": "linear", "out": 10},
+    ],
+}  # fmt: skip
 # f16 stores on the longest path (forward values, then the backward deltas back to the first layer)
-STORES = {"cnn": 14, "deep-cnn": 22, "res-mlp": 16}
-NETS = {"cnn": CNN, "deep-cnn": DEEP_CNN, "res-mlp": RES_MLP}
+STORES = {"cnn": 14, "deep-cnn": 22, "res-mlp": 16, "fused-mlp": 16}
+NETS = {"cnn": CNN, "deep-cnn": DEEP_CNN, "res-mlp": RES_MLP, "fused-mlp": FUSED_MLP}
 TOL_F32 = 2.0**-14
 
 

@@ -25,7 +25,7 @@ from ..data.tables import Dataset, perm_bits
 from ..engine.plan import EvalSpec, Plan
 from ..engine.tiles import TileTable
 from ..nn import layers as L
-from ..nn.network import Network
+from ..nn.network import Network, Residual
 from .common import EVAL, EVAL_FLAGS, ModelBuilder, replayed
 from .net_nodes import NODES, Node, Value, value_of
 
@@ -51,6 +51,21 @@ def build_net_plan(
     evaluation = g.evaluation()
     mb.histograms(g.lens)
     return mb.finish([data.features, *[t.out_shape[0] for t in g.traced if t.depth == 0]], evaluation)
+
+
+ACTIVATIONS = (L.ReLU, L.GELU, L.SiLU, L.Tanh)
+
+
+def fused_activations(layers, prefix: str = "") -> set[str]:
+    """The paths of the activation layers whose next layer (in the same list) is a linear one: that
+    layer's matmuls apply them on load (and their gradient on store), so no node stores them."""
+    out = set()
+    for i, layer in enumerate(layers):
+        if isinstance(layer, ACTIVATIONS) and i + 1 < len(layers) and isinstance(layers[i + 1], L.Linear):
+            out.add(f"{prefix}layers.{i}")
+        if isinstance(layer, Residual):
+            out |= fused_activations(layer.layers, f"{prefix}layers.{i}.")
+    return out
 
 
 def check_data_fits(net: Network, data: Dataset) -> None:
@@ -104,6 +119,7 @@ class Net:
         """Every layer's node, its parameters declared (and drawn from the seed) in trace order."""
         self.traced = self.net.trace()
         rng = np.random.default_rng(self.mb.cfg.seed)
+        self.fused = fused_activations(self.net.layers)
         self.nodes = {t.path: self.node_type(t.layer)(self, t, i, rng) for i, t in enumerate(self.traced)}
         self.lens: list[tuple[str, str]] = []
 
@@ -175,7 +191,9 @@ class Net:
         for i in reversed(range(len(layers))):
             node = self.nodes[f"{prefix}layers.{i}"]
             x, y, saved = self.kept[node.path]
-            dx = node.backward(x, y, saved, dy, program, need_dx=not (first and i == 0))
+            # the network's first layer's input is the data (and so is a fused first activation's)
+            to_data = first and (i == 0 or (i == 1 and f"{prefix}layers.0" in self.fused))
+            dx = node.backward(x, y, saved, dy, program, need_dx=not to_data)
             if dx is None:
                 return None
             if all(b != dx.buffer for _, b in self.lens):

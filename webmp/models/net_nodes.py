@@ -25,6 +25,7 @@ class Value:
     shape: tuple[int, ...]
     rows: int
     cols: int
+    act: str | None = None  # the buffer holds the pre-activation: the matmul reading it applies `act`
 
 
 def value_of(buffer: str, shape: tuple[int, ...], batch: int) -> Value:
@@ -83,10 +84,14 @@ def _init(rng: np.random.Generator, p: L.ParamShape):
 
 
 class LinearNode(Node):
+    """y = x W + b. An activation fused into it (x.act: the activation layer before it wrote
+    nothing) is applied as the matmuls load x, and its gradient as the input gradient is stored
+    (matmul_dgrad): the MLP's dispatches, one rounding of dx fewer than a separate layer's."""
+
     def forward(self, x, program, flags, training):
         W, b = self.params["weight"], self.params.get("bias")
         n_out, n_in = self.out_shape[-1], self.in_shape[-1]
-        common = dict(A=x.buffer, B=str(W["copy"]), M=x.rows, N=n_out, K=n_in, flags=flags)
+        common = dict(A=x.buffer, B=str(W["copy"]), M=x.rows, N=n_out, K=n_in, a_act=_code(x), flags=flags)
         if self.last:
             bias = b["master"] if b else self.g.zeros(n_out)
             if "logits" not in self.pb.buffers:
@@ -104,26 +109,24 @@ class LinearNode(Node):
         W, b = self.params["weight"], self.params.get("bias")
         n_out, n_in = self.out_shape[-1], self.in_shape[-1]
         self.mb.matmul(
-            program,
-            "matmul_wgrad",
-            A=x.buffer,
-            B=dy.buffer,
-            C=W["grad"],
-            M=n_in,
-            N=n_out,
-            K=x.rows,
-            trans_a=1,
-        )
+            program, "matmul_wgrad", A=x.buffer, B=dy.buffer, C=W["grad"], M=n_in, N=n_out, K=x.rows,
+            a_act=_code(x), trans_a=1,
+        )  # fmt: skip
         if b:
             ops.colsum(self.pb, program, G=dy.buffer, out=b["grad"], M=x.rows, N=n_out)
         if not need_dx:
             return None
-        dx = self.g.grad(x)
-        self.mb.matmul(
-            program, "matmul_plain", A=dy.buffer, B=str(W["copy"]), C=dx.buffer, M=x.rows, N=n_in, K=n_out,
-            trans_b=1,
-        )  # fmt: skip
+        dx = self.g.grad(Value(x.buffer, x.shape, x.rows, x.cols))  # of the pre-activation, if fused
+        common = dict(A=dy.buffer, B=str(W["copy"]), C=dx.buffer, M=x.rows, N=n_in, K=n_out, trans_b=1)
+        if x.act is None:
+            self.mb.matmul(program, "matmul_plain", **common)
+        else:
+            self.mb.matmul(program, "matmul_dgrad", Zprev=x.buffer, out_act=_code(x), **common)
         return dx
+
+
+def _code(x: Value) -> int:
+    return ops.ACT_CODES[x.act or "none"]
 
 
 def _image(v: Value) -> dict[str, Any]:
@@ -237,23 +240,25 @@ class FlattenNode(Node):
 
 
 class ActNode(Node):
+    """An activation as a layer of its own, or, when the layer after it is a linear one, fused into
+    that layer's matmuls (its output never stored: the same bits forward, one rounding less back)."""
+
     def forward(self, x, program, flags, training):
+        if self.path in self.g.fused:
+            assert x.act is None
+            return Value(x.buffer, x.shape, x.rows, x.cols, act=self.layer.type), None
         y = self.out(x)
         ops.act_fwd(
-            self.pb,
-            program,
-            X=x.buffer,
-            Y=y.buffer,
-            rows=x.rows,
-            cols=x.cols,
-            act=self.layer.type,
+            self.pb, program, X=x.buffer, Y=y.buffer, rows=x.rows, cols=x.cols, act=self.layer.type,
             flags=flags,
-        )
+        )  # fmt: skip
         return y, None
 
     def backward(self, x, y, saved, dy, program, need_dx):
         if not need_dx:
             return None
+        if self.path in self.g.fused:  # the linear layer after it gave the pre-activation's gradient
+            return Value(dy.buffer, x.shape, x.rows, x.cols)
         dx = self.g.grad(x)
         ops.act_bwd(
             self.pb, program, X=x.buffer, dY=dy.buffer, dX=dx.buffer, rows=x.rows, cols=x.cols,

@@ -27,11 +27,12 @@ from .layers import (
     Tokens,
     kind_of,
 )
-from .network import MAX_SPEC_BYTES, Network, Residual, TokenInput, Traced, network_schema
+from .network import MAX_SPEC_BYTES, Network, Residual, TokenInput, Traced, mlp_network, network_schema
 
 __all__ = [
     "GELU", "MAX_SPEC_BYTES", "AvgPool2d", "CausalSelfAttention", "Conv2d", "Dropout", "Embedding",
     "Flatten", "Layer", "LayerNorm", "Linear", "MaxPool2d", "Network", "ParamShape", "ReLU", "RMSNorm",
     "Residual", "Shape", "ShapeError", "SiLU", "Tanh", "TokenInput", "Tokens", "Traced", "kind_of",
+    "mlp_network",
     "network_schema",
 ]  # fmt: skip
