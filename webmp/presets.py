@@ -78,8 +78,9 @@ PRESETS = [
 #   matmul_s: seconds per timed batch of matmuls; readback_steps, log_every: the readback count
 #   gpt_corpus: None for the default corpus (webmp.data.text.load_text(), what `webmp train --model gpt`
 #     trains on), or a number of characters of random text over GPT_BENCH_ALPHABET
-# The CNN on the digits as [1, 8, 8] images (a network of webmp.nn layers, model "net")
-BENCH_CNN = {
+# A CNN on the digits as [1, 8, 8] images (a network of webmp.nn layers, model "net"): the README's,
+# the page's default network and the bench's step model cnn
+EXAMPLE_CNN: dict[str, Any] = {
     "input": [1, 8, 8],
     "layers": [
         {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"},
@@ -103,7 +104,7 @@ SIZES: dict[str, dict[str, Any]] = {
                 config=dict(model="gpt", n_layer=1, n_head=2, d_model=16, context=8, batch_size=4),
                 readbacks=True,
             ),
-            dict(name="cnn", config=dict(model_spec=BENCH_CNN, batch_size=8)),
+            dict(name="cnn", config=dict(model_spec=EXAMPLE_CNN, batch_size=8)),
         ],
         gpt_corpus=2000,
         step_rounds=2,
@@ -131,7 +132,7 @@ SIZES: dict[str, dict[str, Any]] = {
                 readback_steps=20,
                 log_every=5,
             ),
-            dict(name="cnn", config=dict(model_spec=BENCH_CNN, batch_size=64)),
+            dict(name="cnn", config=dict(model_spec=EXAMPLE_CNN, batch_size=64)),
         ],
         gpt_corpus=None,
         step_rounds=3,
@@ -149,7 +150,7 @@ SIZES: dict[str, dict[str, Any]] = {
             dict(name="digits", config=dict(hidden=[256, 256], batch_size=64), readbacks=True),
             dict(name="wide", config=dict(hidden=[4096, 4096], batch_size=1024)),
             dict(name="gpt", config=dict(model="gpt"), readbacks=True),
-            dict(name="cnn", config=dict(model_spec=BENCH_CNN, batch_size=1024)),
+            dict(name="cnn", config=dict(model_spec=EXAMPLE_CNN, batch_size=1024)),
         ],
         gpt_corpus=None,
         step_rounds=5,

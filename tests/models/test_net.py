@@ -12,17 +12,9 @@ from webmp.config import TrainConfig
 from webmp.data.text import load_training_data
 from webmp.models import build_plan
 from webmp.nn import MAX_SPEC_BYTES, Network
+from webmp.presets import EXAMPLE_CNN
 
-CNN = {
-    "input": [1, 8, 8],
-    "layers": [
-        {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"},
-        {"type": "maxpool2d", "kernel": 2},
-        {"type": "residual", "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1},
-                                        {"type": "relu"}]},
-        {"type": "flatten"}, {"type": "linear", "out": 10},
-    ],
-}  # fmt: skip
+CNN = EXAMPLE_CNN  # conv 3x3 16, relu, maxpool 2, residual (conv 3x3 16, relu), flatten, linear 10
 RES_MLP = {
     "input": [64],
     "layers": [

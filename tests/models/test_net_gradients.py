@@ -24,20 +24,12 @@ from webmp.engine.state import decode_state
 from webmp.models import build_plan
 from webmp.models.net import channels_last
 from webmp.nn import Network
+from webmp.presets import EXAMPLE_CNN
 from webmp.testing import reference as ref
 from webmp.testing.probe import cached_runtime
 from webmp.testing.reference.net import net_loss, net_loss_and_grads
 
-CNN = {
-    "input": [1, 8, 8],
-    "layers": [
-        {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"},
-        {"type": "maxpool2d", "kernel": 2},
-        {"type": "residual", "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1},
-                                        {"type": "relu"}]},
-        {"type": "flatten"}, {"type": "linear", "out": 10},
-    ],
-}  # fmt: skip
+CNN = EXAMPLE_CNN  # conv 3x3 16, relu, maxpool 2, residual (conv 3x3 16, relu), flatten, linear 10
 # odd channels (pixel re-lays), stride 2 with padding, an average pool at stride 1, a 1x1 conv,
 # a bias-less conv, max pooling with padding, LayerNorm with its own eps after flatten
 DEEP_CNN = {

@@ -27,6 +27,7 @@ from webmp.config import TrainConfig
 from webmp.data.tables import batch_rows, load_digits
 from webmp.nn import Network
 from webmp.nn.torch_layout import from_torch
+from webmp.presets import EXAMPLE_CNN
 
 torch = pytest.importorskip("torch")
 
@@ -40,16 +41,7 @@ from parity import (  # noqa: E402  (torch first)
     webmp_train,
 )
 
-CNN = {  # the CNN, the digits as [1, 8, 8] images
-    "input": [1, 8, 8],
-    "layers": [
-        {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"},
-        {"type": "maxpool2d", "kernel": 2},
-        {"type": "residual", "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1},
-                                        {"type": "relu"}]},
-        {"type": "flatten"}, {"type": "linear", "out": 10},
-    ],
-}  # fmt: skip
+CNN = EXAMPLE_CNN  # conv 3x3 16, relu, maxpool 2, residual (conv 3x3 16, relu), flatten, linear 10
 CNN_SILU = {**CNN, "layers": [
     CNN["layers"][0], {"type": "silu"}, CNN["layers"][2],
     {"type": "residual", "layers": [CNN["layers"][3]["layers"][0], {"type": "silu"}]}, *CNN["layers"][4:],

@@ -22,18 +22,10 @@ from webmp.data.tables import load_digits
 from webmp.models import build_plan
 from webmp.nn import Network
 from webmp.nn.torch_layout import flatten_perm, from_torch, to_torch, torch_shapes
+from webmp.presets import EXAMPLE_CNN
 from webmp.train.checkpoint import load_initial_weights
 
-CNN = {  # the issue's CNN (tests/models/test_net.py)
-    "input": [1, 8, 8],
-    "layers": [
-        {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"},
-        {"type": "maxpool2d", "kernel": 2},
-        {"type": "residual", "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1},
-                                        {"type": "relu"}]},
-        {"type": "flatten"}, {"type": "linear", "out": 10},
-    ],
-}  # fmt: skip
+CNN = EXAMPLE_CNN  # conv 3x3 16, relu, maxpool 2, residual (conv 3x3 16, relu), flatten, linear 10
 # three channels (odd: the engine re-lays the input one row a pixel), flatten -> layernorm -> linear
 CNN3 = {
     "input": [3, 6, 6],
@@ -227,11 +219,11 @@ def _engine_logits(tmp_path, net: Network, init: str | None, name: str):
 
 
 def _chw(net: Network, x: np.ndarray):
-    """Examples in webmp's channels-last order as the NCHW batch torch takes (float64)."""
+    """A table's rows (an image's values in (c, h, w) order, as torch.flatten gives them: the engine
+    moves them channels-last itself) as the NCHW batch torch takes (float64)."""
     import torch
 
-    C, H, W = net.in_shape
-    return torch.tensor(x.reshape(-1, H, W, C).transpose(0, 3, 1, 2).astype(np.float64))
+    return torch.tensor(x.reshape(-1, *net.in_shape).astype(np.float64))
 
 
 def _check(logits, reference, what: str) -> None:

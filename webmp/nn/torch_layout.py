@@ -24,8 +24,8 @@ values [T, D] keep their feature order. The layouts differ in three ways:
   permuted vector, x + f(x) needs f's output in x's order: the block's last Linear (the one that
   reaches the block's end through order-keeping layers) has its output columns (and bias) permuted.
 
-An image input's data are channels-last too (a [C, H, W] example's features in (h, w, c) order);
-for one channel (the digits as [1, 8, 8]) the two orders are the same. Numpy only: a torch
+An image input's data come as torch's ([N, C, H, W], or rows in (c, h, w) order); the engine moves
+them channels-last on the GPU (webmp.models.net.channels_last). Numpy only: a torch
 state_dict is given as arrays (`{k: v.numpy() for k, v in model.state_dict().items()}`).
 """
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from ..config import FIELD_META, Meta, TrainConfig, config_error_message, field_meta
 from ..nn.network import Network
-from ..presets import PRESETS
+from ..presets import EXAMPLE_CNN, PRESETS
 from ..sample.job import (
     DEFAULT_SEED,
     DEFAULT_TEMPERATURE,
@@ -40,20 +40,7 @@ BROWSER_DATA = (
     "(sha256:<64 hex digits>, as PUT /api/data answers); a path is for native `webmp train --data`"
 )
 # The network the form offers first for model net: the CNN for the 8x8 digits.
-DEFAULT_NETWORK: dict[str, Any] = {
-    "input": [1, 8, 8],
-    "layers": [
-        {"type": "conv2d", "out": 16, "kernel": 3, "padding": 1},
-        {"type": "relu"},
-        {"type": "maxpool2d", "kernel": 2},
-        {
-            "type": "residual",
-            "layers": [{"type": "conv2d", "out": 16, "kernel": 3, "padding": 1}, {"type": "relu"}],
-        },
-        {"type": "flatten"},
-        {"type": "linear", "out": 10},
-    ],
-}
+DEFAULT_NETWORK = EXAMPLE_CNN
 
 
 def check_browser_config(cfg: TrainConfig) -> None:
