@@ -309,8 +309,13 @@ def test_the_layer_table_of_a_token_network_adds_up_with_its_shared_scratch():
     assert json.loads(json.dumps(table.to_dict()))["input_shape"] == [5]
 
 
-@pytest.mark.parametrize("model", ["mlp", "mlp-ln"])
-@pytest.mark.parametrize("precision", ["mixed", "fp32"])
+# mixed mlp (GELU) in the fast tier: the one case that fails with the fusion taken out (ReLU's
+# gradient is exact, and fp32 stores round nothing)
+@pytest.mark.parametrize(
+    "model,precision",
+    [("mlp", "mixed"), *(pytest.param(m, p, marks=pytest.mark.slow) for m, p in
+                         (("mlp", "fp32"), ("mlp-ln", "mixed"), ("mlp-ln", "fp32")))],
+)  # fmt: skip
 def test_the_builtin_mlp_as_a_network_trains_to_its_curve_bit_for_bit(tmp_path, model, precision):
     """mlp and mlp-ln as networks (webmp.nn.mlp_network): their activations fused into the next
     linear layer's matmuls, the network's step is the MLP's dispatch for dispatch, so from the same
