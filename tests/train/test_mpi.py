@@ -275,3 +275,29 @@ def test_gpt_two_ranks_match_one_rank(tmp, text_file, gpu):
         "GPT 1 vs 2 ranks, max |loss diff|:",
         np.max(np.abs(losses(ranks[0]["records"]) - losses(trainer.records))),
     )
+
+
+@pytest.mark.parametrize("kind", ["cnn", "tokens"])
+def test_a_network_on_two_ranks_matches_one_rank(tmp, text_file, gpu, kind):
+    """A network of layers (the README's CNN on the digits; a small token network with attention on
+    text) data-parallel: the ranks agree bit for bit and follow the 1-rank run."""
+    from webmp.data.text import load_text
+    from webmp.presets import EXAMPLE_CNN
+
+    if kind == "cnn":
+        config = {"model_spec": EXAMPLE_CNN, "steps": 10, "batch_size": 32, "log_every": 5}
+    else:
+        V = load_text(text_file).vocab_size
+        spec = {"input": {"tokens": V, "context": 16}, "layers": [
+            {"type": "embedding", "dim": 16},
+            {"type": "residual", "layers": [{"type": "layernorm"},
+                                            {"type": "causal_self_attention", "heads": 2}]},
+            {"type": "linear", "out": V}]}  # fmt: skip
+        config = {"model_spec": spec, "data": text_file, "steps": 10, "batch_size": 8, "log_every": 5}
+        config |= {"val_tokens": 256}
+    config |= {"checkpoint_every": 0, "init_scale": 1024.0, "warmup": 0}
+    ranks = two_rank_run(tmp, config, f"net2-{kind}")
+    assert_same_across_ranks(ranks)
+    trainer = Trainer(TrainConfig(**config), out=tmp / f"net1-{kind}", progress=False, log=None, gpu=gpu)
+    trainer.run()
+    assert_matches_one_rank(ranks[0]["records"], trainer.records)
