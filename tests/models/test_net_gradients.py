@@ -115,7 +115,10 @@ def test_a_residual_of_a_pass_through_triples_its_input():
     np.testing.assert_allclose(g["layers.1.weight"], g3["layers.0.weight"])
 
 
-@pytest.mark.parametrize("name", list(NETS))
+# the CNN and the fused MLP in the fast tier; the deeper CNN and the residual MLP slow
+@pytest.mark.parametrize(
+    "name", ["cnn", "fused-mlp", *(pytest.param(n, marks=pytest.mark.slow) for n in ("deep-cnn", "res-mlp"))]
+)
 def test_one_step_gradients_match_the_float64_model(name, path, gpu, digits):
     net = Network.from_dict(NETS[name])
     cfg = TrainConfig(
