@@ -22,6 +22,37 @@ apt_install() {
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# Debian 12's own lavapipe is Mesa 22.3; Debian's bookworm-backports archive has Mesa 25, whose
+# lavapipe runs webmp's kernels several times faster (docs/benchmarks.md "Vulkan driver"). On Debian 12
+# the backports' Mesa is installed (its source added if missing) unless WEBMP_NO_BACKPORTS=1; when it
+# cannot be had, the release's Mesa is installed and setup says so.
+vulkan_driver() {
+  local codename have
+  codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+  if [ "$codename" != bookworm ] || [ "${WEBMP_NO_BACKPORTS:-0}" = 1 ]; then
+    apt_install mesa-vulkan-drivers libvulkan1
+    return
+  fi
+  have=$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || true)
+  if [ -n "$have" ] && dpkg --compare-versions "$have" ge 25; then
+    apt_install libvulkan1
+    return
+  fi
+  if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    say "adding Debian's bookworm-backports archive (/etc/apt/sources.list.d/webmp-backports.sources)"
+    printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm-backports' \
+      'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' \
+      > /etc/apt/sources.list.d/webmp-backports.sources
+  fi
+  say "apt-get install -t bookworm-backports mesa-vulkan-drivers (Mesa ${have:-not installed} -> Mesa 25's faster lavapipe)"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! { apt-get update -qq >/dev/null &&
+    apt-get install -y -qq --no-install-recommends -t bookworm-backports mesa-vulkan-drivers libvulkan1 >/dev/null; }; then
+    say "Mesa from bookworm-backports could not be installed: installing Debian 12's Mesa 22 (a slower lavapipe)"
+    apt_install mesa-vulkan-drivers libvulkan1
+  fi
+}
+
 case "$mode" in train | test | mpi) ;; *) say "unknown mode '$mode' (train, test or mpi)"; exit 2 ;; esac
 py=${PYTHON:-python3}
 extra=""; [ "$mode" = test ] && extra="[test]"; [ "$mode" = mpi ] && extra="[mpi]"
@@ -53,15 +84,19 @@ fi
 
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 # wgpu falls back to its OpenGL backend when no Vulkan driver is installed (on Debian: llvmpipe
-# through GL, without shader-f16); the engine wants Vulkan, Metal or D3D12
+# through GL, without shader-f16); the engine wants Vulkan, Metal or D3D12, and on a CPU adapter
+# (lavapipe) the fastest Mesa at hand
 best_backend="import wgpu, sys; a = wgpu.gpu.request_adapter_sync(); sys.exit(a is None or a.info['backend_type'] not in ('Vulkan', 'Metal', 'D3D12'))"
+cpu_adapter="import wgpu, sys; a = wgpu.gpu.request_adapter_sync(); sys.exit(a.info['adapter_type'] != 'CPU')"
 if ! $py -c "$best_backend" >/dev/null 2>&1; then
   say "no Vulkan/Metal/D3D12 WebGPU adapter found: installing Mesa's lavapipe Vulkan driver"
-  apt_install mesa-vulkan-drivers libvulkan1
+  vulkan_driver
+elif [ "$mode" = test ] || $py -c "$cpu_adapter" >/dev/null 2>&1; then
+  vulkan_driver
 fi
 
 if [ "$mode" = test ]; then
-  apt_install chromium mesa-vulkan-drivers libvulkan1 fonts-dejavu-core
+  apt_install chromium fonts-dejavu-core
   if [ ! -f web/node_modules/uplot/package.json ]; then
     command -v npm >/dev/null 2>&1 || apt_install npm
     say "npm ci (uPlot, the page's chart library, from web/package-lock.json)"

@@ -168,6 +168,28 @@ def test_an_opengl_adapter_is_named_and_warned_about(monkeypatch):
     assert gpu.name.endswith("; OpenGL)") and gpu.backend == "OpenGL"
 
 
+@pytest.mark.parametrize(
+    "device, description, note",
+    [
+        ("llvmpipe (LLVM 15.0.6, 256 bits)", "Mesa 22.3.6 (LLVM 15.0.6)", "Mesa 22.3;"),
+        ("llvmpipe (LLVM 15.0.6, 256 bits)", "Mesa 24.2.8-1 (LLVM 19.1.4)", "Mesa 24.2;"),
+        ("llvmpipe (LLVM 15.0.6, 256 bits)", "Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)", None),
+        ("AMD Radeon RX 7900 XTX (RADV NAVI31)", "Mesa 22.3.6", None),
+        ("llvmpipe", "", None),
+    ],
+)
+def test_an_old_lavapipe_is_named_in_the_runs_log(device, description, note):
+    """Debian 12's own lavapipe (Mesa 22) runs the kernels several times slower than Mesa 25's: the
+    run says which Mesa it has and where the faster one is; other drivers get no note."""
+    from webmp.engine.runtime import old_lavapipe_note
+
+    got = old_lavapipe_note({"device": device, "description": description})
+    if note is None:
+        assert got is None
+    else:
+        assert got is not None and note in got and "bookworm-backports" in got
+
+
 def test_buffer_over_adapter_limit_is_a_clear_error():
     gpu = default_gpu()
     plan, _ = build_plan(TrainConfig(), load_digits(), "emulated")

@@ -192,6 +192,26 @@ METHOD = """\
   (`LAVAPIPE_TARGETS`, and the page's cold start in `webmp.bench.cold`).
 """
 
+VULKAN_DRIVER = """\
+## Vulkan driver
+
+Debian 12's own Mesa is 22.3; its `bookworm-backports` archive has Mesa 25, which `scripts/setup.sh`
+installs on Debian 12 (`WEBMP_NO_BACKPORTS=1` keeps the release's). Step time with an empty tune
+cache, each figure the better of two measurements in a process of its own, the drivers alternating
+(`bench/vulkan_drivers.py`, 2026-12-03, the project's 2-vCPU VM; the second round shared the
+machine with other work):
+
+| Vulkan driver | digits MLP, ms a step | default GPT, ms a step |
+|---|---|---|
+| Debian 12 Mesa 22.3.6 lavapipe | 24.3 | 1614.7 |
+| bookworm-backports Mesa 25.0.7 lavapipe | 7.9 | 357.8 |
+| Mesa 25.0.7 lavapipe of the test harness (`shared/tools/webgpu-cpu`) | 6.5 | 350.3 |
+
+Mesa 25's lavapipe is 3x faster on the MLP and 4.5x on the GPT; the backports' package and the
+harness's build of the same version are alike within this machine's noise. A run on a lavapipe
+older than Mesa 25 says so in its log.
+"""
+
 REGENERATE = """\
 ## Making this page
 
@@ -267,7 +287,7 @@ def render(
     out += readback_section(r) + profile_section(r)
     out += [line for c in colds for line in cold_section(c)] if colds else cold_section(None)
     out += ranks_section(ranks) + tinygrad + targets_section(r, colds, ratio)
-    return "\n".join(out) + "\n" + METHOD + "\n" + REGENERATE + "\n" + HISTORY
+    return "\n".join(out) + "\n" + METHOD + "\n" + VULKAN_DRIVER + "\n" + REGENERATE + "\n" + HISTORY
 
 
 def main(argv: list[str] | None = None) -> int:

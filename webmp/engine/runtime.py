@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import warnings
 from collections import OrderedDict
 from typing import cast
@@ -32,6 +33,18 @@ NO_ADAPTER = (
 )
 
 NATIVE_BACKENDS = ("Vulkan", "Metal", "D3D12")  # wgpu's OpenGL backend lacks shader-f16, among others
+
+
+def old_lavapipe_note(info: dict) -> str | None:
+    """A note for the run's log when the adapter is Mesa's lavapipe before Mesa 25 (Debian 12's own
+    Mesa is 22.3), which runs webmp's kernels several times slower than Mesa 25's; None otherwise."""
+    found = re.match(r"Mesa (\d+)\.(\d+)", str(info.get("description", "")))
+    if "llvmpipe" not in str(info.get("device", "")) or not found or int(found[1]) >= 25:
+        return None
+    return (
+        f"this lavapipe is Mesa {found[1]}.{found[2]}; Mesa 25 runs webmp several times faster "
+        "(Debian 12: from bookworm-backports, which scripts/setup.sh installs)"
+    )
 
 
 def _webgpu_limit_name(name: str) -> str:
@@ -77,6 +90,7 @@ class GPU:
         self.backend = str(info.get("backend_type", "") or "unknown backend")
         detail = "; ".join(x for x in (info.get("description", ""), self.backend) if x)
         self.name = f"{info.get('device', '?')} ({detail})"  # every run's log and summary name the backend
+        self.driver_note = old_lavapipe_note(dict(info))
         if self.backend not in NATIVE_BACKENDS:
             warnings.warn(
                 f"webmp: the WebGPU adapter runs on {self.backend}, not Vulkan, Metal or D3D12 "

@@ -301,6 +301,8 @@ class Trainer:
     def _log_start(self) -> None:
         cfg = self.cfg
         self.log(f"webmp: {cfg.precision}, {self.f16_description}, adapter {self.gpu.name}")
+        if self.gpu.driver_note:
+            self.log(f"webmp: note: {self.gpu.driver_note}")
         self.log(f"webmp: run directory {self.run_path}")
         if self.world.size > 1:
             n = self.world.size
