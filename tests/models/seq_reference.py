@@ -4,7 +4,8 @@ net_seq.py store them, from the same kernels' references as the gpt's (webmp.tes
 
 Rows are r = b * T + t (window b, position t); values are [R, cols] float64. With store=path the
 stored values are rounded to the activation format, every other operation exact:
-  - the matrices the matmuls read (Linear and attention weights) as their working copies;
+  - the matrices the matmuls read (Linear and attention weights, a tied head's embedding table)
+    as their working copies;
   - each layer's output (the last Linear's logits excepted: f32), a residual's x + f(x) too;
   - attention: qkv, P and O, the scores and dP exact (f32 buffers);
   - backward: dlogits, every input gradient (a residual's dx + dy too), attention's dO, dS and
@@ -81,6 +82,8 @@ class SeqReference:
         return self.rnd(self.p[f"{path}.weight"][idx] + pos[np.arange(len(idx)) % self.T]), None
 
     def f_linear(self, path, layer, x, tape):
+        if layer.tied:  # the embedding's table's working copy, transposed
+            return x @ self.copy("layers.0.weight").T, None
         y = x @ self.copy(f"{path}.weight") + self.p.get(f"{path}.bias", 0.0)
         return (y if path == self.last else self.rnd(y)), None
 
@@ -124,7 +127,7 @@ class SeqReference:
     def b_embedding(self, path, layer, idx, saved, dy, tape):
         dw = np.zeros_like(self.p[f"{path}.weight"])
         np.add.at(dw, idx, dy)
-        self.g[f"{path}.weight"] = dw
+        self.g[f"{path}.weight"] = dw + self.g.get(f"{path}.weight", 0.0)  # a tied head's part first
         if layer.positions:
             self.g[f"{path}.positions"] = dy.reshape(self.Bn, self.T, -1).sum(0)
         return None
@@ -135,6 +138,9 @@ class SeqReference:
             self.g[f"{name}.bias"] = dy.sum(0)
 
     def b_linear(self, path, layer, x, saved, dy, tape):
+        if layer.tied:
+            self.g["layers.0.weight"] = dy.T @ x
+            return self.rnd(dy @ self.copy("layers.0.weight"))
         self._wgrad(path, x, dy)
         return self.rnd(dy @ self.copy(f"{path}.weight").T)
 

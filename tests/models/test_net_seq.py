@@ -9,7 +9,9 @@ attention is far from uniform and no norm parameter or bias is trivial):
         linear to 9, silu, dropout, residual blocks of linear + tanh and of a bias-less linear +
         gelu, layernorm, relu, the head;
   ATTN  embedding (D = 12) without positions, residual blocks of layernorm + attention (2 heads of
-        6) and of rmsnorm + bias-less attention (3 heads of 4), gelu, a bias-less head.
+        6) and of rmsnorm + bias-less attention (3 heads of 4), gelu, a bias-less head;
+  TIED  embedding (D = 12), a residual block of layernorm + attention, layernorm, and the head tied
+        to the embedding (its table transposed), GPT-2's init.
 Errors are normwise per tensor, max |got - want| / max |want| (tests/models/test_gradients.py), as
 test_gpt.py's, with its tolerances and reasons:
 - against the reference rounded where the engine stores (store=path) the engine differs by f32
@@ -69,7 +71,16 @@ ATTN = {
         {"type": "gelu"}, {**HEAD, "bias": False},
     ],
 }  # fmt: skip
-NETS = {"odd": ODD, "attn": ATTN}
+TIED = {
+    "input": TOKENS,
+    "init": "gpt2",
+    "layers": [
+        {"type": "embedding", "dim": 12},
+        res({"type": "layernorm"}, {"type": "causal_self_attention", "heads": 2}),
+        {"type": "layernorm"}, {**HEAD, "tied": True},
+    ],
+}  # fmt: skip
+NETS = {"odd": ODD, "attn": ATTN, "tied": TIED}
 MEASURED: dict = {}
 
 
@@ -178,6 +189,25 @@ BAD = {
     "unknown input field": (
         _net(EMB, HEAD, inp={**TOKENS, "vocab": 3}), "input.vocab: Extra inputs are not permitted"
     ),
+    "tied head not last": (
+        _net(EMB, {**HEAD, "out": 16, "tied": True}, HEAD),
+        "layers.1 (linear): a tied linear layer is the last layer of a token network whose first layer "
+        "is an embedding",
+    ),
+    "tied head on a vector": (
+        _net({"type": "linear", "out": 3, "tied": True}, inp=[4]),
+        "layers.0 (linear): a tied linear layer is the last layer of a token network",
+    ),
+    "tied head of another width": (
+        _net(EMB, {"type": "linear", "out": 8}, {**HEAD, "tied": True}),
+        "layers.2 (linear): its input [7, 8] has width 8 but the embedding it is tied to (layers.0) has "
+        "dim 16",
+    ),
+    "tied head with a bias": (
+        _net(EMB, {**HEAD, "tied": True, "bias": True}),
+        "layers.1: a tied linear layer has no bias",
+    ),
+    "unknown init": (_net(EMB, HEAD) | {"init": "xavier"}, "init: Input should be 'torch' or 'gpt2'"),
     "heads zero": (
         _net(EMB, {**ATT, "heads": 0}, HEAD), "layers.1.heads: Input should be greater than or equal to 1"
     ),
@@ -230,7 +260,7 @@ def enlarged(net: Network, rng) -> dict:
     biases and norm shifts N(0, 0.3^2), gains 1 + N(0, 0.3^2), embeddings N(0, 0.8^2)."""
     out = {}
     for name, p in net.param_shapes().items():
-        if p.matrix:
+        if p.matrix and p.fan_in:  # (a tied head's embedding table is a matrix without a fan-in)
             w = rng.uniform(-2, 2, p.shape) / np.sqrt(p.fan_in)
         elif p.std is not None:
             w = 0.8 * rng.standard_normal(p.shape)

@@ -2,6 +2,11 @@
 training plan of webmp.testing.reference.gpt_loss_and_grads (parameter names, shapes, initialisation,
 weight decay and the points where values are stored in the activation format all follow it).
 
+Its plan is the network webmp.nn.gpt.gpt_network's (GPTNet: a token network, webmp/models/net_seq.py,
+whose nodes emit the dispatches) under the GPT's own names: parameters wte, Wqkv0, ... (gpt_names),
+buffers below (gpt_buffers), declared in the order they always had, so that its plans, checkpoints
+and curves are the ones it had when its dispatches were listed here by hand.
+
 Rows are r = b * T + t (window b, position t) throughout; R = batch * T rows are the loss rows, so
 the scaler's B and softmax_xent's B are R, and gather_windows advances one window per T of them
 (pos_per_window = T).
@@ -23,17 +28,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import TypedDict
+from typing import cast
 
 import numpy as np
 
 from .. import ops
 from ..config import TrainConfig
-from ..data.tables import check_tokens, eval_windows, perm_bits
 from ..data.text import TextCorpus
 from ..engine.plan import (
     PLAN_FORMAT,
-    EvalSpec,
     Plan,
     PlanBuilder,
     SamplePlan,
@@ -42,7 +45,12 @@ from ..engine.plan import (
     pack_h,
 )
 from ..engine.tiles import TileTable
-from .common import EVAL, EVAL_FLAGS, Init, ModelBuilder, Param, replayed
+from ..nn.gpt import gpt_names, gpt_network
+from ..nn.layers import CausalSelfAttention, Layer
+from ..nn.network import Residual
+from .common import Init, ModelBuilder, Param
+from .net_nodes import Node, ResidualNode
+from .net_seq import Heads, TokenNet
 
 GELU = ops.ACT_CODES["gelu"]
 
@@ -123,16 +131,6 @@ def gpt_init_param(name: str, shape: tuple[int, ...], n_layer: int, rng: np.rand
     if name.startswith(("ln1_g", "ln2_g", "lnf_g")):
         return np.ones(shape, np.float32)
     return np.zeros(shape, np.float32)
-
-
-class Heads(TypedDict):
-    """The attention's shape, as the attention launchers take it: B windows of T positions, H heads
-    of size d."""
-
-    B: int
-    T: int
-    H: int
-    d: int
 
 
 class GPTForward:
@@ -272,7 +270,7 @@ def build_gpt_plan(
     gpt_init with numpy's generator seeded by cfg.seed. With `world` > 1: data-parallel rank
     `rank`'s plan (ModelBuilder), batch_size / world windows of each global batch. dry: a dry run."""
     mb = ModelBuilder(cfg, path, tiles, rank, world, dry=dry)
-    gpt = GPT(mb, corpus, params)
+    gpt = GPTNet(mb, corpus, params)
     gpt.train_step()
     mb.optimizer()
     evaluation = gpt.evaluation()
@@ -280,198 +278,118 @@ def build_gpt_plan(
     return mb.finish([gpt.V, *([gpt.D] * gpt.L), gpt.V], evaluation)
 
 
-class GPT:
-    """The GPT's training plan: the constructor declares its buffers (data, bookkeeping, parameters
-    in gpt_param_shapes' order, GPTForward's activations, the backward deltas), the methods add its
-    programs."""
+def gpt_buffers(n_layer: int, n_head: int) -> dict[str, str]:
+    """{a buffer of gpt_network's nodes (by its layer's path): the GPT's name}: the values, the
+    attention scores, and the backward deltas, which the blocks share (module docstring). A value's
+    gradient is d_<its buffer>, named here by the layer that writes it."""
+    L = n_layer
+    names = {"layers.0.y": "X0", "d_X0": "dln"}
+    names |= {f"attention_S_h{n_head}": "S", f"attention_dS_h{n_head}": "dS"}
+    for l in range(L):
+        att, mlp = f"layers.{1 + 2 * l}.layers", f"layers.{2 + 2 * l}.layers"
+        names |= {
+            f"{att}.0.y": f"a{l}", f"{att}.0.stats": f"ln1_stats{l}", f"{att}.1.qkv": f"qkv{l}",
+            f"{att}.1.P": f"P{l}", f"{att}.1.O": f"O{l}", f"{att}.1.y": f"x_mid{l}",
+            f"d_{att}.1.O": "dO", f"d_{att}.1.qkv": "dqkv",
+            f"{mlp}.0.y": f"m{l}", f"{mlp}.0.stats": f"ln2_stats{l}", f"{mlp}.1.y": f"z{l}",
+            f"{mlp}.3.y": f"x{l}",
+            f"d_a{l}": "dY", f"d_m{l}": "dY", f"d_z{l}": "dz", f"d_x_mid{l}": "dln",
+            f"d_x{l}": "dx" if l == L - 1 else "dln",  # the last block's output: the final LN's input
+        }  # fmt: skip
+    final = 1 + 2 * L
+    names |= {f"layers.{final}.y": "xf", f"layers.{final}.stats": "lnf_stats", "d_xf": "dY"}
+    return names | {f"layers.{final + 1}.zero_bias": "head_bias"}
+
+
+class GPTNet(TokenNet):
+    """The GPT's training plan: gpt_network's nodes under the GPT's names (gpt_names, gpt_buffers),
+    its buffers declared in the GPT's order (data, bookkeeping, parameters in gpt_param_shapes'
+    order, then `declare`'s activations and deltas), the weights its backward reads transposed in
+    the table's form (ModelBuilder.weight_transposed), and its residual blocks adding their
+    branch's input gradient into the stream's, dx, in place (StreamResidualNode)."""
 
     def __init__(self, mb: ModelBuilder, corpus: TextCorpus, params: dict[str, np.ndarray] | None):
-        cfg, pb = mb.cfg, mb.pb
-        self.mb, self.pb = mb, pb
-        self.V, self.D, self.T, self.H, self.L = V, D, T, H, L = (
-            corpus.vocab_size, cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer,
-        )  # fmt: skip
-        self.tie_head = cfg.tie_head
+        cfg = mb.cfg
+        self.V, self.D, self.H, self.L = V, D, H, L = corpus.vocab_size, cfg.d_model, cfg.n_head, cfg.n_layer
         check_shape(D, H, L)
-        self.Bw = Bw = mb.local_batch
-        self.R = R = Bw * T
-        self.train = check_tokens(corpus.train, V, T, f"{corpus.name} (train split)")
-        val = np.asarray(corpus.val, np.uint32)
-        self.val = val[: cfg.val_tokens] if cfg.val_tokens else val
-        shapes = gpt_param_shapes(V, D, L, T, self.tie_head)
         if params is not None:
-            check_params(params, shapes)
+            check_params(params, gpt_param_shapes(V, D, L, cfg.context, cfg.tie_head))
+        self.given = params
+        self.names = gpt_names(L, cfg.tie_head) | gpt_buffers(L, H)
+        super().__init__(mb, gpt_network(V, D, L, H, cfg.context, cfg.tie_head), corpus)
+        self.declare()
 
-        pb.u32("tokens", (len(self.train),), "data", self.train)
-        pb.u32("val_tokens", (max(1, len(self.val)),), "data", self.val if len(self.val) else None)
-        mb.bookkeeping(R)
-        pb.u32("idx", (R,), "activations")
-        pb.u32("targets", (R,), "activations")
-        # matrices read by matmuls get a working copy (wte too when it is the tied head's matrix)
-        copied = working_copies(L, self.tie_head)
-        rng = np.random.default_rng(cfg.seed)
-        self.P: dict[str, Param] = {}
-        for name, shape in shapes.items():
-            init = self._initial(name, shape, params, rng)
-            self.P[name] = mb.param(name, shape, init, copy=name in copied, decay=gpt_decays(name))
-        self.fw = GPTForward(
-            mb, V=V, D=D, T=T, H=H, L=L, windows=Bw, tie_head=self.tie_head, master=self.m, copy=self.w
-        )
+    def declare(self) -> None:
+        """The activations and backward deltas, in the GPT's order (the nodes find them declared)."""
+        pb, R, D, T, V, L = self.pb, self.R, self.D, self.T, self.V, self.L
+        scores = (self.Bt * self.H * T, T)
+        pb.h("X0", R, D)
+        for l in range(L):
+            pb.h(f"a{l}", R, D)
+            pb.f32(f"ln1_stats{l}", (R, 2), "activations")
+            pb.h(f"qkv{l}", R, 3 * D)
+            pb.h(f"P{l}", *scores)
+            for name in (f"O{l}", f"x_mid{l}", f"m{l}"):
+                pb.h(name, R, D)
+            pb.f32(f"ln2_stats{l}", (R, 2), "activations")
+            pb.h(f"z{l}", R, 4 * D)
+            pb.h(f"x{l}", R, D)
+        pb.f32("S", scores, "activations")  # scores; dP in the backward pass
+        pb.h("xf", R, D)
+        pb.f32("lnf_stats", (R, 2), "activations")
+        pb.f32("logits", (R, V), "activations")
+        if self.net.tied_head:
+            pb.f32("head_bias", (V,), "other")  # zeros: the tied head has no bias
+            if self.mb.tiles.weights == "transposed":
+                pb.h("hT_wte", D, V, "working_weights")
         pb.h("dlogits", R, V)
         for name, cols in (("dx", D), ("dY", D), ("dln", D), ("dO", D), ("dqkv", 3 * D), ("dz", 4 * D)):
             pb.h(name, R, cols)
-        pb.h("dS", Bw * H * T, T)
+        pb.h("dS", *scores)
         pb.u32("spans", (V, 2), "activations")
         pb.u32("order", (R,), "activations")
 
-    def _initial(
-        self,
-        name: str,
-        shape: tuple[int, ...],
-        params: dict[str, np.ndarray] | None,
-        rng: np.random.Generator,
-    ) -> Init:
-        """Parameter `name`'s initial value: params[name], else drawn from `rng` as gpt_init draws it."""
-        if params is not None:
-            given = params[name]
-            return lambda: np.asarray(given, np.float32)
-        return lambda: gpt_init_param(name, shape, self.L, rng)
+    def named(self, name: str) -> str:
+        return self.names.get(name, name)
 
-    def w(self, name: str) -> str:
-        """Parameter `name`'s working copy."""
-        return str(self.P[name]["copy"])
+    def initial(self, name: str) -> Init | None:
+        if self.given is None:
+            return None
+        given = self.given[name]
+        return lambda: np.asarray(given, np.float32)
 
-    def m(self, name: str) -> str:
-        """Parameter `name`'s f32 master."""
-        return self.P[name]["master"]
+    def transposed(self, program: str, p: Param) -> tuple[str, int]:
+        return self.mb.weight_transposed(program, p)
 
-    def g(self, name: str) -> str:
-        """Parameter `name`'s gradient."""
-        return self.P[name]["grad"]
-
-    def train_step(self) -> None:
-        """The training step up to complete gradients (grads_program): the next windows, forward,
-        the loss and dlogits, then backward from the head through the blocks to the embeddings."""
-        mb, pb, S, T, R, V, D = self.mb, self.pb, self.mb.grads_program, self.T, self.R, self.V, self.D
-        n_train = len(self.train)
-        ops.gather_windows(
-            pb, S, tokens="tokens", idx="idx", targets="targets", n_tokens=n_train, T=T, batch=self.Bw,
-            seed=mb.cfg.seed, perm_bits=perm_bits(n_train - T), pos_per_window=T, shard=mb.rank * self.Bw,
-        )  # fmt: skip
-        self.fw.emit(S)
-        ops.softmax_xent(
-            pb, S, logits="logits", labels="targets", loss_rows="loss_rows", dlogits="dlogits", B=R, C=V,
-            counted=mb.counted_rows,
-        )  # fmt: skip
-        self.head_backward(S)
-        self.layernorm_back(S, self.fw.x_final, "lnf_stats", "lnf_g", "lnf_b", dZ="dx")
-        for l in reversed(range(self.L)):
-            self.block_backward(S, l)
-            mb.lens_point(self.block_deltas(l))  # block l - 1 overwrites them
-        ops.token_rows(pb, S, idx="idx", spans="spans", order="order", R=R, V=V)
-        ops.embed_wgrad(
-            pb, S, spans="spans", order="order", dX="dx", dwte=self.g("wte"), dwpe=self.g("wpe"), R=R, T=T,
-            V=V, D=D, accumulate=self.tie_head,
-        )  # fmt: skip
-
-    def head_backward(self, S: str) -> None:
-        """The head's weight gradient, and dxf into dY."""
-        mb, pb, g, R, V, D = self.mb, self.pb, self.g, self.R, self.V, self.D
-        if self.tie_head:  # g_wte = dlogits^T xf (the embedding's part is added by embed_wgrad at the end)
-            mb.matmul(S, "matmul_wgrad", A="dlogits", B="xf", C=g("wte"), M=V, N=D, K=R, trans_a=1)
-            mb.matmul(S, "matmul_plain", A="dlogits", B=self.w("wte"), C="dY", M=R, N=D, K=V)
-            return
-        mb.matmul(S, "matmul_wgrad", A="xf", B="dlogits", C=g("Whead"), M=D, N=V, K=R, trans_a=1)
-        ops.colsum(pb, S, G="dlogits", out=g("bhead"), M=R, N=V)
-        Wt, tb = mb.weight_transposed(S, self.P["Whead"])
-        mb.matmul(S, "matmul_plain", A="dlogits", B=Wt, C="dY", M=R, N=D, K=V, trans_b=tb)
-
-    def block_backward(self, S: str, l: int) -> None:
-        """Block l's backward pass: dx (the gradient of its output) through the MLP branch, then the
-        attention branch, into the parameters' gradients and dx (the gradient of its input)."""
-        mb, pb, g, c, R, D, att = self.mb, self.pb, self.g, self.fw.lay[l], self.R, self.D, self.fw.att
-        # MLP branch: x = x_mid + gelu(z) W2 + b2 receives dx
-        mb.matmul(
-            S, "matmul_wgrad", A=c["z"], B="dx", C=g(f"W2{l}"), M=4 * D, N=D, K=R, a_act=GELU, trans_a=1
-        )
-        ops.colsum(pb, S, G="dx", out=g(f"b2{l}"), M=R, N=D)
-        Wt, tb = mb.weight_transposed(S, self.P[f"W2{l}"])
-        mb.matmul(
-            S, "matmul_dgrad", A="dx", B=Wt, C="dz", Zprev=c["z"], M=R, N=4 * D, K=D,
-            trans_b=tb, out_act=GELU,
-        )  # fmt: skip
-        mb.matmul(S, "matmul_wgrad", A=c["m"], B="dz", C=g(f"W1{l}"), M=D, N=4 * D, K=R, trans_a=1)
-        ops.colsum(pb, S, G="dz", out=g(f"b1{l}"), M=R, N=4 * D)
-        Wt, tb = mb.weight_transposed(S, self.P[f"W1{l}"])
-        mb.matmul(S, "matmul_plain", A="dz", B=Wt, C="dY", M=R, N=D, K=4 * D, trans_b=tb)
-        self.layernorm_back(S, c["x_mid"], c["ln2"], f"ln2_g{l}", f"ln2_b{l}")
-        ops.add_h(pb, S, A="dln", Y="dx", M=R, N=D)
-        # attention branch: x_mid = x_in + O Wo + bo receives dx
-        mb.matmul(S, "matmul_wgrad", A=c["O"], B="dx", C=g(f"Wo{l}"), M=D, N=D, K=R, trans_a=1)
-        ops.colsum(pb, S, G="dx", out=g(f"bo{l}"), M=R, N=D)
-        Wt, tb = mb.weight_transposed(S, self.P[f"Wo{l}"])
-        mb.matmul(S, "matmul_plain", A="dx", B=Wt, C="dO", M=R, N=D, K=D, trans_b=tb)
-        mb.attention_matmul(S, "dv", P=c["P"], dO="dO", dqkv="dqkv", **att)
-        mb.attention_matmul(S, "dp", dO="dO", qkv=c["qkv"], dP="S", **att)
-        ops.attn_softmax_bwd(pb, S, P=c["P"], dP="S", dS="dS", rows=mb.rows, **att)
-        mb.attention_matmul(S, "dq", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
-        mb.attention_matmul(S, "dk", dS="dS", qkv=c["qkv"], dqkv="dqkv", **att)
-        mb.matmul(S, "matmul_wgrad", A=c["a"], B="dqkv", C=g(f"Wqkv{l}"), M=D, N=3 * D, K=R, trans_a=1)
-        ops.colsum(pb, S, G="dqkv", out=g(f"bqkv{l}"), M=R, N=3 * D)
-        Wt, tb = mb.weight_transposed(S, self.P[f"Wqkv{l}"])
-        mb.matmul(S, "matmul_plain", A="dqkv", B=Wt, C="dY", M=R, N=D, K=3 * D, trans_b=tb)
-        self.layernorm_back(S, c["x_in"], c["ln1"], f"ln1_g{l}", f"ln1_b{l}")
-        ops.add_h(pb, S, A="dln", Y="dx", M=R, N=D)
-
-    def layernorm_back(
-        self, program: str, x: str, stats: str, gname: str, bname: str, dZ: str = "dln"
-    ) -> None:
-        """dY (the LayerNorm output's gradient) -> its parameters' gradients and dZ."""
-        pb, g, R, D = self.pb, self.g, self.R, self.D
-        ops.layernorm_wgrad(pb, program, dY="dY", Z=x, stats=stats, dgamma=g(gname), dbeta=g(bname), M=R, N=D)
-        ops.layernorm_bwd(
-            pb, program, dY="dY", Z=x, stats=stats, gamma=self.m(gname), dZ=dZ, M=R, N=D, rows=self.mb.rows
-        )
+    def node_type(self, layer: Layer) -> type[Node]:
+        return StreamResidualNode if isinstance(layer, Residual) else super().node_type(layer)
 
     def block_deltas(self, l: int) -> list[tuple[str, str]]:
         """The lens's layers of block l: the backward deltas every block writes into shared buffers."""
         return [(f"{n} (block {l})", n) for n in ("dz", "dqkv", "dO", "dS")]
-
-    def evaluation(self) -> EvalSpec:
-        """Program 'eval' over the validation split: next-character accuracy and the summed loss."""
-        pb, E, T, Bw, R, V, val = self.pb, EVAL, self.T, self.Bw, self.R, self.V, self.val
-        chunks = ops.cdiv(eval_windows(len(val), T), Bw) if len(val) > 1 else 0
-        n = max(1, chunks)
-        pb.f32("val_loss_partial", (n,), "other")
-        pb.f32("val_loss_sum", (1,), "other")
-        forward = replayed(pb, lambda program: self.fw.emit(program, flags=EVAL_FLAGS))
-        ops.eval_reset(pb, E, logits="logits", labels="targets", result="eval_result", B=R, C=V)
-        for chunk in range(chunks):
-            ops.gather_windows_eval(
-                pb, E, tokens="val_tokens", idx="idx", targets="targets", n_tokens=len(val), T=T, batch=Bw,
-                offset=chunk * Bw,
-            )  # fmt: skip
-            forward(E)
-            ops.eval_count(pb, E, logits="logits", labels="targets", result="eval_result", B=R, C=V)
-            ops.eval_loss_chunk(
-                pb, E, logits="logits", labels="targets", partial="val_loss_partial", total="val_loss_sum",
-                B=R, C=V, chunk=chunk, chunks=n,
-            )  # fmt: skip
-        ops.eval_loss_total(
-            pb, E, logits="logits", labels="targets", partial="val_loss_partial", total="val_loss_sum",
-            B=R, C=V, chunks=n,
-        )  # fmt: skip
-        return {
-            "result_buffer": "eval_result",
-            "test_rows": max(0, len(val) - 1),
-            "loss_buffer": "val_loss_sum",
-        }
 
     def lens_layers(self) -> list[tuple[str, str]]:
         """The gradient-range lens's layers: dlogits, dx after the step (the embeddings' gradient,
         the residual stream's at the input), and every block's deltas (counted at its lens point)."""
         blocks = [d for l in range(self.L) for d in self.block_deltas(l)]
         return [("dlogits", "dlogits"), ("dx (embeddings)", "dx"), *blocks]
+
+
+class StreamResidualNode(ResidualNode):
+    """A GPT residual block: its backward adds its branch's input gradient into dy (dx, the
+    stream's gradient) in place and passes dy on. After a block's attention half (its input's
+    gradient complete), the lens counts the block's deltas, which the block before overwrites."""
+
+    g: GPTNet
+
+    def backward(self, x, y, saved, dy, program, need_dx):
+        layers = cast(Residual, self.layer).layers
+        df = self.g._backward_layers(layers, f"{self.path}.", dy, program, first=False)
+        assert df is not None and df.buffer != dy.buffer
+        ops.add_h(self.pb, program, A=df.buffer, Y=dy.buffer, M=x.rows, N=x.cols)
+        if isinstance(layers[-1], CausalSelfAttention):  # block l is layers.{1 + 2 l} and .{2 + 2 l}
+            self.mb.lens_point(self.g.block_deltas((int(self.path.removeprefix("layers.")) - 1) // 2))
+        return dy
 
 
 # --- text generation -------------------------------------------------------------------------------

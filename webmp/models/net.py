@@ -26,7 +26,7 @@ from ..engine.plan import EvalSpec, Plan
 from ..engine.tiles import TileTable
 from ..nn import layers as L
 from ..nn.network import Network, Residual
-from .common import EVAL, EVAL_FLAGS, ModelBuilder, replayed
+from .common import EVAL, EVAL_FLAGS, Init, ModelBuilder, Param, replayed
 from .net_nodes import NODES, Node, Value, value_of
 
 
@@ -127,10 +127,24 @@ class Net:
         return NODES[type(layer)]
 
     def act(self, name: str, rows: int, cols: int) -> str:
-        """The h buffer `name` [rows, cols], declared at its first use."""
+        """The h buffer `name` [rows, cols] (as `named` names it), declared at its first use."""
+        name = self.named(name)
         if name not in self.pb.buffers:
             self.pb.h(name, rows, cols)
         return name
+
+    # hooks of a preset (webmp/models/gpt.py): its own names, given initial values, weight forms
+    def named(self, name: str) -> str:
+        """The buffer that a node's value or parameter `name` (by its layer's path) is stored in."""
+        return name
+
+    def initial(self, name: str) -> Init | None:
+        """Parameter `name`'s given initial value; None: drawn as its ParamShape says."""
+        return None
+
+    def transposed(self, program: str, p: Param) -> tuple[str, int]:
+        """Weight p's working copy for a product reading it transposed (dx = dy Wᵀ), and its trans_b."""
+        return str(p["copy"]), 1
 
     def grad(self, v: Value) -> Value:
         """The gradient of value v: buffer d_<v's buffer>, v's shape."""

@@ -52,12 +52,13 @@ class Node:
         self.last = t.depth == 0 and t.path == f"layers.{len(g.net.layers) - 1}"
         self.params: dict[str, Param] = {}
         for full, p in t.params.items():  # by the name after the layer's path: weight, qkv.bias
+            name, given = g.named(full), g.initial(g.named(full))
             self.params[full.removeprefix(t.path + ".")] = self.mb.param(
-                full, p.shape, _init(rng, p), copy=p.matrix, decay=p.decay
+                name, p.shape, _init(rng, p) if given is None else given, copy=p.matrix, decay=p.decay
             )
 
     def out(self, x: Value, suffix: str = "y") -> Value:
-        v = value_of(f"{self.path}.{suffix}", self.out_shape, self.g.Bt)
+        v = value_of(self.g.named(f"{self.path}.{suffix}"), self.out_shape, self.g.Bt)
         self.g.act(v.buffer, v.rows, v.cols)
         return v
 
@@ -117,7 +118,8 @@ class LinearNode(Node):
         if not need_dx:
             return None
         dx = self.g.grad(Value(x.buffer, x.shape, x.rows, x.cols))  # of the pre-activation, if fused
-        common = dict(A=dy.buffer, B=str(W["copy"]), C=dx.buffer, M=x.rows, N=n_in, K=n_out, trans_b=1)
+        Wt, tb = self.g.transposed(program, W)
+        common = dict(A=dy.buffer, B=Wt, C=dx.buffer, M=x.rows, N=n_in, K=n_out, trans_b=tb)
         if x.act is None:
             self.mb.matmul(program, "matmul_plain", **common)
         else:
@@ -303,7 +305,7 @@ class NormNode(Node):
     def forward(self, x, program, flags, training):
         y = self.out(x)
         g, rows = self.params["weight"], self.mb.rows
-        stats = f"{self.path}.stats"
+        stats = self.g.named(f"{self.path}.stats")
         if isinstance(self.layer, L.LayerNorm):
             if stats not in self.pb.buffers:
                 self.pb.f32(stats, (x.rows, 2), "activations")

@@ -17,7 +17,7 @@ the embedding and the attention are the gpt's kernels:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -29,10 +29,19 @@ from ..engine.plan import EvalSpec, Plan
 from ..engine.tiles import TileTable
 from ..nn import layers as L
 from ..nn.network import Network
-from .common import EVAL, EVAL_FLAGS, ModelBuilder, replayed
-from .gpt import Heads
+from .common import EVAL, EVAL_FLAGS, ModelBuilder, Param, replayed
 from .net import Net
 from .net_nodes import Node, Value
+
+
+class Heads(TypedDict):
+    """The attention's shape, as the attention launchers take it: B windows of T positions, H heads
+    of size d."""
+
+    B: int
+    T: int
+    H: int
+    d: int
 
 
 def build_token_net_plan(
@@ -89,13 +98,16 @@ class TokenNet(Net):
         self.place_nodes()
 
     def node_type(self, layer: L.Layer) -> type[Node]:
+        if isinstance(layer, L.Linear) and layer.tied:
+            return TiedHeadNode
         return SEQ_NODES.get(type(layer)) or super().node_type(layer)
 
     def input_value(self, program: str, flags: str) -> Value:
         return Value("idx", self.net.in_shape, self.R, 1)
 
     def f32(self, name: str, shape: tuple[int, ...], init: np.ndarray | None = None) -> str:
-        """The f32 buffer `name`, declared at its first use."""
+        """The f32 buffer `name` (as `named` names it), declared at its first use."""
+        name = self.named(name)
         if name not in self.pb.buffers:
             self.pb.f32(name, shape, "activations" if init is None else "other", init)
         return name
@@ -171,9 +183,48 @@ class EmbeddingNode(Node):
         ops.token_rows(pb, program, idx=x.buffer, spans=spans, order=order, R=y.rows, V=g.V)
         ops.embed_wgrad(
             pb, program, spans=spans, order=order, dX=dy.buffer, dwte=self.params["weight"]["grad"],
-            dwpe=self.tables()[1], R=y.rows, T=T, V=g.V, D=D,
+            dwpe=self.tables()[1], R=y.rows, T=T, V=g.V, D=D, accumulate=g.net.tied_head,
         )  # fmt: skip
         return None  # its input is the data
+
+
+class TiedHeadNode(Node):
+    """The last layer tied to the embedding (Linear tied): logits = x wteᵀ from the table's working
+    copy, with a zero bias no parameter owns; backward the table's gradient dlogitsᵀ x (the
+    embedding's backward, last, adds its own part: embed_wgrad accumulate) and dx = dlogits wte.
+    With the weights form "transposed" (TileTable.weights) the forward product reads a transposed
+    copy hT_<table>, made in each pass that runs it, as A·B."""
+
+    g: TokenNet
+
+    def table(self) -> Param:
+        return self.g.nodes["layers.0"].params["weight"]
+
+    def forward(self, x, program, flags, training):
+        pb, mb, wte, V, D = self.pb, self.mb, self.table(), self.out_shape[-1], x.cols
+        bias = self.g.named(f"{self.path}.zero_bias")
+        for name, shape in (("logits", (x.rows, V)), (bias, (V,))):
+            if name not in pb.buffers:
+                pb.f32(name, shape, "activations" if name == "logits" else "other")
+        common: dict[str, Any] = dict(A=x.buffer, C="logits", bias=bias, M=x.rows, N=V, K=D)
+        if mb.tiles.weights == "transposed":
+            t = "hT_" + wte["name"]
+            if t not in pb.buffers:
+                pb.h(t, D, V, "working_weights")
+            ops.transpose_h(pb, program, X=str(wte["copy"]), Y=t, rows=V, cols=D)
+            mb.matmul(program, "matmul_logits", B=t, **common)
+        else:
+            mb.matmul(program, "matmul_logits", B=str(wte["copy"]), trans_b=1, **common)
+        return Value("logits", self.out_shape, x.rows, V), None
+
+    def backward(self, x, y, saved, dy, program, need_dx):
+        mb, wte, R, V, D = self.mb, self.table(), x.rows, self.out_shape[-1], x.cols
+        mb.matmul(program, "matmul_wgrad", A=dy.buffer, B=x.buffer, C=wte["grad"], M=V, N=D, K=R, trans_a=1)
+        if not need_dx:
+            return None
+        dx = self.g.grad(x)
+        mb.matmul(program, "matmul_plain", A=dy.buffer, B=str(wte["copy"]), C=dx.buffer, M=R, N=D, K=V)
+        return dx
 
 
 class AttentionNode(Node):
@@ -229,8 +280,8 @@ class AttentionNode(Node):
         qkv, P, O = saved
         self.weight_grad(program, "proj", O, dy.buffer, D, D, R)
         dO = g.act(f"d_{self.path}.O", R, D)
-        Wproj, Wqkv = (str(self.params[f"{p}.weight"]["copy"]) for p in ("proj", "qkv"))
-        mb.matmul(program, "matmul_plain", A=dy.buffer, B=Wproj, C=dO, M=R, N=D, K=D, trans_b=1)
+        Wproj, tb = g.transposed(program, self.params["proj.weight"])
+        mb.matmul(program, "matmul_plain", A=dy.buffer, B=Wproj, C=dO, M=R, N=D, K=D, trans_b=tb)
         dqkv, dP, dS = (
             g.act(f"d_{self.path}.qkv", R, 3 * D),
             self.square("S", h=False),
@@ -245,7 +296,8 @@ class AttentionNode(Node):
         if not need_dx:
             return None
         dx = g.grad(x)
-        mb.matmul(program, "matmul_plain", A=dqkv, B=Wqkv, C=dx.buffer, M=R, N=D, K=3 * D, trans_b=1)
+        Wqkv, tb = g.transposed(program, self.params["qkv.weight"])
+        mb.matmul(program, "matmul_plain", A=dqkv, B=Wqkv, C=dx.buffer, M=R, N=D, K=3 * D, trans_b=tb)
         return dx
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Shape = tuple[int, ...]
 # Limits beyond any model this engine trains on one device, so a typo is caught before any work.
@@ -110,18 +110,37 @@ class Layer(BaseModel):
 
 class Linear(Layer):
     """y = x W + b, W [in, out] (PyTorch's nn.Linear weight transposed), on a vector or on each
-    position of a sequence [T, in] (-> [T, out])."""
+    position of a sequence [T, in] (-> [T, out]).
+
+    tied: a token network's last layer whose weight is its embedding's table transposed (GPT-2's
+    tied head, logits = x wteᵀ): it owns no parameters, and has no bias (bias false is implied)."""
 
     type: Literal["linear"] = "linear"
     out: Width
     bias: bool = True
+    tied: bool = False
     takes: ClassVar[tuple[str, ...]] = ("vector", "sequence")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tied_has_no_bias(cls, data):
+        if isinstance(data, dict) and data.get("tied") and "bias" not in data:
+            data = {**data, "bias": False}
+        return data
+
+    @model_validator(mode="after")
+    def _tied_bias(self) -> Linear:
+        if self.tied and self.bias:
+            raise ValueError("a tied linear layer has no bias (its weight is the embedding's table)")
+        return self
 
     def out_shape(self, path: str, shape: Shape) -> Shape:
         self.check_input(path, shape)
         return (*shape[:-1], self.out)
 
     def params(self, shape: Shape) -> dict[str, ParamShape]:
+        if self.tied:
+            return {}
         fan_in = shape[-1]
         p = {"weight": ParamShape(shape=(fan_in, self.out), fan_in=fan_in, decay=True, matrix=True)}
         if self.bias:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -131,12 +131,19 @@ class Network(Layer):
     trained with softmax cross-entropy (loss "softmax_xent"). {"input": {"tokens": V, "context": T},
     "layers": [{"type": "embedding", ...}, ...]}: a sequence model; the last layer's outputs at
     each position are the logits of the next token, trained with cross-entropy over every position
-    of every window (loss "next_token", implied by the token input)."""
+    of every window (loss "next_token", implied by the token input).
+
+    init: the parameters' initial values. "torch": each layer's PyTorch default (its ParamShape);
+    "gpt2": GPT-2's (nanoGPT's) for a transformer, every matrix (a linear or attention layer's
+    weights, an embedding's tables) normal(0, 0.02), except the projection that ends a residual
+    block's branch (its last layer with parameters, a linear layer's weight or an attention's
+    proj.weight), normal(0, 0.02 / sqrt(the number of residual blocks)); biases 0, norms' gains 1."""
 
     type: Literal["network"] = "network"
     input: NetworkInput
     layers: list[AnyLayer] = Field(min_length=1)
     loss: Literal["softmax_xent", "next_token"] = "softmax_xent"
+    init: Literal["torch", "gpt2"] = "torch"
 
     @model_validator(mode="before")
     @classmethod
@@ -167,6 +174,7 @@ class Network(Layer):
                 f"the last layer ({last.path}, linear) has {last.out_shape[-1]} outputs but the input's "
                 f"vocabulary is {self.input.tokens} tokens: its outputs are {outputs}"
             )
+        self._check_tied(traced)
         total = sum(math.prod(p.shape) for t in traced for p in t.params.values())
         if total > MAX_PARAMS:
             raise ValueError(f"{total:,} parameters; at most {MAX_PARAMS:,}")
@@ -186,6 +194,30 @@ class Network(Layer):
             )
         if len(self.input) == 3 and max(self.input[1:]) > MAX_IMAGE_SIDE:
             raise ValueError(f"input {self.input}: images up to {MAX_IMAGE_SIDE} pixels a side")
+
+    def _check_tied(self, traced: list[Traced]) -> None:
+        """A tied linear layer is a token network's last, reading the first layer's (an embedding's)
+        table transposed: the embedding's dim is its input's width."""
+        for t in traced:
+            if not (isinstance(t.layer, Linear) and t.layer.tied):
+                continue
+            first = self.layers[0]
+            if t is not traced[-1] or t.depth or not isinstance(first, Embedding):
+                raise ValueError(
+                    f"{t.layer.where(t.path)}: a tied linear layer is the last layer of a token network "
+                    "whose first layer is an embedding (its weight is that table, transposed)"
+                )
+            if t.in_shape[-1] != first.dim:
+                raise ValueError(
+                    f"{t.layer.where(t.path)}: its input {list(t.in_shape)} has width {t.in_shape[-1]} but "
+                    f"the embedding it is tied to (layers.0) has dim {first.dim}"
+                )
+
+    @property
+    def tied_head(self) -> bool:
+        """Whether the last layer is a tied linear layer (the embedding's table transposed)."""
+        last = self.layers[-1]
+        return isinstance(last, Linear) and last.tied
 
     @property
     def is_tokens(self) -> bool:
@@ -217,7 +249,10 @@ class Network(Layer):
     def trace(self) -> list[Traced]:
         out: list[Traced] = []
         _walk(self.layers, "", self.in_shape, 0, out)
-        return out
+        if self.tied_head and isinstance(out[0].layer, Embedding):  # its table is read by the head's
+            t, name = out[0], out[0].path + ".weight"  # matmuls: a working copy
+            out[0] = replace(t, params={**t.params, name: t.params[name].model_copy(update={"matrix": True})})
+        return _gpt2_init(out) if self.init == "gpt2" else out
 
     def param_shapes(self) -> dict[str, ParamShape]:
         return {name: p for t in self.trace() for name, p in t.params.items()}
@@ -258,6 +293,39 @@ class Network(Layer):
         except OSError as e:
             raise ValueError(f"{p}: cannot read it ({e.strerror})") from None
         return cls.from_json(text, str(p))
+
+
+def _gpt2_init(traced: list[Traced]) -> list[Traced]:
+    """The traced layers with GPT-2's initial values (Network's init "gpt2")."""
+    blocks = [t for t in traced if isinstance(t.layer, Residual)]
+    ends = {name for t in blocks if (name := _branch_projection(t, traced))}
+    std_end = 0.02 / math.sqrt(len(blocks)) if blocks else 0.02
+    out = []
+    for t in traced:
+        params = {}
+        for name, p in t.params.items():
+            if len(p.shape) == 2:
+                p = p.model_copy(update={"std": std_end if name in ends else 0.02, "fill": None})
+            elif p.fill is None:  # a bias
+                p = p.model_copy(update={"fill": 0.0, "std": None})
+            params[name] = p
+        out.append(replace(t, params=params))
+    return out
+
+
+def _branch_projection(block: Traced, traced: list[Traced]) -> str | None:
+    """The parameter that projects residual block `block`'s branch into the stream: its last layer
+    with parameters (layers without any after it, activations or dropout), a linear layer's weight
+    or an attention's proj.weight; None for another layer there (a norm, a nested block)."""
+    inner = [t for t in traced if t.depth == block.depth + 1 and t.path.startswith(block.path + ".layers.")]
+    for t in reversed(inner):
+        if isinstance(t.layer, Linear) and not t.layer.tied:
+            return f"{t.path}.weight"
+        if isinstance(t.layer, CausalSelfAttention):
+            return f"{t.path}.proj.weight"
+        if t.params or isinstance(t.layer, Residual):
+            return None
+    return None
 
 
 def residual_depth(spec: object) -> int:

@@ -13,7 +13,9 @@ torch's `3.0.weight`). A token network's embedding is a module with parameters `
 `positions` [T, D] (x = weight[idx] + positions[:T], as GPT-2's wte and wpe), its attention one
 with `qkv = nn.Linear(D, 3D)` (columns q | k | v, head h owning columns h*d .. h*d + d - 1 of
 each) and `proj = nn.Linear(D, D)` around scaled_dot_product_attention(is_causal=True); sequence
-values [T, D] keep their feature order. The layouts differ in three ways:
+values [T, D] keep their feature order; a tied head (linear with tied) owns no tensor: the twin's
+head shares the embedding's weight, and its state_dict's copy of it is left out. The layouts differ
+in three ways:
 - Linear: webmp's weight is [in, out], torch's [out, in].
 - Conv2d: webmp's weight is [kernel*kernel*C, out] with rows in (kh, kw, c) order, torch's
   [out, C, kh, kw].
@@ -133,7 +135,7 @@ def _walk(
             for name, p in layer.params(shape).items():
                 convert = _linear(None, None) if len(p.shape) == 2 else _vector(None)
                 put(name, p.shape, p.shape[::-1], convert)
-        elif isinstance(layer, Linear):
+        elif isinstance(layer, Linear) and not layer.tied:  # a tied one owns none (the embedding's)
             n_in, n_out = shape[-1], layer.out
             cols = end if i == last_linear else None
             put("weight", (n_in, n_out), (n_out, n_in), _linear(perm, cols))
