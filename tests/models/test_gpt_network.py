@@ -20,7 +20,7 @@ import pytest
 from webmp.config import TrainConfig
 from webmp.data.text import tokenize
 from webmp.models import build_plan
-from webmp.models.gpt import build_gpt_plan, gpt_decays, gpt_init, gpt_param_shapes, working_copies
+from webmp.models.gpt import build_gpt_plan, gpt_decays, gpt_init, gpt_param_shapes
 from webmp.nn import Network
 from webmp.nn.gpt import gpt_names, gpt_network
 
@@ -34,9 +34,10 @@ def test_the_gpt_network_has_the_gpts_parameters(tie_head):
     assert list(names) == list(shapes)  # trace order is gpt_param_shapes' order
     assert {names[k]: tuple(p.shape) for k, p in shapes.items()} == gpt_param_shapes(V, D, L, T, tie_head)
     assert list(map(names.get, shapes)) == list(gpt_param_shapes(V, D, L, T, tie_head))
-    assert {names[k] for k, p in shapes.items() if p.matrix} == working_copies(L, tie_head) & set(
-        names.values()
-    )
+    copied = {f"{w}{l}" for l in range(L) for w in ("Wqkv", "Wo", "W1", "W2")} | {
+        "wte" if tie_head else "Whead"
+    }
+    assert {names[k] for k, p in shapes.items() if p.matrix} == copied
     assert {names[k] for k, p in shapes.items() if p.decay} == {n for n in names.values() if gpt_decays(n)}
     assert net.tied_head == tie_head and net.init == "gpt2" and (net.context, net.classes) == (T, V)
     # a preset, but a network a file could hold: it validates as one and comes back the same

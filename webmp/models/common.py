@@ -452,3 +452,10 @@ def scaler_constants(cfg: TrainConfig, num_partials: int, batch: int) -> dict[st
         "LOG_BETA2": ops.adam_log_beta(cfg.beta2),
         "RING": cfg.log_every,
     }
+
+
+def check_params(params: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:
+    """ValueError unless `params` (given initial or sampling parameters) has exactly the names and
+    shapes `shapes`."""
+    if set(params) != set(shapes) or any(tuple(np.shape(params[k])) != s for k, s in shapes.items()):
+        raise ValueError(f"params must have exactly the shapes {shapes}")

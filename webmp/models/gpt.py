@@ -19,15 +19,16 @@ Shared by the layers: S (f32 scores, reused for dP in the backward pass), dS, an
 deltas dx (the residual stream's gradient, updated in place with add_h), dY (the gradient entering
 a LayerNorm: dxf, dm, da), dln (a LayerNorm's input gradient before the residual add), dO, dqkv, dz.
 
-The forward pass (GPTForward: its buffers and dispatches) is shared by the training plan
-(build_gpt_plan) and the sampling plan of `webmp sample` (build_gpt_sample_plan).
+The sampling plan of `webmp sample` (build_gpt_sample_plan) is a token network's
+(webmp/models/net_sample.py) over the same network and names: its forward pass is the training
+plan's for one window.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 import numpy as np
@@ -36,21 +37,17 @@ from .. import ops
 from ..config import TrainConfig
 from ..data.text import TextCorpus
 from ..engine.plan import (
-    PLAN_FORMAT,
     Plan,
-    PlanBuilder,
     SamplePlan,
-    SampleSpec,
-    memory_by_category,
-    pack_h,
 )
 from ..engine.tiles import TileTable
 from ..nn.gpt import gpt_names, gpt_network
 from ..nn.layers import CausalSelfAttention, Layer
 from ..nn.network import Residual
-from .common import Init, ModelBuilder, Param
+from .common import Init, ModelBuilder, Param, check_params
 from .net_nodes import Node, ResidualNode
-from .net_seq import Heads, TokenNet
+from .net_sample import TOKENS_PER_SUBMIT, build_net_sample_plan
+from .net_seq import TokenNet
 
 GELU = ops.ACT_CODES["gelu"]
 
@@ -73,19 +70,6 @@ def check_shape(D: int, H: int, L: int) -> None:
     """ValueError unless d_model D is n_head H times an even head size and n_layer L >= 1."""
     if L < 1 or D % H or (D // H) % 2:
         raise ValueError(f"d_model {D} must be n_head {H} times an even head size, n_layer {L} >= 1")
-
-
-def working_copies(n_layer: int, tie_head: bool) -> set[str]:
-    """The parameters with a working copy in the activation format: the matrices read by matmuls
-    (Wqkv, Wo, W1, W2 of every layer, Whead), and wte when it is the tied head's matrix."""
-    copied = {f"{w}{l}" for l in range(n_layer) for w in ("Wqkv", "Wo", "W1", "W2")} | {"Whead"}
-    return copied | {"wte"} if tie_head else copied
-
-
-def check_params(params: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:
-    """ValueError unless `params` has exactly the parameters and shapes of gpt_param_shapes."""
-    if set(params) != set(shapes) or any(tuple(np.shape(params[k])) != s for k, s in shapes.items()):
-        raise ValueError(f"params must have exactly the shapes {shapes}")
 
 
 def gpt_param_shapes(V: int, D: int, n_layer: int, Tmax: int, tie_head: bool) -> dict:
@@ -131,123 +115,6 @@ def gpt_init_param(name: str, shape: tuple[int, ...], n_layer: int, rng: np.rand
     if name.startswith(("ln1_g", "ln2_g", "lnf_g")):
         return np.ones(shape, np.float32)
     return np.zeros(shape, np.float32)
-
-
-class GPTForward:
-    """The GPT's forward pass over R = windows * T rows (r = b * T + t), shared by the training plan
-    (build_gpt_plan: train_step and eval) and the sampling plan (build_gpt_sample_plan): the
-    constructor declares the activation buffers, in this order, and `emit` adds the dispatches from
-    the token ids in `idx` to the f32 logits [R, V] in "logits".
-
-    master(name) / copy(name) give the buffer of a parameter's f32 master and of its working copy in
-    the activation format (the matrices read by matmuls: Wqkv, Wo, W1, W2, Whead, and wte when it
-    is the tied head's matrix)."""
-
-    def __init__(
-        self,
-        mb: ModelBuilder,
-        *,
-        V: int,
-        D: int,
-        T: int,
-        H: int,
-        L: int,
-        windows: int,
-        tie_head: bool,
-        master: Callable[[str], str],
-        copy: Callable[[str], str],
-    ):
-        self.mb, self.pb = mb, mb.pb
-        self.V, self.D, self.T, self.L, self.tie_head = V, D, T, L, tie_head
-        self.R = R = windows * T
-        self.master, self.copy = master, copy
-        self.att: Heads = {"B": windows, "T": T, "H": H, "d": D // H}
-        pb, Z = self.pb, windows * H
-        pb.h("X0", R, D)
-        self.lay: list[dict[str, str]] = []
-        for l in range(L):
-            self.lay.append(
-                {
-                    "x_in": "X0" if l == 0 else self.lay[l - 1]["x"],
-                    "a": pb.h(f"a{l}", R, D),
-                    "ln1": pb.f32(f"ln1_stats{l}", (R, 2), "activations"),
-                    "qkv": pb.h(f"qkv{l}", R, 3 * D),
-                    "P": pb.h(f"P{l}", Z * T, T),
-                    "O": pb.h(f"O{l}", R, D),
-                    "x_mid": pb.h(f"x_mid{l}", R, D),
-                    "m": pb.h(f"m{l}", R, D),
-                    "ln2": pb.f32(f"ln2_stats{l}", (R, 2), "activations"),
-                    "z": pb.h(f"z{l}", R, 4 * D),
-                    "x": pb.h(f"x{l}", R, D),
-                }
-            )
-        self.x_final = self.lay[-1]["x"]
-        pb.f32("S", (Z * T, T), "activations")  # scores; dP in the training plan's backward pass
-        pb.h("xf", R, D)
-        pb.f32("lnf_stats", (R, 2), "activations")
-        pb.f32("logits", (R, V), "activations")
-        if tie_head:
-            pb.f32("head_bias", (V,), "other")  # zeros: the tied head has no bias
-        # the tied head's logits read wte transposed: with the weights form "transposed" (as the
-        # backward pass: ModelBuilder.weight_transposed) a transposed copy makes them an A·B product
-        self.wte_t = None
-        if tie_head and mb.tiles.weights == "transposed":
-            self.wte_t = pb.h("hT_wte", D, V, "working_weights")
-
-    def _ln(self, program: str, x: str, gname: str, bname: str, y: str, stats: str, flags: str) -> None:
-        m = self.master
-        ops.layernorm_fwd(
-            self.pb, program, Z=x, gamma=m(gname), beta=m(bname), Y=y, stats=stats, M=self.R, N=self.D,
-            flags=flags, rows=self.mb.rows,
-        )  # fmt: skip
-
-    def emit(self, program: str, flags: str = "flags") -> None:
-        """The forward dispatches, idx -> logits, appended to `program`; their f16 stores raise
-        overflow bits in `flags`."""
-        pb, mb, m, w, att = self.pb, self.mb, self.master, self.copy, self.att
-        R, D, T, V = self.R, self.D, self.T, self.V
-        ops.embed_fwd(pb, program, idx="idx", wte=m("wte"), wpe=m("wpe"), X="X0", R=R, T=T, D=D, flags=flags)
-        for l, c in enumerate(self.lay):
-            self._ln(program, c["x_in"], f"ln1_g{l}", f"ln1_b{l}", c["a"], c["ln1"], flags)
-            mb.matmul(
-                program, "matmul_fwd", A=c["a"], B=w(f"Wqkv{l}"), C=c["qkv"], bias=m(f"bqkv{l}"),
-                M=R, N=3 * D, K=D, flags=flags,
-            )  # fmt: skip
-            mb.attention_matmul(program, "scores", qkv=c["qkv"], S="S", flags=flags, **att)
-            ops.attn_softmax_fwd(pb, program, S="S", P=c["P"], flags=flags, rows=mb.rows, **att)
-            mb.attention_matmul(program, "values", P=c["P"], qkv=c["qkv"], O=c["O"], flags=flags, **att)
-            mb.matmul(
-                program, "matmul_fwd", A=c["O"], B=w(f"Wo{l}"), C=c["x_mid"], bias=m(f"bo{l}"),
-                M=R, N=D, K=D, flags=flags,
-            )  # fmt: skip
-            ops.add_h(pb, program, A=c["x_in"], Y=c["x_mid"], M=R, N=D, flags=flags)
-            self._ln(program, c["x_mid"], f"ln2_g{l}", f"ln2_b{l}", c["m"], c["ln2"], flags)
-            mb.matmul(
-                program, "matmul_fwd", A=c["m"], B=w(f"W1{l}"), C=c["z"], bias=m(f"b1{l}"),
-                M=R, N=4 * D, K=D, flags=flags,
-            )  # fmt: skip
-            mb.matmul(
-                program, "matmul_fwd", A=c["z"], B=w(f"W2{l}"), C=c["x"], bias=m(f"b2{l}"),
-                M=R, N=D, K=4 * D, a_act=GELU, flags=flags,
-            )  # fmt: skip
-            ops.add_h(pb, program, A=c["x_mid"], Y=c["x"], M=R, N=D, flags=flags)
-        self._ln(program, self.x_final, "lnf_g", "lnf_b", "xf", "lnf_stats", flags)
-        if self.tie_head and self.wte_t:  # logits = xf wte^T, wte^T as a matrix of its own
-            ops.transpose_h(pb, program, X=w("wte"), Y=self.wte_t, rows=V, cols=D)
-            mb.matmul(
-                program, "matmul_logits", A="xf", B=self.wte_t, C="logits", bias="head_bias",
-                M=R, N=V, K=D,
-            )  # fmt: skip
-        elif self.tie_head:  # logits = xf wte^T
-            mb.matmul(
-                program, "matmul_logits", A="xf", B=w("wte"), C="logits", bias="head_bias",
-                M=R, N=V, K=D, trans_b=1,
-            )  # fmt: skip
-        else:
-            mb.matmul(
-                program, "matmul_logits", A="xf", B=w("Whead"), C="logits", bias=m("bhead"),
-                M=R, N=V, K=D,
-            )  # fmt: skip
 
 
 def build_gpt_plan(
@@ -394,9 +261,6 @@ class StreamResidualNode(ResidualNode):
 
 # --- text generation -------------------------------------------------------------------------------
 
-SAMPLE_STEP = "sample_step"
-TOKENS_PER_SUBMIT = 64  # program replays a submit: few submits, and no long-running command buffer
-
 
 def build_gpt_sample_plan(
     cfg: TrainConfig,
@@ -413,84 +277,14 @@ def build_gpt_sample_plan(
 ) -> tuple[SamplePlan, bytes]:
     """The plan generating `tokens` tokens after the token ids `prompt` with the GPT of shape cfg
     (n_layer, n_head, d_model, context, tie_head) and parameters `params` (f32, by name as
-    gpt_param_shapes; a checkpoint's masters), on prelude `path`.
-
-    One program, sample_step, adds one token and is replayed once per token with no host work in
-    between (SampleSpec): sample_window puts the last <= T tokens of the GPU's token buffer `seq`
-    into idx, GPTForward (the training plan's forward pass, one window: R = T rows) computes the
-    logits, and sample_next draws from the last real row and appends to `seq`, counting in
-    `seq_len`. The working copies of the matrices are packed on the host from the masters with
-    pack_h, as build_gpt_plan packs its initial copies (numpy rounds to nearest even, as adamw_copy
-    stores them)."""
+    gpt_param_shapes; a checkpoint's masters), on prelude `path`: a token network's sampling plan
+    (webmp/models/net_sample.py) over gpt_network under the GPT's names, so that its forward pass
+    is the training plan's for one window."""
     V, D, T, H, L = len(vocab), cfg.d_model, cfg.context, cfg.n_head, cfg.n_layer
     check_shape(D, H, L)
-    shapes = gpt_param_shapes(V, D, L, T, cfg.tie_head)
-    check_params(params, shapes)
-    prompt_ids = np.asarray(prompt, np.int64)
-    if prompt_ids.ndim != 1 or len(prompt_ids) < 1 or prompt_ids.min() < 0 or prompt_ids.max() >= V:
-        raise ValueError(f"the prompt must be at least one token id in 0 .. {V - 1}")
-    if tokens < 1 or tokens_per_submit < 1:
-        raise ValueError(f"tokens ({tokens}) and tokens_per_submit ({tokens_per_submit}) must be positive")
-    capacity = len(prompt_ids) + tokens
-
-    mb = ModelBuilder(cfg, path, tiles)
-    pb = mb.pb
-    pb.u32("flags", (4,), "other")
-    # the runtimes stage a plan's metrics buffer; this plan has no metrics or state, and this word
-    # stands in for both (never read)
-    pb.u32("no_metrics", (1,), "other")
-    sample_weights(pb, [(name, params[name]) for name in shapes], working_copies(L, cfg.tie_head))
-    pb.u32("seq", (capacity,), "data", prompt_ids)
-    pb.u32("seq_len", (1,), "data", [len(prompt_ids)])
-    pb.u32("idx", (T,), "activations")
-    fw = GPTForward(
-        mb, V=V, D=D, T=T, H=H, L=L, windows=1, tie_head=cfg.tie_head, master=str, copy=lambda n: "h_" + n
-    )
-
-    P = SAMPLE_STEP
-    ops.sample_window(pb, P, seq="seq", seq_len="seq_len", idx="idx", T=T, capacity=capacity)
-    fw.emit(P)
-    ops.sample_next(
-        pb, P, logits="logits", seq="seq", seq_len="seq_len", V=V, T=T, capacity=capacity,
-        temperature=temperature, seed=seed,
+    check_params(params, gpt_param_shapes(V, D, L, T, cfg.tie_head))
+    return build_net_sample_plan(
+        cfg, vocab, path, tiles, params=params, prompt=prompt, tokens=tokens, temperature=temperature,
+        seed=seed, tokens_per_submit=tokens_per_submit, net=gpt_network(V, D, L, H, T, cfg.tie_head),
+        names=gpt_names(L, cfg.tie_head) | gpt_buffers(L, H),
     )  # fmt: skip
-    sample: SampleSpec = {
-        "program": P,
-        "seq": "seq",
-        "seq_len": "seq_len",
-        "flags": "flags",
-        "prompt_tokens": len(prompt_ids),
-        "tokens": tokens,
-        "tokens_per_submit": tokens_per_submit,
-        "temperature": temperature,
-        "seed": seed,
-        "vocab": list(vocab),
-    }
-    return sample_plan(cfg, pb, sample), bytes(pb.blob)
-
-
-def sample_weights(pb: PlanBuilder, params: list[tuple[str, np.ndarray]], copied: set[str]) -> None:
-    """The (name, value) parameters, in order, as the sampling plan's buffers: each f32 master under
-    its name and, for the matrices in `copied`, its working copy h_<name> packed from it (pack_h)."""
-    for name, param in params:
-        value = np.asarray(param, np.float32)
-        pb.f32(name, value.shape, "master_weights", value)
-        if name in copied:
-            rows, cols = value.shape
-            pb.h("h_" + name, rows, cols, category="working_weights", init=pack_h(value, pb.path))
-
-
-def sample_plan(cfg: TrainConfig, pb: PlanBuilder, sample: SampleSpec) -> SamplePlan:
-    """The sampling plan of builder `pb`, which holds its buffers and program."""
-    kp = pb.kernel_plan(state="no_metrics", metrics="no_metrics")
-    return {
-        **kp,
-        "format": PLAN_FORMAT,
-        "config": cfg.model_dump(),
-        "precision": cfg.precision,
-        "f16_path": None if pb.path == "fp32" else pb.path,
-        "prelude": pb.prelude,
-        "blob_bytes": len(pb.blob),
-        "sample": sample,
-        "memory": memory_by_category(kp["buffers"]),
-    }

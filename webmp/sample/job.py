@@ -38,7 +38,8 @@ from pydantic_core import PydanticCustomError
 from ..config import TrainConfig
 from ..engine.plan import SamplePlan, resolve_f16_path
 from ..engine.tiles import TileTable
-from ..models.gpt import TOKENS_PER_SUBMIT, build_gpt_sample_plan, gpt_param_shapes
+from ..models.gpt import build_gpt_sample_plan, gpt_param_shapes
+from ..models.net_sample import TOKENS_PER_SUBMIT
 from ..train.checkpoint import META, TENSORS, load_checkpoint
 from ..train.rundir import CONFIG
 

@@ -28,7 +28,8 @@ from ..config import TrainConfig
 from ..engine.plan import SamplePlan, resolve_f16_path
 from ..engine.runtime import GPU, Runtime, default_gpu
 from ..engine.tiles import TileTable
-from ..models.gpt import TOKENS_PER_SUBMIT, build_gpt_sample_plan
+from ..models.gpt import build_gpt_sample_plan
+from ..models.net_sample import TOKENS_PER_SUBMIT
 from .job import (
     DEFAULT_SEED,
     DEFAULT_TEMPERATURE,
