@@ -175,7 +175,7 @@ async function openRun(id) {
   }
   if (run.status === 'finished') showSummary(await api(`/api/runs/${id}/summary`));
   setStatus(run.status, `run ${id}: ${run.status}${run.message ? ` — ${run.message}` : ''}`);
-  if (run.status === 'finished' && run.config.model === 'gpt' && run.kind === 'browser') await sampleText(id);
+  if (run.status === 'finished' && run.generates_text && run.kind === 'browser') await sampleText(id);
 }
 
 if (params.get('run')) {

@@ -60,7 +60,7 @@ export async function trainRun(runId) {
   setStatus('preparing', `run ${runId}: preparing`);
   $('summary-panel').hidden = true;
   hideSample();
-  let sock = null, gpu = null, runner = null, model = null;
+  let sock = null, gpu = null, runner = null, generatesText = false;
   try {
     sock = await openSocket(runId);  // first, so that any failure below reaches the server
     gpu = await openGPU();
@@ -68,10 +68,10 @@ export async function trainRun(runId) {
     await tilesReady;
     page.planRequested = performance.now();  // webmp bench --cold-start: plan to first finished step
     const tiles = page.tune.tuned ? `&tiles=${page.tune.key}` : '';
-    const {plan, start_step: startStep, f16_path: f16Path, matmul_tiles: matmulTiles} =
+    const {plan, start_step: startStep, f16_path: f16Path, matmul_tiles: matmulTiles, generates_text: text} =
       await api(`/api/runs/${runId}/plan?f16=${offer}${tiles}`);
+    generatesText = text;
     log(`matmul tiles: ${matmulTiles}`);
-    model = plan.config.model;
     page.f16Path = f16Path;
     showPath(f16Path, plan);
     checkPlan(plan, gpu);  // before downloading the blob
@@ -172,5 +172,5 @@ export async function trainRun(runId) {
     if (runner) runner.destroy();
     else gpu?.device.destroy();
   }
-  if (page.status === 'finished' && model === 'gpt') await sampleText(runId);  // its device is freed
+  if (page.status === 'finished' && generatesText) await sampleText(runId);  // its device is freed
 }

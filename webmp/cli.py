@@ -29,7 +29,7 @@ from .nn import Network
 COMMANDS = {
     "train": "train a model natively through wgpu-py",
     "model": "print a network's layer table: output shapes, parameters, activation memory",
-    "sample": "generate text with a trained GPT run (on the GPU)",
+    "sample": "generate text with a trained GPT or token-network run (on the GPU)",
     "serve": "serve the browser runtime (FastAPI) on 127.0.0.1",
     "bench": "benchmark kernels, step overhead and memory",
     "export": "write a run's trained weights as safetensors (webmp's or PyTorch's layout)",
@@ -263,8 +263,9 @@ def sample_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="webmp sample",
-        description="Generate text with the GPT of a run directory (webmp train --model gpt), on the GPU "
-        "with the training kernels. Prints the prompt, the generated characters and a newline.",
+        description="Generate text with the model of a run directory (webmp train --model gpt, or "
+        "--model-spec a network with a token input), on the GPU with the training kernels. Prints the "
+        "prompt, the generated characters and a newline.",
     )
     p.add_argument("run", metavar="RUN_DIR", help="the run directory (its checkpoint and vocabulary)")
     p.add_argument(

@@ -7,7 +7,15 @@ import math
 
 import numpy as np
 import pytest
-from browser_helpers import ARTIFACTS, TIMEOUT, on_disk, same, wait_page
+from browser_helpers import (
+    ARTIFACTS,
+    TIMEOUT,
+    first_difference_is_a_tie,
+    on_disk,
+    page_sample,
+    same,
+    wait_page,
+)
 
 from webmp.config import TrainConfig
 from webmp.sample.job import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS
@@ -131,51 +139,6 @@ SAMPLES = [
     dict(prompt="def ", tokens=120, temperature=0.0, seed=0),
     dict(prompt="import os\n\nclass ", tokens=120, temperature=0.8, seed=12345),
 ]
-LOGIT_TIE = 2.0**-6  # how close two logits (or a cumulative probability and u) count as a tie
-
-
-def page_sample(page, prompt: str, tokens: int, temperature: float, seed: int) -> dict:
-    """Generate text with the results panel's form: window.webmp.sample once it is done."""
-    before = page.evaluate("window.webmp.sampled")
-    page.fill("#sample-prompt", prompt)
-    page.fill("#sample-tokens", str(tokens))
-    page.fill("#sample-temperature", str(temperature))
-    page.fill("#sample-seed", str(seed))
-    page.click("#sample-go")
-    wait_page(page, f"window.webmp.sampled > {before}")
-    return page.evaluate("window.webmp.sample")
-
-
-def first_difference_is_a_tie(run_dir, prompt, native: str, web: str, temperature, seed, path) -> str:
-    """Why two samples may part (the prefix before that point being equal): the native logits of
-    the last common prefix have a near tie. Greedy: the top two within 2 LOGIT_TIE; drawn: a
-    cumulative probability within sample_draw_bound (+ what a logit error of LOGIT_TIE moves it)
-    of the draw's u. Returns the reason, or fails."""
-    from webmp import ops
-    from webmp.engine.runtime import Runtime
-    from webmp.sample.job import prepare
-    from webmp.testing import reference as ref
-
-    i = next(k for k, (a, b) in enumerate(zip(native, web, strict=True)) if a != b)
-    assert i >= len(prompt), "the prompt itself differs"
-    job = prepare(run_dir, native[:i], tokens=1, temperature=temperature, seed=seed)
-    plan, blob = job.plan(path)
-    rt = Runtime(plan, blob)
-    rt.run("sample_step")
-    n, V, T = len(job.prompt_ids), len(job.vocab), job.cfg.context
-    row = np.frombuffer(rt.read("logits"), np.float32).reshape(-1, V)[min(n, T) - 1].astype(np.float64)
-    if temperature == 0:
-        top = np.sort(row)
-        assert top[-1] - top[-2] <= 2 * LOGIT_TIE, f"character {i}: no tie, margin {top[-1] - top[-2]}"
-        return f"character {i}: greedy margin {top[-1] - top[-2]:.3g}"
-    t32, cutoff = ops.sample_temperature(temperature)
-    p = ref.sample_probs(row, t32, cutoff)
-    u = float(ref.sample_uniform(seed, n))
-    gap = float(np.abs(np.cumsum(p) - u).min())
-    assert gap <= ref.sample_draw_bound(row, t32, cutoff) + 2 * LOGIT_TIE / t32, (
-        f"character {i}: u {u}, gap {gap}"
-    )
-    return f"character {i}: u within {gap:.3g} of a cumulative probability"
 
 
 def test_gpt_samples_equal_webmp_sample(gpt_run, browser, tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """A network of one's own in the page: the form's JSON editor and its layer table, the issue's CNN
-trained in the page on the digits against the same run natively, and the page's data upload."""
+trained in the page on the digits against the same run natively, the page's data upload, and a
+token network trained in the page generating text as `webmp sample` does on its run."""
 
 from __future__ import annotations
 
@@ -7,10 +8,21 @@ import io
 import json
 
 import numpy as np
-from browser_helpers import ARTIFACTS, native_run, on_disk, same, wait_page
+from browser_helpers import (
+    ARTIFACTS,
+    TIMEOUT,
+    first_difference_is_a_tie,
+    native_run,
+    on_disk,
+    page_sample,
+    same,
+    wait_page,
+)
 
 from webmp.config import TrainConfig
+from webmp.data.text import load_text
 from webmp.nn import Network
+from webmp.sample.job import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS
 from webmp.serve.form import DEFAULT_NETWORK
 
 CNN = DEFAULT_NETWORK  # conv 3x3 16, relu, maxpool 2, residual (conv 3x3 16, relu), flatten, linear 10
@@ -138,3 +150,57 @@ def test_the_page_uploads_its_data_and_the_table_follows_it(server, browser):
     )
     page.screenshot(path=str(ARTIFACTS / f"browser-network-upload-{browser.kind}.png"), full_page=True)
     page.close()
+
+
+# A token network on the default corpus (its V characters: 97-108 by the Python version): an
+# embedding of 32 with positions, one attention block, a final LayerNorm and a head tied to the
+# embedding; 20 steps of 4 windows of 16.
+V = load_text(None).vocab_size
+TOKEN_NET = {
+    "input": {"tokens": V, "context": 16},
+    "init": "gpt2",
+    "layers": [
+        {"type": "embedding", "dim": 32},
+        {"type": "residual",
+         "layers": [{"type": "layernorm"}, {"type": "causal_self_attention", "heads": 2}]},
+        {"type": "layernorm"}, {"type": "linear", "out": V, "tied": True},
+    ],
+}  # fmt: skip
+TOKEN_RUN = TrainConfig(model_spec=TOKEN_NET, steps=20, batch_size=4, log_every=5, val_tokens=512, lr=3e-3)
+
+
+def test_a_token_network_trained_in_the_page_generates_text_as_webmp_sample(
+    server, browser, tmp_path, monkeypatch
+):
+    """The page samples a finished token-network run as it does a GPT's (at the end with the
+    defaults, then greedy from the form): the texts equal `webmp.sample.replay.sample` on the run
+    directory on the browser's f16 path and default tiles -- identical on lavapipe (the same driver);
+    elsewhere they may part only at a near tie (test_browser_gpt's reasoning)."""
+    from webmp.engine.tiles import TileTable
+    from webmp.sample.replay import sample
+
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))  # default tiles
+    run = server.create_run(TOKEN_RUN, browser=browser)
+    summary = run.wait(timeout=TIMEOUT)
+    assert summary["f16_path"] == browser.f16_path and summary["test_count"] == TOKEN_RUN.val_tokens - 1
+    assert server.get(f"/api/runs/{run.id}")["generates_text"]
+    wait_page(run.page, "window.webmp.sampled >= 1")
+    asked = [
+        dict(prompt="", tokens=DEFAULT_TOKENS, temperature=DEFAULT_TEMPERATURE, seed=DEFAULT_SEED),
+        dict(prompt="def ", tokens=60, temperature=0.0, seed=0),
+    ]
+    got = [run.page.evaluate("window.webmp.sample"), page_sample(run.page, **asked[1])]
+    run_dir = server.app.state.store.get(run.id).dir.path
+    for settings, web in zip(asked, got, strict=True):
+        assert web["status"] == "done", web
+        native = sample(run_dir, **settings, f16=browser.f16_path, tiles=TileTable())
+        assert len(web["text"]) == len(native) == len(settings["prompt"]) + settings["tokens"]
+        if browser.kind == "lavapipe" or web["text"] == native:
+            assert web["text"] == native, settings
+        else:
+            print(first_difference_is_a_tie(
+                run_dir, settings["prompt"], native, web["text"], settings["temperature"], settings["seed"],
+                browser.f16_path,
+            ))  # fmt: skip
+    run.page.screenshot(path=str(ARTIFACTS / f"browser-token-net-{browser.kind}.png"), full_page=True)
+    run.close_page()

@@ -388,7 +388,10 @@ def test_sample_settings_are_checked_in_one_line(client):
 
     mlp = create(client)["id"]
     r = client.get(f"/api/runs/{mlp}/sample", params={"f16": "emulated"})
-    assert r.status_code == 409 and "only a gpt run generates text" in r.json()["detail"]
+    assert (
+        r.status_code == 409
+        and "only a gpt run or a network with a token input generates text" in r.json()["detail"]
+    )
     unfinished = create(client, **GPT)["id"]
     r = client.get(f"/api/runs/{unfinished}/sample", params={"f16": "emulated"})
     assert r.status_code == 409 and "is created; text is generated from a finished run" in r.json()["detail"]

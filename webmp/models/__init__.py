@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
 from ..config import TrainConfig
 from ..data.tables import Dataset
 from ..data.text import TextCorpus
-from ..engine.plan import BufferSpec, Plan
+from ..engine.plan import BufferSpec, Plan, SamplePlan
 from ..engine.tiles import TileTable
-from .gpt import build_gpt_plan
+from .gpt import build_gpt_plan, build_gpt_sample_plan, gpt_param_shapes
 from .mlp import build_mlp_plan
 from .net import build_net_plan
+from .net_sample import build_net_sample_plan
 from .net_seq import build_token_net_plan
 
 
@@ -56,3 +62,31 @@ def plan_buffers(
     from a dry run of the same code: no parameter is drawn and no blob built (their `init` is
     None), so that a config too large to build is sized in milliseconds."""
     return build_plan(cfg, data, path, tiles, dry=True)[0]["buffers"]
+
+
+def sample_param_shapes(cfg: TrainConfig, vocab_size: int) -> dict[str, tuple[int, ...]]:
+    """The parameters (names, shapes) a sampling plan of `cfg` takes: the gpt's by its names
+    (gpt_param_shapes), a token network's by layer path; ValueError for a model that does not
+    generate text."""
+    if cfg.model == "gpt":
+        return gpt_param_shapes(vocab_size, cfg.d_model, cfg.n_layer, cfg.context, cfg.tie_head)
+    if cfg.model == "net" and cfg.model_spec is not None and cfg.model_spec.is_tokens:
+        return {name: tuple(p.shape) for name, p in cfg.model_spec.param_shapes().items()}
+    raise ValueError(f"model {cfg.model!r} on a table or images does not generate text")
+
+
+def build_sample_plan(
+    cfg: TrainConfig,
+    vocab: Sequence[str],
+    path: str,
+    tiles: TileTable | None = None,
+    *,
+    params: dict[str, np.ndarray],
+    **settings: Any,
+) -> tuple[SamplePlan, bytes]:
+    """The sampling plan of the gpt or a token network `cfg` with parameters `params`
+    (sample_param_shapes) and vocabulary `vocab`; settings: prompt, tokens, temperature, seed,
+    tokens_per_submit (webmp/models/net_sample.py)."""
+    sample_param_shapes(cfg, len(vocab))  # refuses a model that does not generate text
+    build = build_gpt_sample_plan if cfg.model == "gpt" else build_net_sample_plan
+    return build(cfg, vocab, path, tiles, params=params, **settings)

@@ -1,11 +1,12 @@
-"""Text generation without a GPU: loading a GPT run, checking the input, building its sampling plan.
+"""Text generation without a GPU: loading a run that generates text (the gpt, or a
+network with a token input), checking the input, building its sampling plan.
 
 This is the half of `webmp sample` that does not need wgpu, so the server (webmp/serve/sampling.py)
 builds the page's sampling plans with the same code as the command line (webmp/sample/replay.py,
 which replays a plan through wgpu-py):
 
   job = prepare(run_dir, prompt, tokens=..., temperature=..., seed=...)   # SampleError: one line
-  plan, blob = job.plan(job.path(has_f16))   # webmp.models.gpt.build_gpt_sample_plan
+  plan, blob = job.plan(job.path(has_f16))   # webmp.models.build_sample_plan
   ... replay plan["sample"]["program"], read plan["sample"]["seq"] ...
   text = job.text(seq[prompt_tokens:])        # the prompt, then the generated characters
 
@@ -38,7 +39,7 @@ from pydantic_core import PydanticCustomError
 from ..config import TrainConfig
 from ..engine.plan import SamplePlan, resolve_f16_path
 from ..engine.tiles import TileTable
-from ..models.gpt import build_gpt_sample_plan, gpt_param_shapes
+from ..models import build_sample_plan, sample_param_shapes
 from ..models.net_sample import TOKENS_PER_SUBMIT
 from ..train.checkpoint import META, TENSORS, load_checkpoint
 from ..train.rundir import CONFIG
@@ -149,8 +150,8 @@ def encode_prompt(prompt: str, vocab: Sequence[str]) -> list[int]:
 
 @dataclass(frozen=True)
 class SampleJob:
-    """A checked request to generate text with a GPT: its shape (cfg), vocabulary (token id ->
-    character), f32 parameters (by name, as webmp.models.gpt.gpt_param_shapes), the prompt and its
+    """A checked request to generate text with a GPT or a token network: its shape (cfg), vocabulary
+    (token id -> character), f32 parameters (by name, as webmp.models.sample_param_shapes), the prompt and its
     token ids, and the settings. What is left to choose is where it runs: the f16 path and tiles."""
 
     cfg: TrainConfig
@@ -189,7 +190,7 @@ class SampleJob:
         self, path: str, tiles: TileTable | None = None, tokens_per_submit: int = TOKENS_PER_SUBMIT
     ) -> tuple[SamplePlan, bytes]:
         """The sampling plan and its blob on prelude `path` with matmul `tiles` (None: the defaults)."""
-        return build_gpt_sample_plan(
+        return build_sample_plan(
             self.cfg, self.vocab, path, tiles, params=self.params, prompt=self.prompt_ids,
             tokens=self.tokens, temperature=self.temperature, seed=self.seed,
             tokens_per_submit=tokens_per_submit,
@@ -208,7 +209,7 @@ def prepare(
     temperature: float = DEFAULT_TEMPERATURE,
     seed: int = DEFAULT_SEED,
 ) -> SampleJob:
-    """The job of generating `tokens` characters after `prompt` with the GPT of `run_dir` (its
+    """The job of generating `tokens` characters after `prompt` with the model of `run_dir` (its
     checkpoint); SampleError (one line) for bad settings, before the run is read, or a bad run or
     prompt."""
     SampleSettings.of(tokens=tokens, temperature=temperature, seed=seed)
@@ -224,8 +225,9 @@ def _read_json(path: Path) -> dict:
 
 
 def load_run(run_dir: str | Path) -> tuple[TrainConfig, list[str], dict[str, np.ndarray]]:
-    """(config, vocabulary, f32 parameters) of a GPT run directory's checkpoint; SampleError (one
-    line) when it is not a directory, not a GPT run, has no checkpoint or no vocabulary."""
+    """(config, vocabulary, f32 parameters) of a run directory's checkpoint (the gpt's or a
+    token network's); SampleError (one line) when it is not a directory, not a run that generates
+    text, has no checkpoint or no vocabulary."""
     d = Path(run_dir)
     if not d.is_dir():
         raise SampleError(f"{d}: no such run directory")
@@ -240,8 +242,11 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, list[str], dict[str, np.
         cfg = TrainConfig(**{k: v for k, v in saved.items() if k in TrainConfig.model_fields})
     except ValueError as e:
         raise SampleError(f"{d}: its configuration is not valid ({' '.join(str(e).split())})") from None
-    if cfg.model != "gpt":
-        raise SampleError(f"{d} is a {cfg.model!r} run; webmp sample needs a run of --model gpt")
+    if not cfg.trains_on_text:
+        raise SampleError(
+            f"{d} is a {cfg.model!r} run on a table or images; webmp sample needs a run of --model gpt "
+            "or of a network with a token input"
+        )
     if not (d / TENSORS).is_file() or not meta_path.is_file():
         raise SampleError(
             f"{d} has no checkpoint ({TENSORS} + {META}); the run has not finished or saved one"
@@ -253,7 +258,7 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, list[str], dict[str, np.
     vocab = meta.get("vocab")
     if vocab is None:
         vocab = _vocab_from_data(d, cfg, meta.get("data_sha256"))
-    shapes = gpt_param_shapes(len(vocab), cfg.d_model, cfg.n_layer, cfg.context, cfg.tie_head)
+    shapes = sample_param_shapes(cfg, len(vocab))
     params = {}
     for name, shape in shapes.items():
         raw = contents.get(name)

@@ -213,6 +213,8 @@ class RunInfo(BaseModel):
     # a browser run that trained and can continue from its checkpoint (stopped, failed, or its page
     # left): the page offers Resume for it
     resumable: bool = False
+    # a model that generates text (the gpt, a network with a token input): a finished run samples
+    generates_text: bool = False
 
 
 # --- the page's tuning pass (webmp.tune.page) ----------------------------------------------------

@@ -140,6 +140,7 @@ class NativeRun:
             config=self.cfg.model_dump(),
             created=self.created,
             final_loss=final_loss(records),
+            generates_text=self.cfg.trains_on_text,
         )
 
 

@@ -180,6 +180,7 @@ async def run_plan(
         "start_step": start,
         "f16_path": plan["f16_path"] or "fp32",
         "matmul_tiles": run.matmul_tiles,
+        "generates_text": run.cfg.trains_on_text,
         "plan": plan,
     }
 

@@ -123,6 +123,7 @@ class PageRun:
             stop_requested=self.stop_requested,
             connected=self.connected,
             resumable=self.status in CONTINUABLE,
+            generates_text=self.cfg.trains_on_text,
         )
 
     def save(self) -> None:
@@ -360,9 +361,10 @@ class PageRun:
         (None: `webmp sample`'s defaults; webmp.serve.sampling.page_settings). RunStateConflict
         unless the run is a finished GPT run; InvalidSample (one line) for bad settings. Runs in a
         worker thread."""
-        if self.cfg.model != "gpt":
+        if not self.cfg.trains_on_text:
             raise RunStateConflict(
-                f"run {self.id} is a {self.cfg.model!r} run; only a gpt run generates text"
+                f"run {self.id} is a {self.cfg.model!r} run on a table or images; only a gpt run or a "
+                "network with a token input generates text"
             )
         if self.status != "finished":
             raise RunStateConflict(
