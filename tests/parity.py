@@ -134,8 +134,12 @@ class CausalSelfAttention(torch.nn.Module):
 
 
 def sequential(net: nn.Network) -> torch.nn.Sequential:
-    """The torch model equivalent to `net` (webmp.nn.torch_layout), with torch's default init."""
-    return torch.nn.Sequential(*_modules(net.layers, net.in_shape))
+    """The torch model equivalent to `net` (webmp.nn.torch_layout), with torch's default init; a
+    tied head shares the embedding's weight."""
+    model = torch.nn.Sequential(*_modules(net.layers, net.in_shape))
+    if net.tied_head:
+        model[-1].weight = model[0].weight
+    return model
 
 
 def _modules(layers, shape) -> list:

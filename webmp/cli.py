@@ -323,9 +323,9 @@ def export_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="webmp export",
         description="Write the trained weights of a run directory (the f32 masters of its checkpoint) "
-        "as a safetensors file: in webmp's names and layouts (what --init-weights reads), or for a "
-        "network of webmp.nn layers (model net) as the state_dict of its equivalent PyTorch "
-        "nn.Sequential (README: A network of your own).",
+        "as a safetensors file: in webmp's names and layouts (what --init-weights reads), or as the "
+        "state_dict of its equivalent PyTorch nn.Sequential (a network of webmp.nn layers; the mlp, "
+        "mlp-ln and gpt as the networks they are; README: A network of your own).",
     )
     p.add_argument("run", metavar="RUN_DIR", help="the run directory (its checkpoint)")
     p.add_argument("out", metavar="OUT.safetensors", help="the file to write (replaced if there)")
@@ -333,7 +333,7 @@ def export_parser() -> argparse.ArgumentParser:
         "--layout",
         choices=("torch", "webmp"),
         default="webmp",
-        help="torch: PyTorch's names and layouts (net runs only); webmp: webmp's (default: webmp)",
+        help="torch: PyTorch's names and layouts; webmp: webmp's (default: webmp)",
     )
     return p
 

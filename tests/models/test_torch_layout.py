@@ -143,6 +143,37 @@ def test_a_missing_extra_or_misshapen_tensor_is_refused_naming_it_and_its_shape(
     )
 
 
+def test_a_tied_head_shares_the_embeddings_weight_under_both_names():
+    """A tied head's weight is the embedding's in the state_dict, as torch's state_dict() of a twin
+    with head.weight = embedding.weight lists it; read back from both names, from either alone
+    (safetensors.torch.save_model keeps one of a shared pair), and refused when the two differ."""
+    from webmp.nn.gpt import gpt_network
+
+    net = gpt_network(11, 8, 1, 2, 4, True)
+    rng = np.random.default_rng(0)
+    ours = {k: rng.standard_normal(p.shape).astype(np.float32) for k, p in net.param_shapes().items()}
+    state = to_torch(net, ours)
+    head = f"{len(net.layers) - 1}.weight"
+    assert head not in torch_shapes(net) and head in state
+    assert np.array_equal(state[head], state["0.weight"]) and np.array_equal(
+        state["0.weight"], ours["layers.0.weight"]
+    )
+    for given in (
+        state,
+        {k: v for k, v in state.items() if k != head},
+        {k: v for k, v in state.items() if k != "0.weight"},
+    ):
+        back = from_torch(net, given)
+        assert set(back) == set(ours) and all(np.array_equal(back[k], v) for k, v in ours.items())
+    other = {**state, head: state[head] + 1}
+    assert _one_line(from_torch, net, other) == (
+        f"torch state_dict: {head} (the tied head's weight) differs from 0.weight (the embedding's); a tied "
+        "head shares the embedding's weight"
+    )
+    untied = gpt_network(11, 8, 1, 2, 4, False)
+    assert f"{len(untied.layers) - 1}.weight" in torch_shapes(untied)
+
+
 def _dry_plan(spec):
     cfg = TrainConfig(model_spec=spec, batch_size=8)
     return cfg, build_plan(cfg, load_digits(), "fp32", dry=True)[0]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,8 @@ from ..data.tables import Dataset
 from ..data.text import TextCorpus
 from ..engine.plan import BufferSpec, Plan, SamplePlan
 from ..engine.tiles import TileTable
+from ..nn.gpt import gpt_names, gpt_network
+from ..nn.network import Network, mlp_names, mlp_network
 from .gpt import build_gpt_plan, build_gpt_sample_plan, gpt_param_shapes
 from .mlp import build_mlp_plan
 from .net import build_net_plan
@@ -90,3 +92,16 @@ def build_sample_plan(
     sample_param_shapes(cfg, len(vocab))  # refuses a model that does not generate text
     build = build_gpt_sample_plan if cfg.model == "gpt" else build_net_sample_plan
     return build(cfg, vocab, path, tiles, params=params, **settings)
+
+
+def network_of(cfg: TrainConfig, shapes: Mapping[str, Sequence[int]]) -> tuple[Network, dict[str, str]]:
+    """The network of layers `cfg` trains (a built-in model's: mlp_network, gpt_network, sized by
+    its parameters' `shapes`) and {each parameter's layer path: the model's name for it}."""
+    if cfg.model_spec is not None:
+        return cfg.model_spec, {path: path for path in cfg.model_spec.param_shapes()}
+    if cfg.model == "gpt":
+        net = gpt_network(shapes["wte"][0], cfg.d_model, cfg.n_layer, cfg.n_head, cfg.context, cfg.tie_head)
+        return net, gpt_names(cfg.n_layer, cfg.tie_head)
+    last, layernorm = len(cfg.hidden), cfg.model == "mlp-ln"
+    features, classes = shapes["W0"][0], shapes[f"W{last}"][1]
+    return mlp_network(features, cfg.hidden, classes, cfg.act, layernorm), mlp_names(last, layernorm)

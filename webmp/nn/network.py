@@ -385,3 +385,15 @@ def mlp_network(features: int, hidden: Sequence[int], classes: int, act: str, la
             {"type": act},
         ]
     return Network.from_dict({"input": [features], "layers": [*layers, {"type": "linear", "out": classes}]})
+
+
+def mlp_names(n_hidden: int, layernorm: bool) -> dict[str, str]:
+    """{mlp_network's parameter path: the MLP's name}: layers.{k}.weight W{l}, .bias b{l} (k = l *
+    (3 if layernorm else 2)), the norm's layers.{k + 1}.weight ln_g{l}, .bias ln_b{l}."""
+    step = 3 if layernorm else 2
+    names: dict[str, str] = {}
+    for l in range(n_hidden + 1):
+        names |= {f"layers.{l * step}.weight": f"W{l}", f"layers.{l * step}.bias": f"b{l}"}
+        if layernorm and l < n_hidden:
+            names |= {f"layers.{l * step + 1}.weight": f"ln_g{l}", f"layers.{l * step + 1}.bias": f"ln_b{l}"}
+    return names

@@ -14,8 +14,11 @@ torch's `3.0.weight`). A token network's embedding is a module with parameters `
 with `qkv = nn.Linear(D, 3D)` (columns q | k | v, head h owning columns h*d .. h*d + d - 1 of
 each) and `proj = nn.Linear(D, D)` around scaled_dot_product_attention(is_causal=True); sequence
 values [T, D] keep their feature order; a tied head (linear with tied) owns no tensor: the twin's
-head shares the embedding's weight, and its state_dict's copy of it is left out. The layouts differ
-in three ways:
+head shares the embedding's weight (`head.weight = embedding.weight`, as GPT-2's), and the
+state_dict holds it under both names, as torch's state_dict() does (so load_state_dict(strict=True)
+takes it); a state_dict given with one of the two (safetensors.torch.save_model keeps one of a
+shared pair) is read from it, and one with two different tensors refused. The layouts differ in
+three ways:
 - Linear: webmp's weight is [in, out], torch's [out, in].
 - Conv2d: webmp's weight is [kernel*kernel*C, out] with rows in (kh, kw, c) order, torch's
   [out, C, kh, kw].
@@ -193,6 +196,13 @@ def _checked(
     return arrays
 
 
+def tied_names(net: Network) -> tuple[str, str] | None:
+    """(the tied head's weight, the embedding's weight) in the twin's state_dict; None: no tied head."""
+    if not net.tied_head:
+        return None
+    return f"{len(net.layers) - 1}.weight", "0.weight"
+
+
 def to_torch(
     net: Network, weights: Mapping[str, object], what: str = "webmp weights"
 ) -> dict[str, np.ndarray]:
@@ -200,7 +210,12 @@ def to_torch(
     layouts); ValueError naming a missing, extra or misshapen tensor and its shape in webmp's layout."""
     ps = places(net)
     arrays = _checked(weights, {p.name: (p.shape, p.layer) for p in ps}, what, "webmp's")
-    return {p.torch_name: np.ascontiguousarray(p.to_torch(arrays[p.name])) for p in ps}
+    out = {p.torch_name: np.ascontiguousarray(p.to_torch(arrays[p.name])) for p in ps}
+    tied = tied_names(net)
+    if tied:
+        head, embedding = tied
+        out[head] = out[embedding].copy()
+    return out
 
 
 def from_torch(
@@ -209,8 +224,27 @@ def from_torch(
     """webmp's parameters (names and layouts) of the state_dict of `net`'s equivalent Sequential;
     ValueError naming a missing, extra or misshapen tensor and its shape in torch's layout."""
     ps = places(net)
+    tied = tied_names(net)
+    if tied:
+        state_dict = _untied(dict(state_dict), *tied, what)
     arrays = _checked(state_dict, {p.torch_name: (p.torch_shape, p.layer) for p in ps}, what, "torch's")
     return {p.name: np.ascontiguousarray(p.from_torch(arrays[p.torch_name])) for p in ps}
+
+
+def _untied(state_dict: dict[str, object], head: str, embedding: str, what: str) -> dict[str, object]:
+    """`state_dict` with the embedding's weight under its own name only: taken from the tied head's
+    name when only that one is there; with both, they must be the same tensor."""
+    if head not in state_dict:
+        return state_dict
+    tensor = state_dict.pop(head)
+    if embedding not in state_dict:
+        state_dict[embedding] = tensor
+    elif not np.array_equal(np.asarray(tensor), np.asarray(state_dict[embedding])):
+        raise ValueError(
+            f"{what}: {head} (the tied head's weight) differs from {embedding} (the embedding's); a tied "
+            "head shares the embedding's weight"
+        )
+    return state_dict
 
 
 def looks_like_torch(names: Sequence[str]) -> bool:

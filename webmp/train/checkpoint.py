@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -204,14 +205,17 @@ def _with_contents(plan: Plan, blob: bytes, contents: dict[str, bytes]) -> tuple
     return plan, bytes(out)
 
 
-def load_initial_weights(path: str | Path, plan: Plan, net: Network | None = None) -> dict[str, np.ndarray]:
+def load_initial_weights(
+    path: str | Path, plan: Plan, net: Network | None = None, names: Mapping[str, str] | None = None
+) -> dict[str, np.ndarray]:
     """The plan's parameters from a safetensors file (`--init-weights`), as float32, each checked:
     present, of the parameter's shape, floating point, finite. A tensor that is no parameter is
     refused by name (a misspelt one would otherwise be left at its drawn value), except in a webmp
-    checkpoint, whose optimizer state, working copies and GPU state are left out. For a network
-    (model net, `net` given) the file may instead hold the state_dict of its equivalent PyTorch
-    Sequential, told by its names (`0.weight`, not `layers.0.weight`) and converted to webmp's
-    layouts (webmp.nn.torch_layout), each tensor checked under its torch name."""
+    checkpoint, whose optimizer state, working copies and GPU state are left out. Given the network
+    the model is (`net`; `names`: the model's name of each layer path's parameter, default the
+    path) the file may instead hold the state_dict of its equivalent PyTorch Sequential, told by
+    its names (`0.weight`, not `layers.0.weight`) and converted to webmp's layouts
+    (webmp.nn.torch_layout), each tensor checked under its torch name."""
     path = Path(path)
     what = f"init_weights: {path}"
     if not path.is_file():
@@ -228,7 +232,7 @@ def load_initial_weights(path: str | Path, plan: Plan, net: Network | None = Non
         converted = from_torch(net, tensors, what)  # names and shapes, in torch's layout
         for name, t in tensors.items():
             _float32(what, name, t)
-        tensors = converted
+        tensors = {(names or {}).get(path, path): t for path, t in converted.items()}
     shapes = {p["name"]: tuple(p["shape"]) for p in plan["params"]}
     expected = ", ".join(f"{n} {list(s)}" for n, s in shapes.items())
     missing = [n for n in shapes if n not in tensors]

@@ -1,8 +1,9 @@
 """`webmp export RUN OUT.safetensors --layout torch|webmp`: the trained weights of a run directory
 (the f32 masters of its checkpoint) as a safetensors file, in webmp's names and layouts (what
-`--init-weights` reads) or, for a network of webmp.nn layers, as the state_dict of its equivalent
-PyTorch Sequential (webmp.nn.torch_layout). The optimizer state, working copies and GPU state
-words stay behind."""
+`--init-weights` reads) or as the state_dict of its equivalent PyTorch Sequential
+(webmp.nn.torch_layout): a network of webmp.nn layers, or a built-in model as the network it is
+(mlp, mlp-ln: webmp.nn.network.mlp_network; gpt: webmp.nn.gpt.gpt_network, a tied head sharing
+the embedding's weight). The optimizer state, working copies and GPU state words stay behind."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 from safetensors.numpy import save
 
 from ..config import TrainConfig
+from ..models import network_of
 from ..nn.torch_layout import to_torch
 from .checkpoint import TENSORS, read_checkpoint
 from .rundir import atomic_write
@@ -68,12 +70,8 @@ def export_weights(run: str | Path, out: str | Path, layout: str) -> Exported:
         raise ValueError(f"{out}: its directory {out.parent} does not exist")
     cfg, weights, step = run_weights(run)
     if layout == "torch":
-        if cfg.model_spec is None:
-            raise ValueError(
-                f"{run} is a {cfg.model!r} run; --layout torch exports networks of webmp.nn layers "
-                "(model net): give --layout webmp"
-            )
-        weights = to_torch(cfg.model_spec, weights, f"{run}'s weights")
+        net, names = network_of(cfg, {name: w.shape for name, w in weights.items()})
+        weights = to_torch(net, {path: weights[name] for path, name in names.items()}, f"{run}'s weights")
     metadata = {"format": EXPORT_FORMAT, "layout": layout, "model": cfg.model, "step": str(step)}
     atomic_write(out, save(weights, metadata=metadata))
     return Exported(out, len(weights), step, layout)

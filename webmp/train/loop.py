@@ -22,7 +22,7 @@ from ..engine.plan import Plan, describe_f16, resolve_f16_path
 from ..engine.runtime import GPU, Runtime, default_gpu, gpu_for_rank
 from ..engine.state import decode_records
 from ..engine.tiles import TileTable
-from ..models import build_plan
+from ..models import build_plan, network_of
 from .checkpoint import (
     TENSORS,
     checkpoint_buffers,
@@ -170,7 +170,8 @@ class Trainer:
                     stacklevel=3,
                 )
         elif cfg.init_weights is not None:
-            weights = load_initial_weights(cfg.init_weights, plan, cfg.model_spec)
+            net = network_of(cfg, {p["name"]: p["shape"] for p in plan["params"]})
+            weights = load_initial_weights(cfg.init_weights, plan, *net)
             plan, blob = initial_weights_blob(plan, blob, weights)
         return plan, blob
 
