@@ -370,18 +370,3 @@ _TAGS = {
 def network_schema() -> dict:
     """The JSON schema of a network file, from the pydantic models (as TrainConfig's is)."""
     return Network.model_json_schema()
-
-
-def mlp_network(features: int, hidden: Sequence[int], classes: int, act: str, layernorm: bool) -> Network:
-    """The built-in MLP (model mlp, or mlp-ln with `layernorm`) as a network: each hidden layer a
-    linear layer, its LayerNorm, its activation; the last a linear layer over the classes. Its
-    parameter layers.{k}.weight is the MLP's W{l} (k = l * (3 if layernorm else 2)), its norm's the
-    MLP's ln_g{l}, ln_b{l}; trained from the same weights it gives the MLP's curve bit for bit."""
-    layers: list[dict] = []
-    for width in hidden:
-        layers += [
-            {"type": "linear", "out": width},
-            *([{"type": "layernorm"}] if layernorm else []),
-            {"type": act},
-        ]
-    return Network.from_dict({"input": [features], "layers": [*layers, {"type": "linear", "out": classes}]})
