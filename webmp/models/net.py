@@ -4,7 +4,9 @@ parameters and emits its forward and backward dispatches through the launchers o
 Values flow as h matrices: a vector batch [B, features], an image batch channels-last [B*H*W, C]
 (one row a pixel), a sequence batch [B*T, D] (one row a position). A network with a token input
 (sequence models on text) is webmp/models/net_seq.py's TokenNet, a Net with its own data, loss
-rows and evaluation and the nodes of its own layers (the embedding, attention).
+rows and evaluation and the nodes of its own layers (the embedding, attention). The built-in
+models are presets: MLPNet (mlp.py) and GPTNet (gpt.py) build their networks under their own names
+and buffer order through the hooks below (named, placed, initial, transposed, node_type).
 
 Every value has its own buffer (Flatten of an even-C image reuses its input's: the same bytes),
 and its gradient the buffer "d_" + its name, written by the layer that reads the
