@@ -1,7 +1,8 @@
 """Fingerprints of what the engine computes, to compare a change that must not change it (a refactor):
 the SHA-256 of the plan JSON and blob of 12 configurations (3 models x native mixed, emulated mixed,
-fp32, fp16-noscale), and the curves (every metrics record but wall time) of six MLP runs and a GPT run,
-trained natively on the default adapter with default tiles (no tune cache).
+fp32, fp16-noscale), and the curves (every metrics record but wall time, and the summary's results,
+SUMMARY) of six MLP runs and a GPT run, trained natively on the default adapter with default tiles
+(no tune cache).
 
     python3 scripts/fingerprint.py OUT.json            # then diff two OUT.json files
 """
@@ -31,6 +32,11 @@ CURVES = [
                       "--context", "32", "--batch-size", "8", "--val-tokens", "2048"]),
 ]  # fmt: skip
 VOLATILE = {"time", "wall", "elapsed", "t", "seconds", "steps_per_s", "ms"}
+# the summary's results (summary.json; the MLPs' test split, the GPT's validation loss)
+SUMMARY = (
+    "final_train_loss", "last_loss", "test_accuracy", "test_correct", "val_loss", "val_bits_per_char",
+    "skipped_steps", "final_scale",
+)  # fmt: skip
 
 
 def _imports():
@@ -68,7 +74,7 @@ def curves() -> dict[str, str]:
             records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
             kept = [{k: v for k, v in r.items() if k not in VOLATILE} for r in records]
             summary = json.loads((run / "summary.json").read_text())
-            final = {k: summary.get(k) for k in ("final_loss", "val_loss", "accuracy", "val_accuracy")}
+            final = {k: summary[k] for k in SUMMARY}
             text = json.dumps([kept, final], sort_keys=True)
             out[f"{model}/{precision}"] = hashlib.sha256(text.encode()).hexdigest()
     return out

@@ -13,7 +13,8 @@ from ..data.text import TextCorpus
 from ..engine.plan import BufferSpec, Plan, SamplePlan
 from ..engine.tiles import TileTable
 from ..nn.gpt import gpt_names, gpt_network
-from ..nn.network import Network, mlp_names, mlp_network
+from ..nn.mlp import mlp_names, mlp_network
+from ..nn.network import Network
 from .gpt import build_gpt_plan, build_gpt_sample_plan, gpt_param_shapes
 from .mlp import build_mlp_plan
 from .net import build_net_plan

@@ -42,7 +42,7 @@ from ..engine.plan import (
 )
 from ..engine.tiles import TileTable
 from ..nn.gpt import gpt_names, gpt_network
-from ..nn.layers import CausalSelfAttention, Layer
+from ..nn.layers import CausalSelfAttention, Layer, ParamShape
 from ..nn.network import Residual
 from .common import Init, ModelBuilder, Param, check_params
 from .net_nodes import Node, ResidualNode
@@ -219,7 +219,7 @@ class GPTNet(TokenNet):
     def named(self, name: str) -> str:
         return self.names.get(name, name)
 
-    def initial(self, name: str) -> Init | None:
+    def initial(self, name: str, p: ParamShape) -> Init | None:
         if self.given is None:
             return None
         given = self.given[name]

@@ -4,7 +4,9 @@ parameters and emits its forward and backward dispatches through the launchers o
 Values flow as h matrices: a vector batch [B, features], an image batch channels-last [B*H*W, C]
 (one row a pixel), a sequence batch [B*T, D] (one row a position). A network with a token input
 (sequence models on text) is webmp/models/net_seq.py's TokenNet, a Net with its own data, loss
-rows and evaluation and the nodes of its own layers (the embedding, attention).
+rows and evaluation and the nodes of its own layers (the embedding, attention). The built-in
+models are presets: MLPNet (mlp.py) and GPTNet (gpt.py) build their networks under their own names
+and buffer order through the hooks below (named, placed, initial, transposed, node_type).
 
 Every value has its own buffer (Flatten of an even-C image reuses its input's: the same bytes),
 and its gradient the buffer "d_" + its name, written by the layer that reads the
@@ -25,7 +27,8 @@ from ..data.tables import Dataset, perm_bits
 from ..engine.plan import EvalSpec, Plan
 from ..engine.tiles import TileTable
 from ..nn import layers as L
-from ..nn.network import Network, Residual
+from ..nn.layers import ParamShape
+from ..nn.network import Network, Residual, Traced
 from .common import EVAL, EVAL_FLAGS, Init, ModelBuilder, Param, replayed
 from .net_nodes import NODES, Node, Value, value_of
 
@@ -118,9 +121,12 @@ class Net:
     def place_nodes(self) -> None:
         """Every layer's node, its parameters declared (and drawn from the seed) in trace order."""
         self.traced = self.net.trace()
-        rng = np.random.default_rng(self.mb.cfg.seed)
+        self.rng = np.random.default_rng(self.mb.cfg.seed)
         self.fused = fused_activations(self.net.layers)
-        self.nodes = {t.path: self.node_type(t.layer)(self, t, i, rng) for i, t in enumerate(self.traced)}
+        self.nodes: dict[str, Node] = {}
+        for i, t in enumerate(self.traced):
+            self.nodes[t.path] = self.node_type(t.layer)(self, t, i, self.rng)
+            self.placed(t)
         self.lens: list[tuple[str, str]] = []
 
     def node_type(self, layer: L.Layer) -> type[Node]:
@@ -133,13 +139,20 @@ class Net:
             self.pb.h(name, rows, cols)
         return name
 
-    # hooks of a preset (webmp/models/gpt.py): its own names, given initial values, weight forms
+    # hooks of a preset (webmp/models/gpt.py, mlp.py): its own names, buffer order, initial values,
+    # weight forms
     def named(self, name: str) -> str:
         """The buffer that a node's value or parameter `name` (by its layer's path) is stored in."""
         return name
 
-    def initial(self, name: str) -> Init | None:
-        """Parameter `name`'s given initial value; None: drawn as its ParamShape says."""
+    def placed(self, t: Traced) -> None:
+        """After layer t's node declared its parameters: a preset declares the buffers that follow
+        them in its order (the MLP its layer's activations); a user's network declares them at
+        their first use."""
+
+    def initial(self, name: str, p: ParamShape) -> Init | None:
+        """Parameter `name`'s (shape p) initial value, drawn when called from self.rng or given;
+        None: drawn as p says."""
         return None
 
     def transposed(self, program: str, p: Param) -> tuple[str, int]:

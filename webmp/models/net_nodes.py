@@ -52,7 +52,8 @@ class Node:
         self.last = t.depth == 0 and t.path == f"layers.{len(g.net.layers) - 1}"
         self.params: dict[str, Param] = {}
         for full, p in t.params.items():  # by the name after the layer's path: weight, qkv.bias
-            name, given = g.named(full), g.initial(g.named(full))
+            name = g.named(full)
+            given = g.initial(name, p)
             self.params[full.removeprefix(t.path + ".")] = self.mb.param(
                 name, p.shape, _init(rng, p) if given is None else given, copy=p.matrix, decay=p.decay
             )

@@ -27,7 +27,7 @@ from .. import ops
 from ..config import TrainConfig
 from ..engine.plan import PLAN_FORMAT, SamplePlan, SampleSpec, memory_by_category, pack_h
 from ..engine.tiles import TileTable
-from ..nn.network import Network
+from ..nn.network import Network, ParamShape
 from .common import Init, ModelBuilder, Param, check_params
 from .net_seq import TokenNet
 
@@ -139,7 +139,7 @@ class SampleNet(TokenNet):
     def named(self, name: str) -> str:
         return self.names.get(name, name)
 
-    def initial(self, name: str) -> Init | None:
+    def initial(self, name: str, p: ParamShape) -> Init | None:
         given = self.given[name]
         return lambda: np.asarray(given, np.float32)
 

@@ -27,7 +27,8 @@ from .layers import (
     Tokens,
     kind_of,
 )
-from .network import MAX_SPEC_BYTES, Network, Residual, TokenInput, Traced, mlp_network, network_schema
+from .mlp import mlp_network
+from .network import MAX_SPEC_BYTES, Network, Residual, TokenInput, Traced, network_schema
 
 __all__ = [
     "GELU", "MAX_SPEC_BYTES", "AvgPool2d", "CausalSelfAttention", "Conv2d", "Dropout", "Embedding",

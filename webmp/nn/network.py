@@ -370,30 +370,3 @@ _TAGS = {
 def network_schema() -> dict:
     """The JSON schema of a network file, from the pydantic models (as TrainConfig's is)."""
     return Network.model_json_schema()
-
-
-def mlp_network(features: int, hidden: Sequence[int], classes: int, act: str, layernorm: bool) -> Network:
-    """The built-in MLP (model mlp, or mlp-ln with `layernorm`) as a network: each hidden layer a
-    linear layer, its LayerNorm, its activation; the last a linear layer over the classes. Its
-    parameter layers.{k}.weight is the MLP's W{l} (k = l * (3 if layernorm else 2)), its norm's the
-    MLP's ln_g{l}, ln_b{l}; trained from the same weights it gives the MLP's curve bit for bit."""
-    layers: list[dict] = []
-    for width in hidden:
-        layers += [
-            {"type": "linear", "out": width},
-            *([{"type": "layernorm"}] if layernorm else []),
-            {"type": act},
-        ]
-    return Network.from_dict({"input": [features], "layers": [*layers, {"type": "linear", "out": classes}]})
-
-
-def mlp_names(n_hidden: int, layernorm: bool) -> dict[str, str]:
-    """{mlp_network's parameter path: the MLP's name}: layers.{k}.weight W{l}, .bias b{l} (k = l *
-    (3 if layernorm else 2)), the norm's layers.{k + 1}.weight ln_g{l}, .bias ln_b{l}."""
-    step = 3 if layernorm else 2
-    names: dict[str, str] = {}
-    for l in range(n_hidden + 1):
-        names |= {f"layers.{l * step}.weight": f"W{l}", f"layers.{l * step}.bias": f"b{l}"}
-        if layernorm and l < n_hidden:
-            names |= {f"layers.{l * step + 1}.weight": f"ln_g{l}", f"layers.{l * step + 1}.bias": f"ln_b{l}"}
-    return names
