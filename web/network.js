@@ -62,7 +62,8 @@ export function renderTable(box, table) {
   el.append(row([['layer'], ['type'], ['output shape'], ['params', 'num'], ['act. mixed', 'num'],
                  ['act. fp32', 'num']], 'th'));
   for (const r of table.rows) {
-    const tr = row([[r.path], [r.type], [`[${[B, ...r.out_shape].join(', ')}]`], [r.params.toLocaleString('en'), 'num'],
+    const shape = r.type === 'scratch' ? '' : `[${[B, ...r.out_shape].join(', ')}]`;  // shared scratch: no output
+    const tr = row([[r.path], [r.type], [shape], [r.params.toLocaleString('en'), 'num'],
                     [size(r.activations.mixed), 'num'], [size(r.activations.fp32), 'num']]);
     tr.firstChild.style.paddingLeft = `${6 + 14 * r.depth}px`;
     el.append(tr);

@@ -76,6 +76,19 @@ override Z_INNER: u32 = 1u;  // batch index z = b * Z_INNER + h
 override A_OFF: u32 = 0u;  override A_SB: u32 = 0u;  override A_SH: u32 = 0u;  override A_LD: u32 = 0u;
 override B_OFF: u32 = 0u;  override B_SB: u32 = 0u;  override B_SH: u32 = 0u;  override B_LD: u32 = 0u;
 override C_OFF: u32 = 0u;  override C_SB: u32 = 0u;  override C_SH: u32 = 0u;  override C_LD: u32 = 0u;
+// Implicit im2col (a convolution as a matmul: webmp.ops.conv.implicit_patches), declared here for
+// the same reason. With A_CONV = 1, A is bound to an image batch X [B*CONV_H*CONV_W, CONV_C] (pixel
+// rows, channels-last: shaders/conv/conv.wgsl's layout) and read as its patch matrix
+// P [B*CONV_OH*CONV_OW, CONV_KH*CONV_KW*CONV_C], the one im2col.wgsl stores: P[r, (kh*KW + kw)*C + c]
+// = X[(b*H + ih)*W + iw, c] for output pixel r = (b*OH + oh)*OW + ow, ih = oh*SH - PH + kh,
+// iw = ow*SW - PW + kw, zero outside the image and in the padding half of an odd row. The values
+// are those the matmul reads from P, in the same places, so the products are the same bits; P is
+// never stored. P is A [M, K] (a convolution's forward) or, with TRANS_A, [K, M] (its weight
+// gradient P^T dY). No batches (the batch constants keep their defaults).
+override A_CONV: u32 = 0u;
+override CONV_C: u32 = 1u;  override CONV_H: u32 = 1u;  override CONV_W: u32 = 1u;
+override CONV_KH: u32 = 1u;  override CONV_KW: u32 = 1u;  override CONV_SH: u32 = 1u;  override CONV_SW: u32 = 1u;
+override CONV_PH: u32 = 0u;  override CONV_PW: u32 = 0u;  override CONV_OH: u32 = 1u;  override CONV_OW: u32 = 1u;
 
 var<private> mm_z: u32;  // this workgroup's batch index (workgroup_id.z), set by the core
 
@@ -113,13 +126,51 @@ fn operand_word(lay: vec4<u32>, i: u32, j: u32, cw: u32) -> u32 {
   return (batch_start(lay) + i * select(lay.w, 2u * cw, lay.w == 0u)) / 2u + j;
 }
 
+// The word of X holding channel c of the input pixel that tap t (kh*KW + kw) of output pixel r
+// reads, or CONV_OUTSIDE where the tap falls in the padding (A_CONV: see its overrides).
+const CONV_OUTSIDE: u32 = 0xffffffffu;
+fn conv_coord(o: u32, k: u32, s: u32, p: u32, n: u32) -> i32 {
+  let i = i32(o * s + k) - i32(p);
+  return select(-1, i, i >= 0 && i < i32(n));
+}
+fn conv_x_word(r: u32, t: u32, c: u32) -> u32 {
+  let q = r / CONV_OW;
+  let ih = conv_coord(q % CONV_OH, t / CONV_KW, CONV_SH, CONV_PH, CONV_H);
+  let iw = conv_coord(r % CONV_OW, t % CONV_KW, CONV_SW, CONV_PW, CONV_W);
+  if (ih < 0 || iw < 0) { return CONV_OUTSIDE; }
+  return (((q / CONV_OH) * CONV_H + u32(ih)) * CONV_W + u32(iw)) * ((CONV_C + 1u) / 2u) + c / 2u;
+}
+
+// P[r, e] of the implicit patch matrix (zero past its CONV_KH*CONV_KW*CONV_C columns).
+fn conv_value(r: u32, e: u32) -> f32 {
+  if (e >= CONV_KH * CONV_KW * CONV_C) { return 0.0; }
+  let c = e % CONV_C;
+  let i = conv_x_word(r, e / CONV_C, c);
+  if (i == CONV_OUTSIDE) { return 0.0; }
+  let w = h_load(A[i]);
+  return select(w.x, w.y, (c & 1u) == 1u);
+}
+
+// Word j of row r of the implicit patch matrix (columns 2j and 2j + 1) as two f32 values. With an
+// even C both lie in one word of one pixel of X: a single load.
+fn conv_word(r: u32, j: u32) -> vec2<f32> {
+  if (CONV_C % 2u == 1u) { return vec2<f32>(conv_value(r, 2u * j), conv_value(r, 2u * j + 1u)); }
+  let e = 2u * j;
+  let i = conv_x_word(r, e / CONV_C, e % CONV_C);
+  if (i == CONV_OUTSIDE) { return vec2<f32>(0.0); }
+  return h_load(A[i]);
+}
+
 // Word j of row i of the operand's h matrix with `rows` rows and `cols` columns, as two f32
-// values; zero outside the matrix, and the padding half of an odd row is masked too.
+// values; zero outside the matrix, and the padding half of an odd row is masked too. With A_CONV,
+// A's words are the implicit patch matrix's (conv_word).
 fn load_word(op: u32, i: u32, j: u32, rows: u32, cols: u32) -> vec2<f32> {
   let cw = (cols + 1u) / 2u;
   if (i >= rows || j >= cw) { return vec2<f32>(0.0); }
   var w: vec2<f32>;
-  if (op == OPERAND_A) {
+  if (op == OPERAND_A && A_CONV == 1u) {
+    w = conv_word(i, j);
+  } else if (op == OPERAND_A) {
     w = h_load(A[operand_word(a_lay, i, j, cw)]);
   } else {
     w = h_load(B[operand_word(b_lay, i, j, cw)]);

@@ -1,6 +1,6 @@
 // Contract (webmp/wgsl.py): a matmul core, after matmul_operands.wgsl and before the file that
 // loads op(A) (matmul_reg_a.wgsl, or matmul_reg_a_sg.wgsl with subgroups); defines the tile-shape
-// overrides, acc, row_words, a_word, own_a_words, a_rows, k_loop, mm_tile, acc_group, out_row,
+// overrides, acc, row_words, a_word, a_stored, own_a_words, a_rows, k_loop, mm_tile, acc_group, out_row,
 // out_col, rows_in_c, k_loop_compact. Expects `fn k_loops(row0: u32, col0: u32)` (runs k_loop or
 // k_loop_compact) and `fn a_words(row0: u32, k: u32) -> array<vec2<f32>, TM_MAX>` (a_word t of
 // step k for t < TM), which k_loop calls.
@@ -51,12 +51,19 @@ fn row_words(ld: u32, cols: u32) -> u32 { return select(ld, cols + (cols & 1u), 
 // k + 1 for the others. Activation applied; reads clamped into the operand.
 fn a_word(row0: u32, k: u32, t: u32) -> vec2<f32> {
   if (TRANS_A == 0u) {
-    return act2(h_load(A[a_base + min(row0 + t, M - 1u) * row_words(a_lay.w, K) + k / 2u]));
+    return act2(a_stored(min(row0 + t, M - 1u), k / 2u, row_words(a_lay.w, K)));
   }
   let half = TM / 2u;
   let kk = min(k + select(0u, 1u, t >= half), K - 1u);
   let j = min(row0 / 2u + t % half, (M + 1u) / 2u - 1u);
-  return act2(h_load(A[a_base + kk * row_words(a_lay.w, M) + j]));
+  return act2(a_stored(kk, j, row_words(a_lay.w, M)));
+}
+
+// Word j of stored row i of A (rows `ld` words apart) as two f32 values; with A_CONV, of the
+// implicit patch matrix (matmul_operands.wgsl's conv_word).
+fn a_stored(i: u32, j: u32, ld: u32) -> vec2<f32> {
+  if (A_CONV == 1u) { return conv_word(i, j); }
+  return h_load(A[a_base + i * ld + j]);
 }
 
 // All the a_words of step k, each loaded by this thread.

@@ -64,8 +64,10 @@ def test_the_cnn_trains_in_the_page_as_natively_and_its_table_renders(server, br
     assert page.evaluate("window.webmp.layerTable") == table
     rows = shown_table(page)
     assert rows[0] == ["layer", "type", "output shape", "params", "act. mixed", "act. fp32"]
-    paths = ["(input)", *[t.path for t in Network.from_dict(CNN).trace()]]
+    # the residual convolution's patch-gradient scratch in a row of its own, with no output shape
+    paths = ["(input)", *[t.path for t in Network.from_dict(CNN).trace()], "(shared)"]
     assert [r[0] for r in rows[1:-1]] == paths and rows[-1][0] == "total"
+    assert rows[-2][1:3] == ["scratch", ""]
     assert rows[1 + paths.index("layers.3.layers.0")][1:4] == ["conv2d", "[64, 16, 4, 4]", "2,320"]
     assert rows[-1][3] == f"{table['totals']['params']:,}" == "5,050"
     ARTIFACTS.mkdir(exist_ok=True)

@@ -2,7 +2,9 @@
 backward, repack_h) against their float64 references (webmp/testing/reference/conv.py) on each
 storage path, at odd shapes: C odd and even, H != W, strides 1 and 2 (unequal in a case), padding 0
 and 1, kernels 1, 2 and 3 (KH != KW in a case), more output rows than a workgroup, and one size
-whose grid-stride loops run more than once.
+whose grid-stride loops run more than once. The matmuls that read an image as its patches
+(implicit_patches: a convolution's forward and weight gradient) give the bits of the same matmuls
+on im2col's patches, on every core.
 
 Where the bits only move (im2col, max pooling's values and argmax, repack_h) the outputs equal the
 reference bit for bit, f16 subnormals and -0 included. The sums (col2im, maxpool_bwd, avgpool) are
@@ -162,6 +164,103 @@ def test_reference_col2im_is_im2col_adjoint():
         X = rng.standard_normal((s["B"] * s["H"] * s["W"], s["C"]))
         dP = rng.standard_normal((out_rows(s), s["KH"] * s["KW"] * s["C"]))
         assert np.isclose((ref.im2col(X, **s) * dP).sum(), (X * ref.col2im(dP, **s)).sum(), rtol=1e-12)
+
+
+# --- implicit im2col: a convolution's matmuls read the image as its patches -------------------------
+
+# CONV's geometries (a 1x1 at stride 2 among them) and a 1x1 at stride 1 without padding; C 3, 4, 5,
+# 6, 7: odd, even, none a multiple of 4 but one
+IMPLICIT = {**CONV, "c7_k1_s1_p0": (2, 7, 5, 3, 1, 1, 1, 1, 0, 0)}
+OC = 5  # output channels: an odd N
+# tile choices beyond each geometry's default (the register core's 4 x 4 with sizes read at run
+# time): the workgroup-memory core, which stages op(A) row-wise (forward) and column-wise (weight
+# gradient), and the register cores (8 x 8 blocks; 16-row blocks, with subgroups)
+IMPLICIT_TILES = {
+    "tiled_4x4_t4x4_k32": {"WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4, "BK": 32},
+    "reg_8x4_t8x8": {"core": "reg", "WG_X": 8, "WG_Y": 4, "TM": 8, "TN": 8},
+    "sg_8x2_t16x8_pairs": {"core": "reg_sg", "WG_X": 8, "WG_Y": 2, "TM": 16, "TN": 8, "B_PAIRS": 1},
+}
+IMPLICIT_TILED = ("c3_k3_s1_p1", "c6_k3x2_s2_p1x0")  # the geometries run with every IMPLICIT_TILES
+
+
+def _conv_matmuls(path, s, inp, image, tiles):
+    """A convolution's forward (matmul_fwd, C = P W + bias) and weight gradient (matmul_wgrad,
+    P^T dY) with A the patches P (image None) or the images X read as their patches (image: the
+    geometry s)."""
+    rows, n = out_rows(s), s["KH"] * s["KW"] * s["C"]
+    A = inp["P"] if image is None else inp["X"]
+    opts = dict(a_image=image, **({"tiles": tiles} if tiles else {}))
+    fwd = op(
+        ops.matmul, {"A": A, "B": inp["W"], "bias": inp["bias"], "flags": np.zeros(4, np.uint32)},
+        {"C": ((rows, OC), "padded"), "flags": None}, path, variant="matmul_fwd", M=rows, N=OC, K=n, **opts,
+    )  # fmt: skip
+    wgrad = op(
+        ops.matmul, {"A": A, "B": inp["dY"]}, {"C": (n, OC)}, path, variant="matmul_wgrad", M=n, N=OC,
+        K=rows, trans_a=1, **opts,
+    )  # fmt: skip
+    return {"Y": fwd["C"], "flags": fwd["flags"], "dW": wgrad["C"]}
+
+
+def _implicit_run(name, path, g, tiles=None):
+    s = conv_sizes(g)
+    if tiles and tiles.get("core") == "reg_sg" and not default_gpu().has_subgroups:
+        pytest.skip("the adapter has no subgroups")
+    rng = rng_for(name, path)
+    rows, n = out_rows(s), s["KH"] * s["KW"] * s["C"]
+    X = with_specials(rand_h(rng, (s["B"] * s["H"] * s["W"], s["C"]), path), rng, path)
+    inp = {
+        "X": X,
+        "P": ref.im2col(X, **s),  # what im2col stores (test_im2col_moves_the_bits)
+        "W": rand_h(rng, (n, OC), path),
+        "bias": rng.standard_normal(OC).astype(np.float32),
+        "dY": rand_h(rng, (rows, OC), path),
+    }
+    implicit = _conv_matmuls(path, s, inp, s, tiles)
+    return inp, {"implicit": implicit, "patches": _conv_matmuls(path, s, inp, None, tiles)}
+
+
+IMPLICIT_NAMES = [f"implicit/{name}" for name in IMPLICIT] + [
+    f"implicit/{name}/{t}" for name in IMPLICIT_TILED for t in IMPLICIT_TILES
+]
+for _name in IMPLICIT_NAMES:
+    _g, _t = IMPLICIT[_name.split("/")[1]], IMPLICIT_TILES.get(_name.split("/")[-1])
+    kernel_case(_name)(lambda name, path, g=_g, t=_t: _implicit_run(name, path, g, t))
+
+
+@pytest.mark.parametrize("name", IMPLICIT_NAMES)
+def test_implicit_patches_give_the_patch_matmuls_bits(name, path):
+    """The matmuls reading the images as their patches give the bits of the same matmuls on the
+    patches im2col stores (the same values in the same places, accumulated in the same k order), on
+    every core, forward and weight gradient; and both are the products against numpy."""
+    inp, out = run(name, path)
+    for key in ("Y", "dW"):
+        assert_same_bits(out["implicit"][key], out["patches"][key], f"{name} {key}")
+    P, W, bias, dY = inp["P"], inp["W"], inp["bias"], inp["dY"]
+    exact = ref.matmul(P, W, path=path) + bias
+    err = stored_bound(exact, ref.matmul_error(P, W, path=path, extra=bias), path)
+    check_close(out["implicit"]["Y"][:, :OC], exact, err, f"{name} Y")
+    assert_zero_padding(out["implicit"]["Y"], OC, name)
+    assert out["implicit"]["flags"][0] == 0
+    exact = ref.matmul(P, dY, trans_a=1, path=path)
+    check_close(out["implicit"]["dW"], exact, ref.matmul_error(P, dY, trans_a=1, path=path), f"{name} dW")
+
+
+def test_implicit_patches_refuse_a_wrong_product():
+    """The product must be the patch matrix's ([126, 27] here, or its transpose) and X the images."""
+    pb = _builder({"X": (126, 3), "W": (27, 4), "Y": (126, 4)})
+    with pytest.raises(
+        ValueError,
+        match=r"matmul_fwd: the patch matrix .* is \[126, 27\], so op\(A\) is "
+        r"\[126, 27\] \(trans_a=0\), got M=126, K=26",
+    ):
+        ops.matmul(pb, "p", "matmul_fwd", A="X", B="W", C="Y", M=126, N=4, K=26, bias="b", a_image=CONV_OK)
+    with pytest.raises(ValueError, match=r"op\(A\) is \[27, 126\] \(trans_a=1\), got M=126, K=27"):
+        ops.matmul(pb, "p", "matmul_wgrad", A="X", B="Y", C="g", M=126, N=4, K=27, trans_a=1, a_image=CONV_OK)
+    pb = _builder({"X": (125, 3)})
+    with pytest.raises(ValueError, match=r"matmul_plain: buffer X .* the images X, an h matrix \[126, 3\]"):
+        ops.matmul(pb, "p", "matmul_plain", A="X", B="W", C="Y", M=126, N=4, K=27, a_image=CONV_OK)
+    with pytest.raises(ValueError, match=r"matmul_plain: an image read as its patches .* unbatched"):
+        ops.matmul(pb, "p", "matmul_plain", A="X", B="W", C="Y", M=126, N=4, K=27, a_image=CONV_OK, batch=2)
 
 
 # --- pooling -------------------------------------------------------------------------------------------

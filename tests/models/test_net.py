@@ -189,7 +189,11 @@ def test_the_plan_declares_each_layers_parameters_by_its_path(digits):
     plan, _ = build_plan(cfg, data, "fp32", dry=True)
     assert [p["name"] for p in plan["params"]] == list(Network.from_dict(CNN).param_shapes())
     names = {b["name"] for b in plan["buffers"]}
-    assert {"layers.0.patches", "layers.2.argmax", "layers.3.layers.0.patches", "logits", "dlogits"} <= names
+    assert {"layers.2.argmax", "logits", "dlogits"} <= names
+    # the convolutions read their inputs as patches (nothing kept); the residual one's input
+    # gradient goes through a patch-gradient scratch [B*4*4, 3*3*16] (the first's input is the data)
+    assert not any("patches" in n for n in names - {"conv_d_patches_128x144"})
+    assert "conv_d_patches_128x144" in names
 
 
 # --- the layer table (webmp model, webmp train --dry-run) ----------------------------------------
@@ -197,15 +201,20 @@ def test_the_plan_declares_each_layers_parameters_by_its_path(digits):
 
 def test_the_layer_table_counts_every_activation_once_and_sizes_them_per_precision():
     """Each row's bytes from the plan's buffers: a ReLU over [B*64, 16] pixels keeps its output and
-    that output's gradient, 2 x B*64*16 values (2 bytes in mixed, 4 in fp32); the rows add up to the
-    plan's own activation total in both precisions."""
+    that output's gradient, 2 x B*64*16 values (2 bytes in mixed, 4 in fp32), and so does a
+    convolution (it reads its input as patches: none kept); the residual convolution's patch
+    gradient [B*16, 144] is scratch of its own row; the rows add up to the plan's own activation
+    total in both precisions."""
     from webmp.models.summary import layer_table
 
     B = 8
     table = layer_table(Network.from_dict(CNN), B)
     rows = {r.path: r for r in table.rows}
-    assert [r.path for r in table.rows] == ["(input)", *(t.path for t in Network.from_dict(CNN).trace())]
-    assert rows["layers.1"].activations == {"mixed": 2 * B * 64 * 16 * 2, "fp32": 2 * B * 64 * 16 * 4}
+    traced = [t.path for t in Network.from_dict(CNN).trace()]
+    assert [r.path for r in table.rows] == ["(input)", *traced, "(shared)"]
+    for path, values in (("layers.1", 2 * B * 64 * 16), ("layers.0", 2 * B * 64 * 16),
+                         ("layers.3.layers.0", 2 * B * 16 * 16), ("(shared)", B * 16 * 144)):  # fmt: skip
+        assert rows[path].activations == {"mixed": values * 2, "fp32": values * 4}, path
     assert rows["layers.3.layers.0"].params == 144 * 16 + 16 and rows["layers.3.layers.0"].depth == 1
     assert rows["layers.4"].out_shape == (256,) and rows["layers.4"].activations["mixed"] == 0
     assert table.totals["params"] == 5050
@@ -217,7 +226,7 @@ def test_the_layer_table_counts_every_activation_once_and_sizes_them_per_precisi
             == sum(r.activations[precision] for r in table.rows)
         )
     text = table.format()
-    assert "layers.3.layers.0  conv2d     [8, 16, 4, 4]" in text and "activations mixed/fp32: 0.51" in text
+    assert "layers.3.layers.0  conv2d     [8, 16, 4, 4]" in text and "activations mixed/fp32: 0.52" in text
 
 
 def test_webmp_model_prints_the_table_and_refuses_what_does_not_fit(tmp_path, capsys):

@@ -72,7 +72,10 @@ def test_the_cnn_makes_a_run_of_the_network_as_given(client):
     native, _ = build_plan(cfg, training_data(cfg), "emulated")
     assert plan == json.loads(json.dumps(native))
     kernels = {k["sources"][-1] for k in plan["kernels"]}
-    assert {"im2col.wgsl", "col2im.wgsl", "maxpool_fwd.wgsl", "maxpool_bwd.wgsl", "act.wgsl"} <= kernels
+    assert {"col2im.wgsl", "maxpool_fwd.wgsl", "maxpool_bwd.wgsl", "act.wgsl"} <= kernels
+    # the convolutions' matmuls read their inputs as patches (no im2col pass)
+    implicit = {k["entry"] for k in plan["kernels"] if k["constants"].get("A_CONV") == 1}
+    assert implicit == {"matmul_fwd", "matmul_wgrad"} and "im2col.wgsl" not in kernels
     params = {b["name"] for b in plan["buffers"] if b["category"] == "master_weights"}
     assert {"layers.0.weight", "layers.3.layers.0.weight", "layers.5.bias"} <= params
 
@@ -243,7 +246,9 @@ def test_the_layer_table_is_the_models_own(client):
         table = layer_table(cfg.model_spec, batch, training_data(cfg)).to_dict()
         assert r.json() == json.loads(json.dumps(table))
     table = r.json()
-    assert [row["path"] for row in table["rows"]][1:] == [t.path for t in Network.from_dict(CNN).trace()]
+    paths = [t.path for t in Network.from_dict(CNN).trace()]
+    # the residual convolution's patch-gradient scratch last, in a row of its own
+    assert [row["path"] for row in table["rows"]][1:] == [*paths, "(shared)"]
     assert table["totals"]["params"] == 160 + 2320 + 2570
     assert client.get("/api/runs").json() == []  # a table makes no run
     r = client.post("/api/network", json={"batch_size": 64})

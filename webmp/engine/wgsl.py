@@ -43,10 +43,12 @@ after it to define):
 - matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B, 2 args (a uniform MatmulArgs: the
   sizes and operand layouts, read at run time with RUNTIME_DIMS). Defines every override of the
   matmul kernels but the tile shape (SIZE_M, SIZE_N, SIZE_K, RUNTIME_DIMS, TRANS_A, TRANS_B, A_ACT,
-  OUT_ACT, B_PAIRS, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}), the private M, N, K, z_inner,
-  a_lay, b_lay, c_lay (set by mm_run), uniform_k, mm_z,
-  batch_start, out_index, act2, act4, operand_word,
-  load_word, mask_cols, out_rows, store_group, mm_run. Expects a core (the tile-shape overrides,
+  OUT_ACT, B_PAIRS, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}, and A_CONV with the
+  CONV_* geometry: A an image batch read as its patch matrix, webmp.ops.conv.implicit_patches), the
+  private M, N, K, z_inner, a_lay, b_lay, c_lay (set by mm_run), uniform_k, mm_z,
+  batch_start, out_index, act2, act4, operand_word, CONV_OUTSIDE, conv_coord, conv_x_word,
+  conv_value, conv_word (a word of the implicit patches), load_word, mask_cols, out_rows,
+  store_group, mm_run. Expects a core (the tile-shape overrides,
   TM_MAX, TN4_MAX, `acc`, mm_tile filling it, acc_group, out_row, out_col, rows_in_c), then
   `fn col4(c: u32) -> vec4<f32>`, `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool`
   (storing at out_index) and an entry point that calls mm_run (see mm_run).
@@ -55,7 +57,8 @@ after it to define):
   Define B2_QUADS (which of the two), BQuad, b2_pair (four values) and b2_quad (eight).
 - The cores (webmp.ops.MATMUL_CORES, chosen by tiles["core"]): matmul.wgsl ("tiled": workgroup
   memory tiles; overrides WG_X, WG_Y, TM, TN, BK); matmul_reg.wgsl ("reg", "reg_sg": register
-  blocks read straight from storage; overrides WG_X, WG_Y, TM, TN; reads B_PAIRS), which expects
+  blocks read straight from storage; overrides WG_X, WG_Y, TM, TN; reads B_PAIRS; its a_stored
+  loads a word of A, or with A_CONV of the implicit patches), which expects
   `fn k_loops(row0, col0)` (runs its K loop, k_loop or k_loop_compact) and `fn a_words(row0, k)` from
   matmul_reg_a.wgsl ("reg") or matmul_reg_a_sg.wgsl ("reg_sg", subgroup builtins: see
   SOURCE_FEATURES). No bindings.

@@ -206,12 +206,15 @@ class ModelBuilder:
         Zprev: str | None = None,
         out_act: int = 0,
         flags: str = "flags",
+        a_image: dict[str, int] | None = None,
     ) -> None:
-        """ops.matmul of one (unbatched) product, with the tile shape the table gives its shape."""
+        """ops.matmul of one (unbatched) product, with the tile shape the table gives its shape (a
+        convolution's, A an image read as its patches with a_image, as any other of that shape)."""
         tiles = self.tiles.for_shape(self.path, M, N, K, trans_a, trans_b)
         ops.matmul(
             self.pb, program, variant, A=A, B=B, C=C, M=M, N=N, K=K, a_act=a_act, trans_a=trans_a,
             trans_b=trans_b, bias=bias, Zprev=Zprev, out_act=out_act, flags=flags, tiles=tiles,
+            a_image=a_image,
         )  # fmt: skip
 
     def attention_matmul(

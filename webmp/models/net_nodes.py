@@ -138,51 +138,54 @@ def _image(v: Value) -> dict[str, Any]:
 
 
 class Conv2dNode(Node):
-    """im2col (the patches kept for the weight gradient) and a matmul; a 1x1 kernel at stride 1
-    without padding reads its input as the patches."""
+    """A convolution is one matmul on its input read as its patch matrix (implicit im2col: nothing
+    stored, and the weight gradient reads the same patches again); a 1x1 kernel at stride 1
+    without padding reads its input as the patches. The input gradient is dY Wᵀ into the patch
+    gradient, a scratch buffer shared by the layers of its shape (only this layer's backward uses
+    it), then col2im."""
 
     def geometry(self, x: Value) -> dict[str, Any]:
         k, s, p = self.layer.kernel, self.layer.stride, self.layer.padding  # type: ignore[attr-defined]
         return {"B": self.g.Bt, **_image(x), "KH": k, "KW": k, "SH": s, "SW": s, "PH": p, "PW": p}
 
-    def patches(self, x: Value, y: Value, program: str, flags: str) -> Value:
+    def patches(self, x: Value) -> dict[str, Any] | None:
+        """The geometry with which the matmuls read x as its patches; None where x is its own."""
         k, s, p = self.layer.kernel, self.layer.stride, self.layer.padding  # type: ignore[attr-defined]
-        if (k, s, p) == (1, 1, 0):
-            return x
-        cols = k * k * x.cols
-        P = Value(self.g.act(f"{self.path}.patches", y.rows, cols), (cols,), y.rows, cols)
-        ops.im2col(self.pb, program, X=x.buffer, P=P.buffer, flags=flags, **self.geometry(x))
-        return P
+        return None if (k, s, p) == (1, 1, 0) else self.geometry(x)
 
     def forward(self, x, program, flags, training):
         W, b = self.params["weight"], self.params.get("bias")
         y = self.out(x)
-        P = self.patches(x, y, program, flags)
-        common = dict(A=P.buffer, B=str(W["copy"]), C=y.buffer, M=y.rows, N=y.cols, K=P.cols, flags=flags)
+        n = self.layer.kernel**2 * x.cols  # type: ignore[attr-defined]
+        common = dict(
+            A=x.buffer, B=str(W["copy"]), C=y.buffer, M=y.rows, N=y.cols, K=n, flags=flags,
+            a_image=self.patches(x),
+        )  # fmt: skip
         if b:
             self.mb.matmul(program, "matmul_fwd", bias=b["master"], **common)
         else:
             self.mb.matmul(program, "matmul_plain", **common)
-        return y, P
+        return y, None
 
-    def backward(self, x, y, P, dy, program, need_dx):
+    def backward(self, x, y, saved, dy, program, need_dx):
         W, b = self.params["weight"], self.params.get("bias")
+        n, image = self.layer.kernel**2 * x.cols, self.patches(x)  # type: ignore[attr-defined]
         self.mb.matmul(
-            program, "matmul_wgrad", A=P.buffer, B=dy.buffer, C=W["grad"], M=P.cols, N=y.cols, K=y.rows,
-            trans_a=1,
+            program, "matmul_wgrad", A=x.buffer, B=dy.buffer, C=W["grad"], M=n, N=y.cols, K=y.rows,
+            trans_a=1, a_image=image,
         )  # fmt: skip
         if b:
             ops.colsum(self.pb, program, G=dy.buffer, out=b["grad"], M=y.rows, N=y.cols)
         if not need_dx:
             return None
         dx = self.g.grad(x)
-        dP = dx if P is x else self.g.grad(P)
+        dP = dx.buffer if image is None else self.g.act(f"conv_d_patches_{y.rows}x{n}", y.rows, n)
         self.mb.matmul(
-            program, "matmul_plain", A=dy.buffer, B=str(W["copy"]), C=dP.buffer, M=y.rows, N=P.cols,
-            K=y.cols, trans_b=1,
+            program, "matmul_plain", A=dy.buffer, B=str(W["copy"]), C=dP, M=y.rows, N=n, K=y.cols,
+            trans_b=1,
         )  # fmt: skip
-        if P is not x:
-            ops.col2im(self.pb, program, dP=dP.buffer, dX=dx.buffer, **self.geometry(x))
+        if image is not None:
+            ops.col2im(self.pb, program, dP=dP, dX=dx.buffer, **image)
         return dx
 
 

@@ -1,6 +1,7 @@
-"""The image kernels (shaders/conv/): im2col and its adjoint col2im (a convolution is im2col then
-ops.matmul), max and average pooling forward and backward, and repack_h (an h matrix re-laid in
-another shape: Flatten).
+"""The image kernels (shaders/conv/): im2col and its adjoint col2im, the constants with which a
+matmul reads an image batch as its patch matrix (implicit_patches: a convolution is one ops.matmul
+on its input, no patches stored), max and average pooling forward and backward, and repack_h (an h
+matrix re-laid in another shape: Flatten).
 
 An image batch [B, C, H, W] is stored NHWC as the h matrix of its pixels [B*H*W, C], row
 (b*H + h)*W + w; convolution weights are [KH*KW*C, OC], row (kh*KW + kw)*C + c. The pools take a
@@ -96,6 +97,43 @@ def im2col(
     _require_h(pb, "im2col", P, rows, cols, "the patches P")
     files = ["h_halves.wgsl", "conv.wgsl", "im2col.wgsl"]
     pb.dispatch(program, files, "im2col", g, {"X": X, "P": P}, grid(rows * cdiv(cols, 2)))
+
+
+def implicit_patches(
+    pb: PlanBuilder,
+    entry: str,
+    X: str,
+    *,
+    M: int,
+    K: int,
+    trans_a: int,
+    B: int,
+    C: int,
+    H: int,
+    W: int,
+    KH: int,
+    KW: int,
+    SH: int,
+    SW: int,
+    PH: int,
+    PW: int,
+) -> dict[str, int]:
+    """The constants with which a matmul (webmp.ops.matmul's `a_image`) reads its A operand, bound to
+    the images X [B*H*W, C], as their patch matrix P [B*OH*OW, KH*KW*C] (im2col's, never stored:
+    shaders/matmuls/matmul_operands.wgsl, A_CONV): op(A) = P for a convolution's forward product
+    (M, K = B*OH*OW, KH*KW*C), P^T with trans_a for its weight gradient (M, K = KH*KW*C, B*OH*OW).
+    The matmul reads the values im2col would have stored, in the same places: the same bits."""
+    g = _geometry(entry, B=B, C=C, H=H, W=W, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW)
+    rows, cols = B * g["OH"] * g["OW"], KH * KW * C
+    want = (cols, rows) if trans_a else (rows, cols)
+    if (M, K) != want:
+        raise ValueError(
+            f"{entry}: the patch matrix of these images is [{rows}, {cols}], so op(A) is "
+            f"[{want[0]}, {want[1]}] (trans_a={trans_a}), got M={M}, K={K}"
+        )
+    _require_h(pb, entry, X, B * H * W, C, "the images X")
+    names = ("C", "H", "W", "KH", "KW", "SH", "SW", "PH", "PW", "OH", "OW")
+    return {"A_CONV": 1, **{f"CONV_{n}": g[n] for n in names}}
 
 
 def col2im(

@@ -4,11 +4,13 @@ constants."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ..engine.plan import MatmulShape, PlanBuilder
 from ..engine.tiles import DEFAULT_TILES, Tiles
 from .common import MAX_WORKGROUPS_PER_DIM, cdiv
+from .conv import implicit_patches
 
 MATMUL_VARIANTS = ("matmul_fwd", "matmul_logits", "matmul_wgrad", "matmul_dgrad", "matmul_plain")
 H_OUT_VARIANTS = ("matmul_fwd", "matmul_dgrad", "matmul_plain")  # C in the activation format
@@ -132,18 +134,26 @@ def matmul(
     a_layout: Layout | None = None,
     b_layout: Layout | None = None,
     c_layout: Layout | None = None,
+    a_image: Mapping[str, int] | None = None,
 ) -> None:
     """C = act_in(op(A)) op(B) (+ bias, or times act'(Zprev)): one tiled dispatch with tile shape
     `tiles` (WG_X, WG_Y, TM, TN, BK). A is [M, K] ([K, M] with trans_a), B [K, N] ([N, K]).
 
     Batched: `batch` products in one dispatch (workgroup z = b * z_inner + h), each operand placed in
     its buffer by its Layout (default: the whole buffer, natural strides). Without these arguments
-    the constants are exactly the unbatched kernel's."""
+    the constants are exactly the unbatched kernel's.
+
+    a_image: A is an image batch read as its patch matrix (a convolution's implicit im2col: the
+    geometry B, C, H, W, KH, KW, SH, SW, PH, PW of webmp.ops.conv.implicit_patches), unbatched."""
     if variant not in MATMUL_VARIANTS:
         raise ValueError(f"unknown matmul variant {variant!r}; one of {MATMUL_VARIANTS}")
     core, shape = core_constants(tiles)
     consts: dict[str, Any] = {"TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
     consts.update(shape)
+    if a_image is not None:
+        if batch != 1 or a_layout is not None:
+            raise ValueError(f"{variant}: an image read as its patches (a_image) is one unbatched operand")
+        consts.update(implicit_patches(pb, variant, A, M=M, K=K, trans_a=trans_a, **a_image))
     quads = False
     if b_pairs(tiles, trans_b, N, b_layout):
         consts["B_PAIRS"] = 1
