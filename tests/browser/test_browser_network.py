@@ -8,6 +8,7 @@ import io
 import json
 
 import numpy as np
+import pytest
 from browser_helpers import (
     ARTIFACTS,
     TIMEOUT,
@@ -22,6 +23,7 @@ from browser_helpers import (
 from webmp.config import TrainConfig
 from webmp.data.text import load_text
 from webmp.nn import Network
+from webmp.presets import EXAMPLE_DEEP_CNN
 from webmp.sample.job import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS
 from webmp.serve.form import DEFAULT_NETWORK
 
@@ -106,6 +108,35 @@ def test_the_cnn_trains_in_the_page_as_natively_and_its_table_renders(server, br
     for k in ("scale", "skipped", "found_inf"):
         assert [r[k] for r in web] == [r[k] for r in nat], k
     assert abs(summary["test_correct"] - native["test_correct"]) <= 3 and summary["test_count"] == 359
+
+
+# The issue's CNN at train's defaults (1000 steps of 64) and the deeper one (600 steps of 32), each
+# in mixed and fp32, trained by the page: >= 96 % test accuracy, mixed within 0.5 point of fp32, no
+# step skipped (native, tests/models/test_net.py: 99.16 % both; deeper 96.94 / 96.66 %).
+FULL_RUNS = {"cnn": (CNN, {}), "deep-cnn": (EXAMPLE_DEEP_CNN, {"steps": 600, "batch_size": 32})}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FULL_RUNS))
+def test_the_cnns_train_to_96_percent_in_the_page(server, browser, name):
+    """Measured here on the lavapipe Chromium: CNN 99.16 % both, deeper 96.94 / 96.66 % (the native
+    runs' numbers), the four runs in 104 s. On SwiftShader (emulated f16) the 100-step CNN test
+    above takes 34 s, so these 3200 steps would add ~10 minutes: they run on lavapipe only (the
+    CI's Chromium, from ../shared's webgpu-cpu)."""
+    if browser.kind != "lavapipe":
+        pytest.skip("full-length page runs only on the lavapipe Chromium (SwiftShader: too slow here)")
+    spec, overrides = FULL_RUNS[name]
+    acc = {}
+    for precision in ("mixed", "fp32"):
+        cfg = TrainConfig(model_spec=spec, precision=precision, **overrides)
+        run = server.create_run(cfg, browser=browser)
+        summary = run.wait(timeout=TIMEOUT)
+        run.close_page()
+        assert summary["runtime"] == "browser" and summary["steps"] == cfg.steps, summary
+        assert summary["skipped_steps"] == 0 and summary["test_count"] == 359
+        acc[precision] = summary["test_accuracy"]
+    print(f"{name} in the page: {acc}")
+    assert min(acc.values()) >= 0.96 and abs(acc["mixed"] - acc["fp32"]) <= 0.005, acc
 
 
 def npz(**arrays) -> bytes:

@@ -12,7 +12,7 @@ from webmp.config import TrainConfig
 from webmp.data.text import load_training_data
 from webmp.models import build_plan
 from webmp.nn import MAX_SPEC_BYTES, Network
-from webmp.presets import EXAMPLE_CNN
+from webmp.presets import EXAMPLE_CNN, EXAMPLE_DEEP_CNN
 
 CNN = EXAMPLE_CNN  # conv 3x3 16, relu, maxpool 2, residual (conv 3x3 16, relu), flatten, linear 10
 RES_MLP = {
@@ -140,21 +140,7 @@ def test_the_config_round_trips_through_json():
         TrainConfig(model="mlp", model_spec=CNN)
 
 
-DEEP_CNN = {
-    "input": [1, 8, 8],
-    "layers": [
-        {"type": "conv2d", "out": 8, "kernel": 3, "padding": 1}, {"type": "relu"},
-        {"type": "residual", "layers": [{"type": "conv2d", "out": 8, "kernel": 3, "padding": 1},
-                                        {"type": "relu"},
-                                        {"type": "conv2d", "out": 8, "kernel": 3, "padding": 1}]},
-        {"type": "relu"}, {"type": "maxpool2d", "kernel": 2},
-        {"type": "residual", "layers": [{"type": "conv2d", "out": 8, "kernel": 3, "padding": 1},
-                                        {"type": "relu"},
-                                        {"type": "conv2d", "out": 8, "kernel": 3, "padding": 1}]},
-        {"type": "relu"}, {"type": "conv2d", "out": 16, "kernel": 3, "stride": 2, "padding": 1},
-        {"type": "relu"}, {"type": "flatten"}, {"type": "linear", "out": 10},
-    ],
-}  # fmt: skip
+DEEP_CNN = EXAMPLE_DEEP_CNN  # two residual blocks of two convolutions, a strided convolution
 # (network, flags, accuracy floor, largest mixed-fp32 gap). The CNN at train's defaults and a
 # deeper one (two residual blocks of two convolutions, a strided convolution): >= 96 % in both
 # precisions, within 0.5 point (measured: CNN 99.16 % both; deeper 96.94 / 96.66 %); the residual MLP
