@@ -125,11 +125,20 @@ $('stop').addEventListener('click', async () => {
   stopRun();
 });
 
+// Leaving the page (a reload, another address, closing the tab) while it trains ends the run here:
+// the browser asks first. What was uploaded stays (the last checkpoint; Resume continues from it).
+window.addEventListener('beforeunload', (e) => {
+  if (!page.training) return;
+  e.preventDefault();
+  e.returnValue = '';  // the older browsers' way of asking
+});
+
 // --- the runs panel and the compare view -----------------------------------------------------------
 
 const compareView = new CompareView({api, uPlot});
 const runsPanel = new RunsPanel({
   api,
+  training: () => page.training,
   onCompare: (runs) => compareView.show(runs).catch((e) => log(`compare: ${e.message}`)),
   onNewFrom: async (run) => {  // its settings in the form; Start then trains a new run
     await formReady;

@@ -54,6 +54,7 @@ function setPhase(phase, text) {
 
 export async function trainRun(runId) {
   page.runId = runId;
+  page.training = runId;
   page.error = null;
   page.phases = [];
   stopRequested = false;
@@ -158,6 +159,8 @@ export async function trainRun(runId) {
                         val_loss_sum: lossSum, wall_seconds: timed.seconds, steps_run: timed.steps,
                         readbacks: runner.readbacks});
     showSummary(await api(`/api/runs/${runId}/summary`));
+    const ended = await api(`/api/runs/${runId}`);  // the server's verdict: a diverged run failed
+    if (ended.status === 'failed') throw new Error(ended.message);
     const secs = (a, b) => `${((b - a) / 1000).toFixed(1)} s`;
     setStatus('finished', `run ${runId}: finished (kernels compiled in ${secs(timing.compileStart, timing.compileEnd)}, ` +
               `first step ${secs(timing.trainStart, timing.firstStepDone)})`);
@@ -168,6 +171,7 @@ export async function trainRun(runId) {
     log(`error: ${e.message}`);
     await sock?.request({type: 'failed', run_id: runId, message: e.message.slice(0, 2000)}).catch(() => {});
   } finally {
+    page.training = null;
     sock?.close();
     if (runner) runner.destroy();
     else gpu?.device.destroy();

@@ -2,7 +2,8 @@
 // run directories `webmp train` wrote there (kind native, read-only), with their status and what
 // can be done with each: open it (a running browser run is then followed, live), resume a browser
 // run that stopped, failed or lost its page, put its settings in the form for a new run, and tick
-// runs to compare (compare.js).
+// runs to compare (compare.js). While this tab trains a run, the links open in a new tab (leaving
+// this one would end its run), and the run it trains is marked as such rather than linked.
 
 const REFRESH_MS = 5000;
 
@@ -13,11 +14,17 @@ const cell = (content, className) => {
   return td;
 };
 
-const link = (text, href, title) => {
+// A link to another view of the page; while this tab trains run `training`, it opens a new tab.
+const link = (text, href, title, training = null) => {
   const a = document.createElement('a');
   a.textContent = text;
   a.href = href;
   if (title) a.title = title;
+  if (training) {
+    a.target = '_blank';
+    a.rel = 'noopener';
+    a.title = `${title ? `${title} ` : ''}(in a new tab: this tab is training run ${training})`;
+  }
   return a;
 };
 
@@ -36,10 +43,10 @@ function settings(cfg) {
 }
 
 export class RunsPanel {
-  // api: the page's fetch helper; onNewFrom(run): put a run's settings in the form;
-  // onCompare(runs): show the chosen runs in the compare view.
-  constructor({api, onNewFrom, onCompare}) {
-    Object.assign(this, {api, onNewFrom, onCompare});
+  // api: the page's fetch helper; training(): the id of the run this tab trains, or null;
+  // onNewFrom(run): put a run's settings in the form; onCompare(runs): show them compared.
+  constructor({api, training, onNewFrom, onCompare}) {
+    Object.assign(this, {api, training, onNewFrom, onCompare});
     this.runs = [];
     this.chosen = new Set();
     this.body = document.getElementById('runs-body');
@@ -67,8 +74,16 @@ export class RunsPanel {
   }
 
   render() {
+    // the rows are made anew; keyboard focus in one stays on the same control of the same run
+    const focused = this.body.contains(document.activeElement) ? document.activeElement : null;
+    const row = focused?.closest('tr');
+    const place = row && [row.dataset.run, [...row.querySelectorAll('a, button, input')].indexOf(focused)];
     // newest first: the run just started is at the top
     this.body.replaceChildren(...[...this.runs].reverse().map((run) => this.row(run)));
+    if (place) {
+      const again = [...this.body.querySelectorAll('tr')].find((tr) => tr.dataset.run === place[0]);
+      again?.querySelectorAll('a, button, input')[place[1]]?.focus();
+    }
     this.compareButton.disabled = this.chosen.size < 1;
     this.compareButton.textContent = `Compare selected (${this.chosen.size})`;
   }
@@ -92,9 +107,10 @@ export class RunsPanel {
     status.textContent = run.status + (run.stop_requested ? ' (stop asked)' : '');
     if (run.message) status.title = run.message;
     const done = run.last_step + 1;
+    const training = this.training();
     tr.append(
       cell(box),
-      cell(link(run.id, run.page_url, 'open this run'), 'id'),
+      cell(run.id === training ? run.id : link(run.id, run.page_url, 'open this run', training), 'id'),
       cell(run.kind, 'kind'),
       cell(status),
       cell(`${done}/${run.steps}`, 'num'),
@@ -108,12 +124,21 @@ export class RunsPanel {
 
   actions(run) {
     const span = document.createElement('span');
-    const open = run.status === 'running' ? 'follow' : 'open';
-    const title = run.status === 'running' ? 'watch it train, live (another page or webmp train trains it)' : 'show its curves and result';
-    span.append(link(open, run.page_url, title));
-    if (run.resumable) {
+    const training = this.training();
+    if (run.id === training) {
+      const here = document.createElement('span');
+      here.className = 'training-here';
+      here.textContent = 'training in this tab';
+      span.append(here);
+    } else {
+      const open = run.status === 'running' ? 'follow' : 'open';
+      const title = run.status === 'running' ? 'watch it train, live (another page or webmp train trains it)' : 'show its curves and result';
+      span.append(link(open, run.page_url, title, training));
+    }
+    if (run.resumable && run.id !== training) {
       const resume = link('resume', `${run.page_url}&resume=1`,
-        `continue this run in this tab with its own settings${run.checkpoint_step ? ` from step ${run.checkpoint_step}` : ' from the start'}`);
+        `continue this run in ${training ? 'a new' : 'this'} tab with its own settings${run.checkpoint_step ? ` from step ${run.checkpoint_step}` : ' from the start'}`,
+        training);
       resume.className = 'resume';
       span.append(' · ', resume);
     }

@@ -405,3 +405,27 @@ def test_two_runs_at_once_never_mix(client):
     assert client.get(f"/api/runs/{a}").json()["status"] == "running"
     leave(wa)
     leave(wb)
+
+
+def test_a_diverged_run_ends_failed_saying_where(client):
+    """A page run whose training loss turned NaN ends `failed` at its summary (kept, with its curves),
+    the message naming the first such step, rather than `finished` (a native run directory alike)."""
+    from webmp.train.rundir import divergence
+
+    run_id = create(client, steps=12)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    assert send(ws, records_msg(run_id, range(7)))["type"] == "ack"
+    assert send(ws, records_msg(run_id, range(7, 12), loss="NaN"))["stored"] == 5
+    assert send(ws, summary_msg(run_id, 12))["type"] == "ack"
+    leave(ws)
+    info = client.get(f"/api/runs/{run_id}").json()
+    assert info["status"] == "failed", info
+    assert info["message"].startswith("diverged: the training loss is NaN at step 7"), info["message"]
+    assert client.get(f"/api/runs/{run_id}/summary").status_code == 200
+    run_dir = client.app.state.store.get(run_id).dir.path
+    assert (run_dir / "curves.png").is_file()
+    assert divergence([{"step": 3, "loss": float("inf")}]).startswith(
+        "diverged: the training loss is infinite at step 3"
+    )
+    assert divergence([{"step": 0, "loss": 1.0}]) is None

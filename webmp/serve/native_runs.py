@@ -1,7 +1,8 @@
 """Run directories that `webmp train` wrote under the server's runs directory (native runs), as the
 runs panel and the compare view see them: read-only, next to the browser runs of webmp/serve/runs.py.
 
-A native run has no status file: it is `finished` once summary.json exists; without one it is
+A native run has no status file: it is `finished` once summary.json exists (`failed` when its loss
+diverged: webmp.train.rundir.divergence); without one it is
 `running` while its files keep changing (metrics.jsonl or config.json written in the last
 NATIVE_QUIET_S seconds), else `stopped` (interrupted, or it failed: the message says it has no
 summary). The server serves its records and summary like a browser run's; it never trains one
@@ -20,7 +21,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 
 from ..config import TrainConfig
-from ..train.rundir import CONFIG, Record, RunDir
+from ..train.rundir import CONFIG, Record, RunDir, divergence
 from .messages import RUN_ID_RE, RunInfo, RunStatus
 
 NATIVE_QUIET_S = 120.0  # a native run without summary.json whose files are older than this has ended
@@ -81,7 +82,7 @@ class NativeRun:
     @property
     def status(self) -> RunStatus:
         if self.dir.has_summary():
-            return "finished"
+            return "failed" if divergence(self.records) else "finished"
         stamp = self._metrics_stamp()
         newest = max(stamp[0] / 1e9 if stamp else 0.0, (self.dir.path / CONFIG).stat().st_mtime)
         return "running" if time.time() - newest < NATIVE_QUIET_S else "stopped"
@@ -89,6 +90,8 @@ class NativeRun:
     @property
     def message(self) -> str:
         status = self.status
+        if status == "failed":
+            return divergence(self.records) or ""
         if status == "stopped":
             return (
                 f"no summary.json and no new record for over {NATIVE_QUIET_S:g} s: the native run ended "

@@ -26,7 +26,7 @@ from ..engine.plan import Plan, SamplePlan, describe_f16
 from ..engine.tiles import TileTable
 from ..sample.job import SampleJob
 from ..train.checkpoint import save_checkpoint
-from ..train.rundir import CONFIG, Record, RunDir, result_line, run_summary, scale_collapse
+from ..train.rundir import CONFIG, Record, RunDir, divergence, result_line, run_summary, scale_collapse
 from .budget import PlanCache
 from .errors import InvalidUpload, RunStateConflict
 from .form import check_browser_config
@@ -322,7 +322,11 @@ class PageRun:
         title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — {result_line(summary)}"
         await asyncio.to_thread(self.dir.plot_curves, title)
         await asyncio.to_thread(self.dir.plot_histograms)
-        self.end("finished")
+        diverged = divergence(self.records)
+        if diverged:
+            self.end("failed", diverged)
+        else:
+            self.end("finished")
 
     async def handle(self, msg: PageMessage) -> dict[str, Any]:
         """Apply one validated page message; the reply to send (an ack)."""

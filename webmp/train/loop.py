@@ -38,6 +38,7 @@ from .rundir import (
     METRICS,
     RunDir,
     RunSummary,
+    divergence,
     histogram_line,
     new_run_dir,
     result_line,
@@ -366,6 +367,9 @@ class Trainer:
             f"webmp: done — train loss {summary['final_train_loss']:.4f}, {result_line(summary)}, "
             f"{summary['skipped_steps']} skipped steps"
         )
+        diverged = divergence(self.run_dir.read_metrics())
+        if diverged:
+            print(f"webmp: the run {diverged}", file=sys.stderr)
         if self.data_parallel is not None:
             dp = summary["data_parallel"]
             self.log(

@@ -162,6 +162,19 @@ def result_line(summary: RunSummary) -> str:
     return f"test accuracy {100 * summary['test_accuracy']:.2f} %"
 
 
+def divergence(records: Sequence[Record]) -> str | None:
+    """What the first record with a training loss that is not finite says (the model diverged: the
+    loss is NaN or infinite from there on, in any precision), or None without one."""
+    bad = next((r for r in records if not math.isfinite(r["loss"])), None)
+    if bad is None:
+        return None
+    loss = "NaN" if math.isnan(bad["loss"]) else "infinite"
+    return (
+        f"diverged: the training loss is {loss} at step {bad['step']} (a smaller lr, a longer "
+        "warmup or gradient clipping may help); its records, summary and curves are kept"
+    )
+
+
 def scale_collapse(records: Sequence[Record], min_scale: float) -> str | None:
     """What the first min-scale event among `records` says (an overflow with the loss scale already
     at min_scale), or None without one: for native runs and page runs alike."""

@@ -1,0 +1,101 @@
+"""A run training in a tab is not lost to a click (issue: the Runs panel's links and leaving the page):
+the Runs panel marks the run this tab trains instead of linking it and opens every other run in a
+new tab; leaving the page asks first (beforeunload); keyboard focus in the Runs panel survives its
+refreshes; and a run whose loss diverged ends `failed`, saying where, instead of a green
+`finished`."""
+
+from __future__ import annotations
+
+from browser_helpers import ARTIFACTS, SMALL, TIMEOUT, wait_page
+
+from webmp.config import TrainConfig
+
+LONG = TrainConfig(**SMALL, steps=200_000, log_every=10, checkpoint_every=0)  # stopped by the test
+
+
+def row_of(page, run_id: str) -> dict:
+    return page.evaluate(
+        """(id) => {
+             const tr = [...document.querySelectorAll('#runs-body tr')].find((t) => t.dataset.run === id);
+             if (!tr) return null;
+             const links = [...tr.querySelectorAll('a')];
+             const actions = tr.querySelector('td.actions').innerText;
+             return {idLinked: !!tr.querySelector('td.id a'), actions,
+                     links: links.map((a) => ({text: a.textContent, target: a.target, title: a.title}))};
+           }""",
+        run_id,
+    )
+
+
+def test_a_live_run_survives_the_runs_panel_and_leaving_the_page(server, browser):
+    other = server.create_run(TrainConfig(**SMALL, steps=10))  # created, never started: "open" in the panel
+    run = server.create_run(LONG, browser=browser)
+    page = run.page
+    wait_page(page, "window.webmp.records >= 20 && window.webmp.training !== null", timeout=120)
+    page.click("#runs-refresh")
+    page.wait_for_function(
+        f"[...document.querySelectorAll('#runs-body tr')].some((t) => t.dataset.run === '{other.id}')"
+    )
+    mine, theirs = row_of(page, run.id), row_of(page, other.id)
+    assert not mine["idLinked"] and "training in this tab" in mine["actions"], mine
+    assert not any(link["text"] in ("follow", "resume") for link in mine["links"]), mine
+    assert theirs["links"] and all(link["target"] == "_blank" for link in theirs["links"]), theirs
+    assert all(f"this tab is training run {run.id}" in link["title"] for link in theirs["links"])
+
+    # open the other run: a new tab; this one trains on
+    before = page.evaluate("window.webmp.records")
+    with page.context.expect_page() as opened:
+        page.click(f"#runs-body tr[data-run='{other.id}'] td.actions a")
+    opened.value.wait_for_load_state()
+    assert f"run={other.id}" in opened.value.url
+    opened.value.close()
+    wait_page(page, f"window.webmp.records > {before + 20}", timeout=120)
+    assert page.evaluate("window.webmp.status") == "running"
+
+    # leaving the page (a reload, here from a script: Playwright's page.close(run_before_unload=True)
+    # closed it without the dialog) asks first; staying keeps the run training
+    dialogs = []
+
+    def stay(dialog):
+        dialogs.append(dialog.type)
+        dialog.dismiss()
+
+    page.on("dialog", stay)
+    before = page.evaluate("window.webmp.records")
+    page.evaluate("setTimeout(() => { location.reload(); }, 0)")
+    wait_page(page, f"window.webmp.records > {before + 20}", timeout=120)
+    assert dialogs == ["beforeunload"] and not page.is_closed()
+    page.remove_listener("dialog", stay)
+
+    # keyboard focus on a control of a row stays there when the panel refreshes (every 5 s)
+    button = f"#runs-body tr[data-run='{other.id}'] button.new-from"
+    page.focus(button)
+    page.wait_for_timeout(6000)
+    focused = page.evaluate(
+        "({run: document.activeElement.closest('tr')?.dataset.run, cls: document.activeElement.className})"
+    )
+    assert focused == {"run": other.id, "cls": "new-from"}, focused
+    page.screenshot(path=str(ARTIFACTS / f"browser-live-run-{browser.kind}.png"), full_page=True)
+
+    page.click("#stop")
+    wait_page(page, "window.webmp.status === 'stopped' && window.webmp.training === null", timeout=120)
+    assert run.info()["status"] == "stopped"
+    run.close_page()
+
+
+def test_a_diverged_run_is_marked_failed_in_the_page(server, browser):
+    """fp32 at lr 1e30: the loss is NaN from the second step (measured natively: step 1); the page
+    shows the server's verdict, not `finished`."""
+    run = server.create_run(
+        TrainConfig(**{**SMALL, "lr": 1e30}, precision="fp32", steps=30, log_every=5), browser=browser
+    )
+    wait_page(run.page, "window.webmp.status === 'failed'", timeout=TIMEOUT)
+    status = run.page.evaluate(
+        "({error: window.webmp.error, line: document.getElementById('status').textContent})"
+    )
+    assert status["error"].startswith("diverged: the training loss is NaN at step"), status
+    assert "failed" in status["line"] and "diverged" in status["line"], status
+    info = run.info()
+    assert info["status"] == "failed" and info["message"] == status["error"]
+    assert run.summary()["steps"] == 30  # the summary and the curves are kept
+    run.close_page()
