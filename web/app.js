@@ -83,7 +83,14 @@ $('controls').addEventListener('submit', async (e) => {
   try {
     await formReady;
     showFieldErrors('');
-    const run = await api('/api/runs', {method: 'POST', body: formConfig()});
+    const cfg = formConfig();
+    const refused = adapterRefuses(cfg);
+    if (refused) {  // before a run is made that could only fail here
+      showFieldErrors(refused);
+      setStatus('failed', 'this adapter cannot run these settings: see the message next to the field');
+      return;
+    }
+    const run = await api('/api/runs', {method: 'POST', body: cfg});
     history.replaceState(null, '', `?${new URLSearchParams({run: run.id})}`);
     stopFollowing();
     showRun(run);
@@ -100,8 +107,23 @@ $('controls').addEventListener('submit', async (e) => {
   }
 });
 
+// What the server cannot know: whether this browser's adapter runs the settings. f16 'native' needs
+// shader-f16 (fp32 runs no f16 at all); said as the server's 422 lines are, beside the field.
+function adapterRefuses(cfg) {
+  if (cfg.f16 === 'native' && (cfg.precision || 'mixed') !== 'fp32' && page.hasF16 === false) {
+    return "invalid f16: 'native' needs shader-f16, which this browser's WebGPU adapter lacks; choose " +
+           "'auto' or 'emulated' (f16 stored as f16, computed in f32)";
+  }
+  return '';
+}
+
 async function resume(run) {
   if (!(await hasGPU)) return;
+  const refused = adapterRefuses(run.config);
+  if (refused) {
+    setStatus('failed', `run ${run.id} cannot resume here: ${refused.replace(/^invalid f16: /, 'its f16 ')}`);
+    return;
+  }
   showConfig(run.config);  // what trains is the run's own settings
   await trainRun(run.id);
   showRun(await api(`/api/runs/${run.id}`));

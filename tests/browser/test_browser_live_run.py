@@ -6,6 +6,7 @@ refreshes; and a run whose loss diverged ends `failed`, saying where, instead of
 
 from __future__ import annotations
 
+import pytest
 from browser_helpers import ARTIFACTS, SMALL, TIMEOUT, wait_page
 
 from webmp.config import TrainConfig
@@ -99,3 +100,28 @@ def test_a_diverged_run_is_marked_failed_in_the_page(server, browser):
     assert info["status"] == "failed" and info["message"] == status["error"]
     assert run.summary()["steps"] == 30  # the summary and the curves are kept
     run.close_page()
+
+
+def test_f16_native_is_refused_beside_its_field_on_an_adapter_without_shader_f16(server, browser):
+    """SwiftShader has no shader-f16: Start with f16 'native' makes no run and says why beside the
+    field (before, the run was made and failed when its plan was built, then offered a Resume that
+    could only fail)."""
+    if browser.kind != "swiftshader":
+        pytest.skip("this adapter has shader-f16: f16 native runs here")
+    page = browser.open(server.url + "/")
+    page.wait_for_function("!document.getElementById('start').disabled", timeout=60_000)
+    runs = len(server.get("/api/runs"))
+    page.click("#more-settings summary")
+    page.select_option("#cfg-f16", "native")
+    page.click("#start")
+    page.wait_for_function("window.webmp.fieldErrors.f16 !== undefined", timeout=30_000)
+    message = page.evaluate("window.webmp.fieldErrors.f16")
+    assert message.startswith("'native' needs shader-f16, which this browser's WebGPU adapter lacks"), message
+    assert page.locator("label:has(#cfg-f16) .field-error").inner_text() == message
+    assert page.evaluate("window.webmp.status") == "failed" and len(server.get("/api/runs")) == runs
+    page.select_option("#cfg-f16", "auto")
+    page.fill("#cfg-steps", "5")
+    page.click("#start")  # the status left at 'failed' by the refusal: wait_page would stop on it
+    page.wait_for_function("window.webmp.status === 'finished'", timeout=TIMEOUT * 1000, polling=200)
+    assert page.evaluate("window.webmp.fieldErrors") == {} and len(server.get("/api/runs")) == runs + 1
+    page.close()
