@@ -119,6 +119,7 @@ function adapterRefuses(cfg) {
 
 async function resume(run) {
   if (!(await hasGPU)) return;
+  stopFollowing();  // this tab trains it now
   const refused = adapterRefuses(run.config);
   if (refused) {
     setStatus('failed', `run ${run.id} cannot resume here: ${refused.replace(/^invalid f16: /, 'its f16 ')}`);

@@ -1,5 +1,7 @@
 // Following a run another page (or `webmp train`) trains: its records as they come, its status and
-// how it ended (WS /api/runs/{id}/follow); only one page trains a run.
+// how it ended (WS /api/runs/{id}/follow); only one page trains a run. When the page training it
+// leaves, this one keeps following (and offers Resume): the page that resumes it goes on here too,
+// its records sent again from the first (the resume dropped those after its checkpoint).
 import {$, page} from './page.js';
 import {api} from './server.js';
 import {setStatus} from './status.js';
@@ -34,7 +36,11 @@ export function follow(run, showRun) {
   ws.onmessage = async (e) => {
     if (following !== mine) return;
     const m = JSON.parse(e.data);
-    if (m.type === 'records') {
+    if (m.type === 'resumed') {
+      charts.reset();
+      page.records = 0;
+      page.followResumes++;
+    } else if (m.type === 'records') {
       charts.add(m.records);
       page.records += m.records.length;
       const last = m.records.at(-1);
@@ -43,7 +49,12 @@ export function follow(run, showRun) {
       stopFollowing();  // the page that was preparing it left before it started
       setStatus('idle', `run ${run.id}: the page preparing it left before it started; reload this page to train it here`);
     } else if (m.type === 'status' && (m.status === 'running' || m.status === 'created')) {
+      const wasAway = page.status === 'disconnected';
       live(m.status, m.stop_requested);
+      if (wasAway) showRun(await api(`/api/runs/${run.id}`));  // Resume no longer offered
+    } else if (m.type === 'status' && m.status === 'disconnected') {
+      setStatus('disconnected', `run ${run.id}: ${m.message}; still following it: it goes on here when a page resumes it`);
+      showRun(await api(`/api/runs/${run.id}`));  // Resume is offered in this tab too
     } else if (m.type === 'status') {
       following = null;
       if (m.status === 'finished') showSummary(await api(`/api/runs/${run.id}/summary`));

@@ -7,6 +7,7 @@ export const $ = (id) => document.getElementById(id);
 export const page = window.webmp = {
   status: 'idle', runId: null, f16Path: null, error: null, records: 0, runner: null,
   training: null,  // the run this tab trains (from preparing to its end): leaving the page ends it
+  followResumes: 0,  // resumes of the run this tab follows that it followed on through
   phase: null, phases: [], timing: null, fieldErrors: {},  // a run's phases; the form's errors
   layerTable: null, upload: null,  // the network's last layer table; the last data upload's answer
   sample: {status: 'idle'}, sampled: 0,  // sampled: samples ended (done or failed)

@@ -125,3 +125,36 @@ def test_f16_native_is_refused_beside_its_field_on_an_adapter_without_shader_f16
     page.wait_for_function("window.webmp.status === 'finished'", timeout=TIMEOUT * 1000, polling=200)
     assert page.evaluate("window.webmp.fieldErrors") == {} and len(server.get("/api/runs")) == runs + 1
     page.close()
+
+
+def test_a_follower_stays_live_across_the_trainers_reload_and_resume(server, browser):
+    """Tab B follows the run tab A trains; A reloads (leaving it disconnected, then resuming it from
+    its checkpoint): B shows the disconnect, keeps following, and goes on with the resumed run (its
+    charts rebuilt from the server's records), to the end A makes (Stop)."""
+    cfg = TrainConfig(**SMALL, steps=200_000, log_every=10, checkpoint_every=20)
+    run = server.create_run(cfg, browser=browser)
+    a = run.page
+    wait_page(a, "window.webmp.records >= 40", timeout=120)
+    b = browser.open(run.page_url)
+    wait_page(b, "window.webmp.records >= 40 && window.webmp.status === 'running'", timeout=120)
+    statuses = []
+    b.on("console", lambda m: statuses.append(m.text) if m.text.startswith("status ") else None)
+    b.evaluate(
+        "new MutationObserver(() => console.log(`status ${window.webmp.status}`))"
+        ".observe(document.getElementById('status'), {childList: true, characterData: true, subtree: true})"
+    )
+    a.on("dialog", lambda d: d.accept())  # leave: the run disconnects, the reloaded tab resumes it
+    a.evaluate("setTimeout(() => location.reload(), 0)")
+    b.wait_for_function("window.webmp.followResumes === 1", timeout=120_000)
+    wait_page(a, "window.webmp.training !== null && window.webmp.records >= 60", timeout=120)
+    resumed_at = run.info()["checkpoint_step"]
+    wait_page(
+        b, f"window.webmp.status === 'running' && window.webmp.records >= {resumed_at + 40}", timeout=120
+    )
+    assert "status disconnected" in statuses, statuses
+    b.screenshot(path=str(ARTIFACTS / f"browser-follower-{browser.kind}.png"), full_page=True)
+    a.click("#stop")
+    wait_page(b, "window.webmp.status === 'stopped'", timeout=120)
+    assert b.evaluate("window.webmp.records") == len(run.records())
+    b.close()
+    run.close_page()

@@ -240,9 +240,10 @@ def test_gpt_summary_carries_the_validation_loss(client):
 
 
 @pytest.mark.parametrize("sent,value", [("NaN", math.nan), ("Infinity", math.inf)])
-def test_a_diverged_gpt_finishes_with_its_non_finite_validation_loss(client, sent, value):
-    """A GPT whose summed validation loss is NaN or Infinity (fp16-noscale can diverge) still
-    finishes: summary.json holds val_loss and val_bits_per_char as the native Trainer writes them
+def test_a_diverged_gpt_ends_failed_with_its_non_finite_validation_loss(client, sent, value):
+    """A GPT whose loss turned NaN and whose summed validation loss is NaN or Infinity (fp16-noscale
+    can diverge) ends `failed` ("diverged: ..."), its summary kept: summary.json holds val_loss and
+    val_bits_per_char as the native Trainer writes them
     (strict JSON: the strings "NaN" / "Infinity", webmp.train.rundir.json_safe), the API sends them so
     too, read_summary gives the floats back, and the curves are drawn."""
     run_id = create(client, **GPT, precision="fp16-noscale")["id"]
@@ -252,7 +253,10 @@ def test_a_diverged_gpt_finishes_with_its_non_finite_validation_loss(client, sen
     msg = {**summary_msg(run_id, GPT["steps"]), "test_correct": 0, "test_count": 1023, "val_loss_sum": sent}
     assert send(ws, msg)["type"] == "ack"
     leave(ws)
-    assert client.get(f"/api/runs/{run_id}").json()["status"] == "finished"
+    info = client.get(f"/api/runs/{run_id}").json()
+    assert info["status"] == "failed" and info["message"].startswith(
+        "diverged: the training loss is NaN at step 0"
+    )
     run_dir = client.app.state.store.get(run_id).dir.path
     written = (run_dir / "summary.json").read_text()
     assert f'"val_loss": "{sent}",' in written and f'"val_bits_per_char": "{sent}",' in written

@@ -41,6 +41,7 @@ class NativeRun:
     (the records are re-read when metrics.jsonl changes)."""
 
     kind = "native"
+    starts = 0  # never started by a page (webmp train --resume continues it in a new process)
     stop_requested = False  # nothing stops a native run from here
     connected = False  # no page trains it
 

@@ -87,6 +87,7 @@ class PageRun:
             config.stat().st_mtime if config.exists() else time.time()
         )
         self.stop_requested = False  # asked by a follower or the API; the page learns it from its next ack
+        self.starts = 0  # pages that started it (a resume drops the records after its checkpoint)
         self.records: list[Record] = self.dir.read_metrics()
         self.lens = RunLens(self.dir)
         self.pending = PendingRecords()
@@ -221,6 +222,7 @@ class PageRun:
         self.adapter += " (browser)"
         self.f16_path = hello.f16_path
         self.status, self.message = "running", ""
+        self.starts += 1
         self.save()
 
     def add_records(self, records: list[Record]) -> tuple[int, int]:

@@ -104,10 +104,11 @@ async def run_socket(ws: WebSocket, run_id: str) -> None:
 async def follow_run(ws: WebSocket, run_id: str) -> None:
     """A viewer of a run (any number per run, browser or native): the records so far, then each new
     batch as the training page posts it, and the run's status when it changes; closed after an ended
-    run's status (any status but created and running: a disconnected run is resumed by a page that
-    opens it, which a viewer may follow anew). Nothing is queued per follower: each sends what the
-    run holds past the last record it sent, so a slow follower catches up in bigger messages and
-    never holds back the trainer."""
+    run's status (finished, failed, stopped). A disconnected run stays followed: when a page resumes
+    it, the viewer gets {"type": "resumed", "step": its checkpoint's} and the records again from
+    the first (the resume dropped those after the checkpoint). Nothing is queued per follower: each
+    sends what the run holds past the last record it sent, so a slow follower catches up in bigger
+    messages and never holds back the trainer."""
     if socket_refused(ws):
         await ws.close(code=4401)
         return
@@ -129,6 +130,7 @@ class Follower:
         self.ws, self.run = ws, run
         self.sent_step = -1
         self.sent_status: tuple[Any, ...] | None = None
+        self.starts = run.starts
 
     async def follow(self) -> None:
         """Send what is new whenever the run changes (or every FOLLOW_IDLE_S), until the run has
@@ -153,8 +155,14 @@ class Follower:
                 changed.cancel()
 
     async def send_records(self) -> None:
-        """The records past the last one sent, in chunks of FOLLOW_CHUNK."""
-        records = self.run.records  # only grows while a viewer follows (a resume truncates it first)
+        """The records past the last one sent, in chunks of FOLLOW_CHUNK; after a resume, all again."""
+        if self.run.starts != self.starts:  # a page (re)started the run
+            self.starts, resumed = self.run.starts, self.sent_step >= 0
+            if resumed:  # its records after the checkpoint were dropped: all again
+                self.sent_step = -1
+                step = getattr(self.run, "checkpoint_step", None) or 0
+                await self.ws.send_json({"type": "resumed", "step": step})
+        records = self.run.records  # only grows between starts
         new = len(records)
         while new > 0 and records[new - 1]["step"] > self.sent_step:
             new -= 1
@@ -182,4 +190,4 @@ class Follower:
                 }
             )
             self.sent_status = status
-        return status[0] in ("created", "running")
+        return status[0] in ("created", "running", "disconnected")
