@@ -1,5 +1,6 @@
-// Talking to the server: its JSON API (the errors it answers carry their status and detail), the
-// run's WebSocket (WS /api/runs/{id}/ws) and the WGSL kernels a plan names.
+// Talking to the server: its JSON API (the errors it answers carry their status and detail, and
+// say the server's words: the request stays in err.request for the log), the run's WebSocket
+// (WS /api/runs/{id}/ws) and the WGSL kernels a plan names.
 
 export async function api(path, {method = 'GET', body, raw = false} = {}) {
   const headers = {};  // a server with a token set it as a cookie when this page was opened
@@ -7,12 +8,25 @@ export async function api(path, {method = 'GET', body, raw = false} = {}) {
   const res = await fetch(path, {method, headers,
     body: body === undefined || body instanceof ArrayBuffer ? body : JSON.stringify(body)});
   if (!res.ok) {
-    const detail = await res.json().then((j) => j.detail, () => res.statusText);
-    const err = new Error(`${method} ${path.split('?')[0]}: ${res.status} ${typeof detail === 'string' ? detail : JSON.stringify(detail)}`);
-    Object.assign(err, {status: res.status, detail});
+    const detail = await res.json().then((j) => j.detail, () => null);
+    const err = new Error(explain(res, detail));
+    Object.assign(err, {status: res.status, detail, request: `${method} ${path.split('?')[0]}`});
     throw err;
   }
   return raw ? res.arrayBuffer() : res.json();
+}
+
+// What a refused request says to a person: the server's one line, a validation list as
+// "field: problem" lines, else what the status means.
+function explain(res, detail) {
+  if (typeof detail === 'string' && detail) return detail;
+  if (Array.isArray(detail)) {
+    return detail.map((d) => `${(d.loc || []).filter((p) => p !== 'body' && p !== 'query').join('.') || 'request'}: ${d.msg}`).join('; ');
+  }
+  const meaning = {401: 'this server needs its token (open the URL it printed)', 404: 'not found on the server',
+                   413: 'too large for the server', 500: 'the server failed (its log says why)',
+                   502: 'the server cannot be reached', 503: 'the server is busy or stopping'};
+  return `${meaning[res.status] || 'the server refused it'} (HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''})`;
 }
 
 // JSON has no NaN or Infinity: send them as strings, which the server's pydantic models accept.

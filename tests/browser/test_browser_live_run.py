@@ -158,3 +158,15 @@ def test_a_follower_stays_live_across_the_trainers_reload_and_resume(server, bro
     assert b.evaluate("window.webmp.records") == len(run.records())
     b.close()
     run.close_page()
+
+
+def test_a_refused_request_reads_as_the_servers_words(server, browser):
+    """No raw "GET /api/...: 404" on the page: opening a run that does not exist shows the server's
+    own line (the request itself stays for the log)."""
+    page = browser.open(server.url + "/?run=no-such-run")
+    page.wait_for_function("window.webmp.status === 'failed'", timeout=60_000)
+    said = page.evaluate("({error: window.webmp.error, line: document.getElementById('status').textContent})")
+    detail = server.http.get("/api/runs/no-such-run").json()["detail"]
+    assert said["error"] == said["line"] == detail and "no-such-run" in detail, said
+    assert "/api/" not in said["line"] and "404" not in said["line"]
+    page.close()
