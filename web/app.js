@@ -125,7 +125,8 @@ async function resume(run) {
     setStatus('failed', `run ${run.id} cannot resume here: ${refused.replace(/^invalid f16: /, 'its f16 ')}`);
     return;
   }
-  showConfig(run.config);  // what trains is the run's own settings
+  // what trains is the run's own settings (the form showed them when the run was opened); edits
+  // made since stay in the form, for Start (updateResume's note says so)
   await trainRun(run.id);
   showRun(await api(`/api/runs/${run.id}`));
 }

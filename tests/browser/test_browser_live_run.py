@@ -170,3 +170,29 @@ def test_a_refused_request_reads_as_the_servers_words(server, browser):
     assert said["error"] == said["line"] == detail and "no-such-run" in detail, said
     assert "/api/" not in said["line"] and "404" not in said["line"]
     page.close()
+
+
+def test_resume_keeps_the_forms_edits(server, browser):
+    """Resume continues the run with its own settings and leaves what the user typed in the form
+    (before, it put the run's settings back over the edits)."""
+    run = server.create_run(
+        TrainConfig(**SMALL, steps=200_000, log_every=10, checkpoint_every=20), browser=browser
+    )
+    page = run.page
+    wait_page(page, "window.webmp.records >= 30", timeout=120)
+    page.click("#stop")
+    wait_page(page, "window.webmp.status === 'stopped' && window.webmp.training === null", timeout=120)
+    page.fill("#cfg-lr", "0.0123")
+    page.wait_for_function(
+        "!document.getElementById('resume').hidden && !document.getElementById('resume').disabled"
+    )
+    assert "learning rate" in page.locator("#resume-note").inner_text()
+    page.click("#resume")
+    page.wait_for_function(
+        "window.webmp.training !== null && window.webmp.status === 'running'", timeout=120_000
+    )
+    assert page.input_value("#cfg-lr") == "0.0123"
+    assert run.info()["config"]["lr"] == SMALL["lr"]  # the run trains on with its own
+    page.click("#stop")
+    wait_page(page, "window.webmp.status === 'stopped'", timeout=120)
+    run.close_page()
