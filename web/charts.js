@@ -27,7 +27,8 @@ class Charts {
     }).observe($('charts'));
   }
 
-  width() { return Math.max(300, $('charts').clientWidth); }
+  // a chart's width: its section's, or its grid cell's where the charts sit side by side
+  width() { return Math.max(300, $('loss-chart').clientWidth || $('charts').clientWidth); }
 
   reset() {
     this.data = {step: [], loss: [], scale: [], skipped: []};

@@ -126,7 +126,8 @@ export class Lens {
       g.font = '10px system-ui, sans-serif';
       g.textAlign = 'center';
       g.textBaseline = 'top';
-      const step = hi - lo > 48 ? 8 : 4;
+      // exponent labels at least ~34 px apart (a phone's lens is narrow)
+      const step = [4, 8, 16, 32].find((k) => (plotW * k) / (hi - lo) >= 34) || 32;
       for (let e = Math.ceil(lo / step) * step; e <= hi; e += step) g.fillText(`2^${e}`, x(e), bottom + 3);
       // the layer's name and the server's shares
       const share = last.shares[i];
@@ -139,10 +140,13 @@ export class Lens {
       const nameW = g.measureText(name).width;
       g.font = '11px system-ui, sans-serif';
       g.fillStyle = '#444';
-      const s = share.stored, u = share.unscaled;
-      g.fillText(`stored: zero ${percent(s.zero)}, subnormal ${percent(s.subnormal)}, overflow ${percent(s.overflow)}` +
-                 `  ·  unscaled: flush to zero ${percent(u.underflow)}, subnormal ${percent(u.subnormal)}, ` +
-                 `overflow ${percent(u.overflow)}`, LEFT + nameW + 10, top - 7);
+      const s = share.stored, u = share.unscaled, room = width - LEFT - nameW - 10;
+      const long = `stored: zero ${percent(s.zero)}, subnormal ${percent(s.subnormal)}, overflow ${percent(s.overflow)}` +
+                   `  ·  unscaled: flush to zero ${percent(u.underflow)}, subnormal ${percent(u.subnormal)}, ` +
+                   `overflow ${percent(u.overflow)}`;
+      const short = `stored 0 ${percent(s.zero)} sub ${percent(s.subnormal)} ovf ${percent(s.overflow)} · ` +
+                    `unscaled flush ${percent(u.underflow)} sub ${percent(u.subnormal)} ovf ${percent(u.overflow)}`;
+      g.fillText(g.measureText(long).width <= room ? long : short, LEFT + nameW + 10, top - 7, room);
     });
   }
 }

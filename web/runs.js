@@ -7,9 +7,11 @@
 
 const REFRESH_MS = 5000;
 
-const cell = (content, className) => {
+// label: the column's name, shown beside the value where the table is laid out as cards (a phone)
+const cell = (content, className, label) => {
   const td = document.createElement('td');
   if (className) td.className = className;
+  if (label) td.dataset.label = label;
   td.append(content);
   return td;
 };
@@ -111,12 +113,12 @@ export class RunsPanel {
     tr.append(
       cell(box),
       cell(run.id === training ? run.id : link(run.id, run.page_url, 'open this run', training), 'id'),
-      cell(run.kind, 'kind'),
-      cell(status),
-      cell(`${done}/${run.steps}`, 'num'),
-      cell(formatLoss(run.final_loss), 'num loss'),
+      cell(run.kind, 'kind', 'kind'),
+      cell(status, '', 'status'),
+      cell(`${done}/${run.steps}`, 'num', 'steps'),
+      cell(formatLoss(run.final_loss), 'num loss', 'last loss'),
       cell(settings(run.config), 'settings'),
-      cell(formatTime(run.created), 'created'),
+      cell(formatTime(run.created), 'created', 'created'),
       cell(this.actions(run), 'actions'),
     );
     return tr;

@@ -196,3 +196,41 @@ def test_resume_keeps_the_forms_edits(server, browser):
     page.click("#stop")
     wait_page(page, "window.webmp.status === 'stopped'", timeout=120)
     run.close_page()
+
+
+def test_the_page_fits_a_phone_and_uses_a_wide_screen(server, browser):
+    """At 390 px (a phone) nothing is wider than the screen (before: 714 px, the Runs table); at
+    1920 px the page widens and the two charts sit side by side (before: 1032 px, stacked)."""
+    run = server.create_run(TrainConfig(**SMALL, steps=30, log_every=10), browser=browser)
+    page = run.page
+    wait_page(page, "window.webmp.status === 'finished'")
+    page.click("#runs-refresh")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(500)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    wide = page.evaluate(
+        "[...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > 391).length"
+    )
+    assert wide == 0
+    assert (
+        page.evaluate("getComputedStyle(document.querySelector('#runs td[data-label]'), '::before').content")
+        == '"kind: "'
+    )
+    page.screenshot(path=str(ARTIFACTS / f"browser-phone-{browser.kind}.png"), full_page=True)
+    page.set_viewport_size({"width": 1920, "height": 1080})
+    page.wait_for_timeout(800)
+    boxes = page.evaluate(
+        "['loss-chart', 'scale-chart', 'charts']"
+        ".map((id) => document.getElementById(id).getBoundingClientRect())"
+        ".map((r) => ({left: r.left, right: r.right, top: r.top, width: r.width}))"
+    )
+    loss, scale, charts = boxes
+    assert (
+        charts["width"] > 1300 and scale["left"] >= loss["right"] and abs(scale["top"] - loss["top"]) < 1
+    ), boxes
+    canvases = page.evaluate(
+        "[...document.querySelectorAll('#charts canvas')].map((c) => c.getBoundingClientRect().right)"
+    )
+    assert max(canvases) <= charts["right"] + 1, (canvases, charts)
+    page.screenshot(path=str(ARTIFACTS / f"browser-wide-{browser.kind}.png"))
+    run.close_page()
