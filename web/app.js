@@ -206,7 +206,11 @@ async function openRun(id) {
     page.f16Path = run.f16_path;
     setPathRow(run.f16_path);
   }
-  if (run.status === 'finished') showSummary(await api(`/api/runs/${id}/summary`));
+  if (run.status === 'finished' || run.status === 'failed') {  // a diverged run failed with its summary
+    await api(`/api/runs/${id}/summary`).then((s) => showSummary(s, id), (e) => {
+      if (e.status !== 404) log(`summary: ${e.message}`);
+    });
+  }
   setStatus(run.status, `run ${id}: ${run.status}${run.message ? ` — ${run.message}` : ''}`);
   if (run.status === 'finished' && run.generates_text && run.kind === 'browser') await sampleText(id);
 }

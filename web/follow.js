@@ -57,7 +57,7 @@ export function follow(run, showRun) {
       showRun(await api(`/api/runs/${run.id}`));  // Resume is offered in this tab too
     } else if (m.type === 'status') {
       following = null;
-      if (m.status === 'finished') showSummary(await api(`/api/runs/${run.id}/summary`));
+      if (m.status === 'finished') showSummary(await api(`/api/runs/${run.id}/summary`), run.id);
       setStatus(m.status, `run ${run.id}: ${m.status}${m.message ? ` — ${m.message}` : ''}`);
       showRun(await api(`/api/runs/${run.id}`));
     } else if (m.type === 'error') {

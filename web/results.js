@@ -8,8 +8,10 @@ import {api, fetchShader} from './server.js';
 import {form, formReady} from './form.js';
 
 // A language model's summary has val_loss (nats per character); the MLPs' has only test accuracy.
-export function showSummary(s) {
+// The Result panel of run `runId` from its summary.json, with its files to download.
+export function showSummary(s, runId) {
   $('summary-panel').hidden = false;
+  showDownloads(runId);
   const accuracy = `${(100 * s.test_accuracy).toFixed(2)} % (${s.test_correct}/${s.test_count})`;
   const lm = s.val_loss !== null && s.val_loss !== undefined;
   $('headline').textContent = lm
@@ -29,6 +31,30 @@ export function showSummary(s) {
     ['timed', `${s.wall_seconds} s`], ['metric readbacks', s.readbacks], ['run directory', s.run_dir],
   ].map(([k, v]) => [k, String(v)]));
   page.result = Object.fromEntries([...$('summary').querySelectorAll('dt')].map((dt) => [dt.textContent, dt.nextElementSibling.textContent]));
+}
+
+const sizeText = (n) => (n === null ? '' : n < 1024 ? `${n} B` : n < 1 << 20 ? `${(n / 1024).toFixed(1)} kB` : `${(n / (1 << 20)).toFixed(1)} MB`);
+
+// Links to every file of the run (the server lists them): each downloads as itself.
+async function showDownloads(runId) {
+  const box = $('downloads');
+  box.replaceChildren('downloads: ');
+  let files;
+  try {
+    files = await api(`/api/runs/${runId}/files`);
+  } catch (e) {
+    box.append(`(the run's files could not be listed: ${e.message})`);
+    return;
+  }
+  files.forEach((f, i) => {
+    const a = document.createElement('a');
+    a.href = `/api/runs/${runId}/files/${encodeURIComponent(f.name)}`;
+    a.download = f.name;
+    a.textContent = f.name;
+    a.title = `${f.what}${f.bytes === null ? '' : ` (${sizeText(f.bytes)})`}`;
+    box.append(...(i ? [' · '] : []), a);
+  });
+  page.downloads = files.map((f) => f.name);
 }
 
 // --- text generation: a finished GPT run's sampling plan, replayed on this page's GPU -----------------

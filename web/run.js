@@ -158,7 +158,7 @@ export async function trainRun(runId) {
     await sock.request({type: 'summary', run_id: runId, state, test_correct: correct, test_count: counted,
                         val_loss_sum: lossSum, wall_seconds: timed.seconds, steps_run: timed.steps,
                         readbacks: runner.readbacks});
-    showSummary(await api(`/api/runs/${runId}/summary`));
+    showSummary(await api(`/api/runs/${runId}/summary`), runId);
     const ended = await api(`/api/runs/${runId}`);  // the server's verdict: a diverged run failed
     if (ended.status === 'failed') throw new Error(ended.message);
     const secs = (a, b) => `${((b - a) / 1000).toFixed(1)} s`;

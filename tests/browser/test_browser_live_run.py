@@ -99,6 +99,7 @@ def test_a_diverged_run_is_marked_failed_in_the_page(server, browser):
     info = run.info()
     assert info["status"] == "failed" and info["message"] == status["error"]
     assert run.summary()["steps"] == 30  # the summary and the curves are kept
+    run.page.wait_for_function("(window.webmp.downloads || []).includes('curves.png')")
     run.close_page()
 
 
@@ -204,6 +205,14 @@ def test_the_page_fits_a_phone_and_uses_a_wide_screen(server, browser):
     run = server.create_run(TrainConfig(**SMALL, steps=30, log_every=10), browser=browser)
     page = run.page
     wait_page(page, "window.webmp.status === 'finished'")
+    # the Result panel's downloads: every file of the run, each as itself
+    page.wait_for_function("(window.webmp.downloads || []).includes('metrics.csv')")
+    assert page.evaluate("window.webmp.downloads")[-2:] == ["metrics.csv", f"{run.id}.zip"]
+    with page.expect_download() as got:
+        page.click("#downloads a[download='summary.json']")
+    run_dir = server.app.state.store.get(run.id).dir.path
+    assert got.value.suggested_filename == "summary.json"
+    assert open(got.value.path(), "rb").read() == (run_dir / "summary.json").read_bytes()
     page.click("#runs-refresh")
     page.set_viewport_size({"width": 390, "height": 844})
     page.wait_for_timeout(500)

@@ -495,3 +495,37 @@ def test_built_plans_are_held_for_a_few_runs_at_most(client):
     first = client.get(f"/api/runs/{ids[0]}/plan", params={"f16": "native"})
     assert first.status_code == 200 and store.plans.keys()[-1] == (ids[0], "native", None)
     assert len(store.plans.keys()) == MAX_CACHED_PLANS
+
+
+def test_a_runs_files_download_as_themselves_as_csv_and_zipped(client):
+    """GET /api/runs/{id}/files lists the run directory's files (with sizes), metrics.csv and the
+    zip; each downloads as an attachment with the file's bytes; the CSV has a row a record; the zip
+    holds every file; a name that is not listed (a path, a missing file) is 404."""
+    import csv
+    import io
+    import zipfile
+
+    run_id = create(client, steps=12)["id"]
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    send(ws, records_msg(run_id, range(12)))
+    assert send(ws, summary_msg(run_id, 12))["type"] == "ack"
+    leave(ws)
+    run_dir = client.app.state.store.get(run_id).dir.path
+    listed = client.get(f"/api/runs/{run_id}/files").json()
+    names = [f["name"] for f in listed]
+    on_disk = sorted(p.name for p in run_dir.iterdir() if p.is_file())
+    assert names == [*on_disk, "metrics.csv", f"{run_id}.zip"] and "summary.json" in names
+    for f in listed[: len(on_disk)]:
+        r = client.get(f"/api/runs/{run_id}/files/{f['name']}")
+        assert r.status_code == 200 and r.content == (run_dir / f["name"]).read_bytes() == r.content
+        assert f["bytes"] == len(r.content) and "attachment" in r.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(client.get(f"/api/runs/{run_id}/files/metrics.csv").text)))
+    assert [int(r["step"]) for r in rows] == list(range(12)) and float(rows[3]["loss"]) == 2.0 / 4
+    z = zipfile.ZipFile(io.BytesIO(client.get(f"/api/runs/{run_id}/files/{run_id}.zip").content))
+    assert sorted(z.namelist()) == [f"{run_dir.name}/{n}" for n in on_disk]
+    assert z.read(f"{run_dir.name}/summary.json") == (run_dir / "summary.json").read_bytes()
+    for bad in ("nope.txt", "..%2Fconfig.json", "%2Fetc%2Fpasswd"):
+        r = client.get(f"/api/runs/{run_id}/files/{bad}")
+        assert r.status_code == 404, (bad, r.status_code)
+    assert client.get("/api/runs/nope/files").status_code == 404

@@ -21,6 +21,9 @@ statuses: webmp/serve/api.py). Who may talk to it is webmp/serve/security.py's; 
   GET  /api/runs/{id}/blob?f16=...      the plan's initial-contents blob (octet-stream)
   PUT  /api/runs/{id}/checkpoint?f16=&step=   raw bytes of plan["checkpoint_buffers"], in order
                                         (those: webmp/serve/routes_runs.py)
+  GET  /api/runs/{id}/files             what can be downloaded: the run directory's files, the
+                                        metrics as CSV, the directory zipped
+  GET  /api/runs/{id}/files/{name}      one of them, as an attachment (webmp/serve/routes_files.py)
   PUT  /api/data?name=FILE              the page's training data (raw bytes): checked by `webmp train
                                         --data`'s loaders, stored by SHA-256  -> {data: "sha256:..."}
   POST /api/network                     a config's network's layer table (or its one-line 422)
@@ -50,7 +53,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ..resources import UPLOT_DIR, WEB_DIR
-from . import routes_data, routes_runs, routes_sample, routes_tune, sockets
+from . import routes_data, routes_files, routes_runs, routes_sample, routes_tune, sockets
 from .api import HTTP_STATUS, SafeJSONResponse
 from .errors import PageRunError
 from .security import LOOPBACK_NAMES, request_guard
@@ -81,7 +84,14 @@ def create_app(
     async def page_run_error(request: Request, exc: PageRunError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=HTTP_STATUS.get(type(exc), 400))
 
-    for routes in (routes_runs, routes_data, routes_sample, routes_tune, sockets):  # the schema's order
+    for routes in (
+        routes_runs,
+        routes_files,
+        routes_data,
+        routes_sample,
+        routes_tune,
+        sockets,
+    ):  # the schema's order
         app.include_router(routes.router)
     mount_static(app)
     return app
