@@ -52,6 +52,13 @@ function setPhase(phase, text) {
   $('status').textContent = text;
 }
 
+// "45 s", "12 min", "3.2 h": how long the rest of a run takes at its rate so far
+export function formatDuration(seconds) {
+  if (seconds < 90) return `${Math.max(0, Math.round(seconds))} s`;
+  if (seconds < 90 * 60) return `${Math.round(seconds / 60)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
 export async function trainRun(runId) {
   page.runId = runId;
   page.training = runId;
@@ -99,7 +106,9 @@ export async function trainRun(runId) {
     let last = null;  // the last record read
     const showProgress = () => {
       const rate = stepsPerSecond(timing);
+      page.eta = rate ? (steps - timing.stepsDone) / rate : null;  // seconds of training left
       $('progress').textContent = [`step ${timing.stepsDone}/${steps}`, rate !== null ? `${rate.toFixed(1)} steps/s` : '',
+        page.eta !== null ? `about ${formatDuration(page.eta)} left` : '',
         last ? `loss ${last.loss.toPrecision(4)} and scale ${last.scale} at step ${last.step + 1}` : ''].filter(Boolean).join(', ');
     };
     timing.stepsDone = startStep;

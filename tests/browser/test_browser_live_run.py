@@ -6,6 +6,8 @@ refreshes; and a run whose loss diverged ends `failed`, saying where, instead of
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from browser_helpers import ARTIFACTS, SMALL, TIMEOUT, wait_page
 
@@ -33,6 +35,11 @@ def test_a_live_run_survives_the_runs_panel_and_leaving_the_page(server, browser
     run = server.create_run(LONG, browser=browser)
     page = run.page
     wait_page(page, "window.webmp.records >= 20 && window.webmp.training !== null", timeout=120)
+    # the time left at the rate so far: (steps left) / (steps a second), in the progress line
+    page.wait_for_function("window.webmp.eta !== null && window.webmp.eta !== undefined")
+    eta, progress = page.evaluate("[window.webmp.eta, document.getElementById('progress').textContent]")
+    done, rate = (float(x) for x in re.match(r"step (\d+)/200000, ([\d.]+) steps/s", progress).groups())
+    assert eta == pytest.approx((LONG.steps - done) / rate, rel=0.05) and " left" in progress, progress
     page.click("#runs-refresh")
     page.wait_for_function(
         f"[...document.querySelectorAll('#runs-body tr')].some((t) => t.dataset.run === '{other.id}')"
