@@ -18,9 +18,25 @@ export async function loadChartLibrary() {
   return uPlot;
 }
 
+// The loss as drawn: smoothed by an exponential moving average of weight `smooth` (0: raw), bias-
+// corrected as TensorBoard's is (the first points are not pulled towards 0); gaps stay gaps.
+export function smoothed(values, smooth) {
+  if (!smooth) return values;
+  let avg = 0, weight = 0;
+  return values.map((v) => {
+    if (v === null) return null;
+    avg = smooth * avg + (1 - smooth) * v;
+    weight = smooth * weight + (1 - smooth);
+    return avg / weight;
+  });
+}
+
 class Charts {
   constructor() {
+    this.view = {log: true, smooth: 0};  // the loss chart's toggles (#chart-tools)
     this.reset();
+    $('loss-log').addEventListener('change', (e) => this.setView({log: e.target.checked}));
+    $('loss-smooth').addEventListener('change', (e) => this.setView({smooth: Number(e.target.value)}));
     // The charts take their section's width, also after the window is resized.
     new ResizeObserver(() => {
       for (const c of [this.lossChart, this.scaleChart]) c?.setSize({width: this.width(), height: 230});
@@ -47,17 +63,26 @@ class Charts {
     this.draw();
   }
 
+  setView(view) {
+    Object.assign(this.view, view);
+    this.lossChart?.destroy();
+    this.lossChart = null;  // a scale's kind is fixed when a chart is made
+    this.draw();
+  }
+
   draw() {
     if (!uPlot || this.data.step.length === 0) return;
-    const d = this.data;
+    const d = this.data, loss = smoothed(d.loss, this.view.smooth);
+    page.lossShown = loss;
     if (!this.lossChart) {
       const width = this.width();
       const x = {time: false};
+      const what = `loss${this.view.smooth ? `, smoothed ${this.view.smooth}` : ''} (${this.view.log ? 'log' : 'linear'} scale)`;
       this.lossChart = new uPlot({
-        title: 'training loss', width, height: 230, scales: {x, y: {distr: 3}},
+        title: 'training loss', width, height: 230, scales: {x, y: this.view.log ? {distr: 3} : {}},
         series: [{label: 'step'}, {label: 'loss', stroke: '#1f77b4', width: 1.5}],
-        axes: [{label: 'step'}, {label: 'loss (log scale)', size: 80}],
-      }, [d.step, d.loss], $('loss-chart'));
+        axes: [{label: 'step'}, {label: what, size: 80}],
+      }, [d.step, loss], $('loss-chart'));
       this.scaleChart = new uPlot({
         title: 'loss scale', width, height: 230, scales: {x, y: {distr: 3, log: 2}},
         series: [
@@ -70,7 +95,7 @@ class Charts {
                 values: (u, vals) => vals.map((v) => (v > 0 ? `2^${Math.round(Math.log2(v))}` : ''))}],
       }, [d.step, d.scale, d.skipped], $('scale-chart'));
     } else {
-      this.lossChart.setData([d.step, d.loss]);
+      this.lossChart.setData([d.step, loss]);
       this.scaleChart.setData([d.step, d.scale, d.skipped]);
     }
   }

@@ -21,6 +21,11 @@ export class Lens {
     this.section = section;
     this.canvas = section.querySelector('canvas');
     this.note = section.querySelector('.lens-note');
+    this.note.title = 'stored: the values as the engine keeps them in f16, multiplied by the loss scale; unscaled: ' +
+      'what they would be without it. zero: exact zeros (after ReLU, or a causal mask: the GPT\'s dS is zero above ' +
+      'its diagonal); subnormal: below 2^-14, with fewer bits of precision; flush to zero: below 2^-24, lost in ' +
+      'f16; overflow: 65504 and above. Layer names: d<buffer> is the gradient of that buffer (dZ0: layer 0\'s ' +
+      'pre-activation), dlogits the loss\'s gradient of the logits.';
     this.reset(null);
     new ResizeObserver(() => this.draw()).observe(section);
   }
