@@ -79,15 +79,16 @@ class MLPNet(Net):
         return self.names.get(name, name)
 
     def placed(self, t: Traced) -> None:
+        """A layer's output and its gradient (Z, dZ; Y, dY and ln_stats; the last layer's logits,
+        dlogits) right after its parameters; the activations store nothing (fused)."""
         pb, Bt, n = self.pb, self.Bt, t.out_shape[0]
-        if isinstance(t.layer, Linear) and t is self.traced[-1]:
+        if t is self.traced[-1]:
             pb.f32("logits", (Bt, n), "activations")
             pb.h("dlogits", Bt, n)
-        elif isinstance(t.layer, Linear):
+        elif isinstance(t.layer, Linear | LayerNorm):
             self.act("d_" + self.act(f"{t.path}.y", Bt, n), Bt, n)
-        elif isinstance(t.layer, LayerNorm):
-            self.act("d_" + self.act(f"{t.path}.y", Bt, n), Bt, n)
-            pb.f32(self.named(f"{t.path}.stats"), (Bt, 2), "activations")
+            if isinstance(t.layer, LayerNorm):
+                pb.f32(self.named(f"{t.path}.stats"), (Bt, 2), "activations")
 
     def initial(self, name: str, p: ParamShape) -> Init | None:
         if p.fill is not None:  # a LayerNorm's gain and shift

@@ -27,7 +27,6 @@ from ..data.tables import Dataset, perm_bits
 from ..engine.plan import EvalSpec, Plan
 from ..engine.tiles import TileTable
 from ..nn import layers as L
-from ..nn.layers import ParamShape
 from ..nn.network import Network, Residual, Traced
 from .common import EVAL, EVAL_FLAGS, Init, ModelBuilder, Param, replayed
 from .net_nodes import NODES, Node, Value, value_of
@@ -150,7 +149,7 @@ class Net:
         them in its order (the MLP its layer's activations); a user's network declares them at
         their first use."""
 
-    def initial(self, name: str, p: ParamShape) -> Init | None:
+    def initial(self, name: str, p: L.ParamShape) -> Init | None:
         """Parameter `name`'s (shape p) initial value, drawn when called from self.rng or given;
         None: drawn as p says."""
         return None
