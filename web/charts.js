@@ -77,7 +77,7 @@ class Charts {
     if (!this.lossChart) {
       const width = this.width();
       const x = {time: false};
-      const what = `loss${this.view.smooth ? `, smoothed ${this.view.smooth}` : ''} (${this.view.log ? 'log' : 'linear'} scale)`;
+      const what = page.lossAxis = `loss${this.view.smooth ? `, smoothed ${this.view.smooth}` : ''} (${this.view.log ? 'log' : 'linear'} scale)`;
       this.lossChart = new uPlot({
         title: 'training loss', width, height: 230, scales: {x, y: this.view.log ? {distr: 3} : {}},
         series: [{label: 'step'}, {label: 'loss', stroke: '#1f77b4', width: 1.5}],

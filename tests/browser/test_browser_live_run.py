@@ -250,3 +250,33 @@ def test_the_page_fits_a_phone_and_uses_a_wide_screen(server, browser):
     assert max(canvases) <= charts["right"] + 1, (canvases, charts)
     page.screenshot(path=str(ARTIFACTS / f"browser-wide-{browser.kind}.png"))
     run.close_page()
+
+
+def test_the_loss_charts_toggles_and_the_terms_tooltips(server, browser):
+    """The loss chart on a linear axis and smoothed (an EMA bias-corrected as TensorBoard's, checked
+    against numpy on the drawn points); the panels' terms explain themselves on hover."""
+    import numpy as np
+
+    run = server.create_run(TrainConfig(**SMALL, steps=40, log_every=10), browser=browser)
+    page = run.page
+    wait_page(page, "window.webmp.status === 'finished'")
+    raw = np.array(page.evaluate("window.webmp.charts.data.loss"), float)
+    assert page.evaluate("window.webmp.lossShown") == raw.tolist()
+    page.uncheck("#loss-log")
+    page.select_option("#loss-smooth", "0.9")
+    shown = np.array(page.evaluate("window.webmp.lossShown"), float)
+    avg, weight, want = 0.0, 0.0, []
+    for v in raw:
+        avg, weight = 0.9 * avg + 0.1 * v, 0.9 * weight + 0.1
+        want.append(avg / weight)
+    np.testing.assert_allclose(shown, want, rtol=1e-12)
+    assert shown[0] == raw[0] and np.std(np.diff(shown)) < np.std(np.diff(raw))
+    assert page.evaluate("window.webmp.lossAxis") == "loss, smoothed 0.9 (linear scale)"  # (drawn on a canvas)
+    titles = page.evaluate(
+        "Object.fromEntries([...document.querySelectorAll('dt[title]')].map((d) => [d.textContent, d.title]))"
+    )
+    assert (
+        "halved on an overflow" in titles["final loss scale"] and "GradScaler" in titles["skipped steps"]
+    ), titles
+    assert "causal mask" in page.get_attribute("#lens .lens-note", "title")
+    run.close_page()
