@@ -271,7 +271,7 @@ def test_the_loss_charts_toggles_and_the_terms_tooltips(server, browser):
         want.append(avg / weight)
     np.testing.assert_allclose(shown, want, rtol=1e-12)
     assert shown[0] == raw[0] and np.std(np.diff(shown)) < np.std(np.diff(raw))
-    assert page.evaluate("window.webmp.lossAxis") == "loss, smoothed 0.9 (linear scale)"  # (drawn on a canvas)
+    assert page.evaluate("window.webmp.lossAxis") == "loss, smoothed 0.9 (linear scale)"  # on a canvas
     titles = page.evaluate(
         "Object.fromEntries([...document.querySelectorAll('dt[title]')].map((d) => [d.textContent, d.title]))"
     )
