@@ -2,7 +2,8 @@
 // run directories `webmp train` wrote there (kind native, read-only), with their status and what
 // can be done with each: open it (a running browser run is then followed, live), resume a browser
 // run that stopped, failed or lost its page, put its settings in the form for a new run, and tick
-// runs to compare (compare.js). While this tab trains a run, the links open in a new tab (leaving
+// runs to compare (compare.js); name and note a run, delete an ended one (its directory moves to
+// the server's .deleted folder), sort the list. While this tab trains a run, the links open in a new tab (leaving
 // this one would end its run), and the run it trains is marked as such rather than linked.
 
 const REFRESH_MS = 5000;
@@ -58,6 +59,8 @@ export class RunsPanel {
       this.onCompare(this.runs.filter((r) => this.chosen.has(r.id)));
     });
     document.getElementById('runs-refresh').addEventListener('click', () => this.refresh());
+    this.sort = document.getElementById('runs-sort');
+    this.sort.addEventListener('change', () => this.render());
     setInterval(() => { if (!document.hidden) this.refresh(); }, REFRESH_MS);
   }
 
@@ -80,14 +83,49 @@ export class RunsPanel {
     const focused = this.body.contains(document.activeElement) ? document.activeElement : null;
     const row = focused?.closest('tr');
     const place = row && [row.dataset.run, [...row.querySelectorAll('a, button, input')].indexOf(focused)];
-    // newest first: the run just started is at the top
-    this.body.replaceChildren(...[...this.runs].reverse().map((run) => this.row(run)));
+    this.body.replaceChildren(...this.sorted().map((run) => this.row(run)));
     if (place) {
       const again = [...this.body.querySelectorAll('tr')].find((tr) => tr.dataset.run === place[0]);
       again?.querySelectorAll('a, button, input')[place[1]]?.focus();
     }
     this.compareButton.disabled = this.chosen.size < 1;
     this.compareButton.textContent = `Compare selected (${this.chosen.size})`;
+  }
+
+  // the runs in the chosen order (newest first: the run just started is at the top)
+  sorted() {
+    const runs = [...this.runs], loss = (r) => (Number.isFinite(r.final_loss) ? r.final_loss : Infinity);
+    const by = {
+      newest: () => runs.reverse(),
+      oldest: () => runs,
+      loss: () => runs.sort((a, b) => loss(a) - loss(b)),
+      name: () => runs.sort((a, b) => (a.name || '\uffff').localeCompare(b.name || '\uffff') || a.created - b.created),
+    };
+    return by[this.sort.value]();
+  }
+
+  async rename(run) {
+    const name = prompt(`Name of run ${run.id} (one line; empty: none)`, run.name);
+    if (name === null) return;
+    const note = prompt(`A note on run ${run.id} (what it was for; empty: none)`, run.note);
+    if (note === null) return;
+    await this.act(() => this.api(`/api/runs/${run.id}/label`, {method: 'POST', body: {name, note}}), 'renamed');
+  }
+
+  async remove(run) {
+    if (!confirm(`Delete run ${run.id}${run.name ? ` (${run.name})` : ''}? It leaves the list; its directory moves ` +
+                 'to the runs directory\'s .deleted folder, from where it can be moved back.')) return;
+    await this.act(() => this.api(`/api/runs/${run.id}`, {method: 'DELETE'}), 'deleted');
+  }
+
+  async act(request, what) {
+    try {
+      await request();
+      await this.refresh();
+    } catch (e) {
+      this.note.textContent = `not ${what}: ${e.message}`;
+      this.note.className = 'error';
+    }
   }
 
   row(run) {
@@ -112,7 +150,7 @@ export class RunsPanel {
     const training = this.training();
     tr.append(
       cell(box),
-      cell(run.id === training ? run.id : link(run.id, run.page_url, 'open this run', training), 'id'),
+      cell(this.idCell(run, training), 'id'),
       cell(run.kind, 'kind', 'kind'),
       cell(status, '', 'status'),
       cell(`${done}/${run.steps}`, 'num', 'steps'),
@@ -122,6 +160,19 @@ export class RunsPanel {
       cell(this.actions(run), 'actions'),
     );
     return tr;
+  }
+
+  idCell(run, training) {
+    const span = document.createElement('span');
+    if (run.name) {
+      const name = document.createElement('strong');
+      name.className = 'run-name';
+      name.textContent = run.name;
+      if (run.note) name.title = run.note;
+      span.append(name, document.createElement('br'));
+    }
+    span.append(run.id === training ? run.id : link(run.id, run.page_url, 'open this run', training));
+    return span;
   }
 
   actions(run) {
@@ -150,7 +201,16 @@ export class RunsPanel {
     again.textContent = 'new run like it';
     again.title = 'put this run\'s settings in the form; Start then trains a new run';
     again.addEventListener('click', () => this.onNewFrom(run));
-    span.append(' · ', again);
+    const button = (text, cls, title, onClick) => {
+      const b = document.createElement('button');
+      Object.assign(b, {type: 'button', className: cls, textContent: text, title});
+      b.addEventListener('click', onClick);
+      return b;
+    };
+    span.append(' · ', again, ' ', button('name', 'rename', 'name this run and note what it was for', () => this.rename(run)));
+    if (run.status !== 'running' && !run.connected && run.id !== training) {
+      span.append(' ', button('delete', 'delete', 'take it off the list (its directory moves to .deleted)', () => this.remove(run)));
+    }
     return span;
   }
 }

@@ -280,3 +280,34 @@ def test_the_loss_charts_toggles_and_the_terms_tooltips(server, browser):
     ), titles
     assert "causal mask" in page.get_attribute("#lens .lens-note", "title")
     run.close_page()
+
+
+def test_runs_are_named_sorted_and_deleted_from_the_panel(server, browser):
+    """The Runs panel's name button (two prompts: the name, the note), its sort and its delete (a
+    confirm; the directory moves to .deleted/, nothing erased)."""
+    first = server.create_run(TrainConfig(**SMALL, steps=10))
+    second = server.create_run(TrainConfig(**SMALL, steps=10))
+    page = browser.open(server.url + "/")
+    row = f"#runs-body tr[data-run='{first.id}']"
+    page.wait_for_selector(row)
+    answers = iter(["lr baseline", "the run the others are compared with"])
+    page.on("dialog", lambda d: d.accept(next(answers, None)) if d.type == "prompt" else d.accept())
+    page.click(f"{row} button.rename")
+    page.wait_for_function(f"document.querySelector(\"{row} .run-name\")?.textContent === 'lr baseline'")
+    assert page.get_attribute(f"{row} .run-name", "title") == "the run the others are compared with"
+    assert server.get(f"/api/runs/{first.id}")["name"] == "lr baseline"
+    order = "[...document.querySelectorAll('#runs-body tr')].map((t) => t.dataset.run)"
+    assert page.evaluate(order)[:2] == [second.id, first.id]  # newest first
+    page.select_option("#runs-sort", "name")
+    names = page.evaluate(
+        "[...document.querySelectorAll('#runs-body tr')].map((t) => t.querySelector('.run-name')?.textContent || '')"
+    )
+    named = [n for n in names if n]
+    assert (
+        names[: len(named)] == sorted(named) and first.id in page.evaluate(order)[: len(named)]
+    )  # named first
+    run_dir = server.app.state.store.get(second.id).dir.path
+    page.click(f"#runs-body tr[data-run='{second.id}'] button.delete")
+    page.wait_for_function(f"!document.querySelector(\"#runs-body tr[data-run='{second.id}']\")")
+    assert not run_dir.exists() and (run_dir.parent / ".deleted" / second.id / "config.json").is_file()
+    page.close()

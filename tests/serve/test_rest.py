@@ -20,6 +20,7 @@ from tests.serve.helpers import (
     record,
     records_msg,
     send,
+    serving,
     state_words,
     summary_msg,
 )
@@ -529,3 +530,44 @@ def test_a_runs_files_download_as_themselves_as_csv_and_zipped(client):
         r = client.get(f"/api/runs/{run_id}/files/{bad}")
         assert r.status_code == 404, (bad, r.status_code)
     assert client.get("/api/runs/nope/files").status_code == 404
+
+
+def test_runs_are_named_noted_and_deleted_without_losing_their_files(client, tmp_path):
+    """POST /api/runs/{id}/label names a run (one line, at most 80 characters) and notes it; the list
+    shows both. DELETE /api/runs/{id} takes an ended run off the list, its directory moved to
+    .deleted/ (not erased; a restarted server does not list it); a training run is refused (409)."""
+    from webmp.serve.app import create_app
+    from webmp.serve.store import DELETED
+
+    run_id = create(client, steps=12)["id"]
+    r = client.post(
+        f"/api/runs/{run_id}/label", json={"name": "lr sweep 3e-3", "note": "baseline\nfor the paper"}
+    )
+    assert r.status_code == 200 and (r.json()["name"], r.json()["note"]) == (
+        "lr sweep 3e-3",
+        "baseline\nfor the paper",
+    )
+    listed = {i["id"]: i for i in client.get("/api/runs").json()}
+    assert listed[run_id]["name"] == "lr sweep 3e-3"
+    for bad in ({"name": "x" * 81}, {"name": "two\nlines"}, {"name": 3}, {"colour": "red"}):
+        assert client.post(f"/api/runs/{run_id}/label", json=bad).status_code == 422, bad
+    assert client.post("/api/runs/nope/label", json={"name": "x"}).status_code == 404
+
+    ws = connect(client, run_id)
+    send(ws, hello(run_id))
+    r = client.delete(f"/api/runs/{run_id}")
+    assert r.status_code == 409 and "stop it before deleting it" in r.json()["detail"]
+    send(ws, records_msg(run_id, range(12)))
+    assert send(ws, summary_msg(run_id, 12))["type"] == "ack"
+    leave(ws)
+    run_dir = client.app.state.store.get(run_id).dir.path
+    r = client.delete(f"/api/runs/{run_id}")
+    assert r.status_code == 200, r.text
+    moved = run_dir.parent / DELETED / run_id
+    assert r.json() == {"id": run_id, "moved_to": str(moved)}
+    assert not run_dir.exists() and (moved / "summary.json").is_file() and (moved / "label.json").is_file()
+    assert run_id not in {i["id"] for i in client.get("/api/runs").json()}
+    assert client.get(f"/api/runs/{run_id}").status_code == 404
+    assert client.delete(f"/api/runs/{run_id}").status_code == 404
+    with serving(create_app(run_dir.parent)) as again:
+        assert run_id not in {i["id"] for i in again.get("/api/runs").json()}

@@ -16,6 +16,8 @@ statuses: webmp/serve/api.py). Who may talk to it is webmp/serve/security.py's; 
                                         `wait` s for new ones; max_points thins them evenly (charts)
   GET  /api/runs/{id}/summary           summary.json once finished
   POST /api/runs/{id}/stop              ask the page training the run to stop (409 unless running)
+  POST /api/runs/{id}/label             {name, note}: the run's name and note (any run)
+  DELETE /api/runs/{id}                 an ended run off the list: its directory moves to .deleted/
   GET  /api/runs/{id}/plan?f16=native|emulated   the plan for a page whose adapter has (native) or
                                         lacks (emulated) shader-f16, resumed from the last checkpoint
   GET  /api/runs/{id}/blob?f16=...      the plan's initial-contents blob (octet-stream)

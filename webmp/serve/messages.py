@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
@@ -190,6 +191,26 @@ def parse_page_message(data: Any) -> PageMessage:
 RunStatus = Literal["created", "running", "disconnected", "finished", "failed", "stopped"]
 
 
+LABEL_FILE = "label.json"  # a run's name and note, as the page set them (any run in the runs directory)
+
+
+class Label(BaseModel):
+    """A run's name and note (POST /api/runs/{id}/label): text a person typed, one line for the name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, StringConstraints(max_length=80, pattern=r"^[^\x00-\x1f\x7f]*$")] = ""
+    note: Annotated[str, StringConstraints(max_length=2000)] = ""
+
+
+def read_label(run_dir: Path) -> Label:
+    """The run's label.json (an unreadable or damaged one: no label; it is the page's, not the run's)."""
+    try:
+        return Label.model_validate_json((run_dir / LABEL_FILE).read_text())
+    except (OSError, ValueError):
+        return Label()
+
+
 class RunInfo(BaseModel):
     """What GET /api/runs and /api/runs/{id} return: a browser run, or a run directory that `webmp
     train` wrote under the server's runs directory (kind 'native', read-only: webmp/serve/native_runs.py)."""
@@ -215,6 +236,8 @@ class RunInfo(BaseModel):
     resumable: bool = False
     # a model that generates text (the gpt, a network with a token input): a finished run samples
     generates_text: bool = False
+    name: str = ""  # the run's name and note (Label), empty until a page gives them
+    note: str = ""
 
 
 # --- the page's tuning pass (webmp.tune.page) ----------------------------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..config import TrainConfig
 from ..train.rundir import CONFIG, Record, RunDir, divergence
-from .messages import RUN_ID_RE, RunInfo, RunStatus
+from .messages import RUN_ID_RE, RunInfo, RunStatus, read_label
 
 NATIVE_QUIET_S = 120.0  # a native run without summary.json whose files are older than this has ended
 NATIVE_POLL_S = 0.5  # how often a wait on a running native run looks at its metrics file
@@ -145,6 +145,7 @@ class NativeRun:
             created=self.created,
             final_loss=final_loss(records),
             generates_text=self.cfg.trains_on_text,
+            **read_label(self.dir.path).model_dump(),
         )
 
 
@@ -170,7 +171,12 @@ def scan_native(root: Path, known: set[str]) -> tuple[dict[str, NativeRun], dict
     if not root.is_dir():
         return found, skipped
     for path in sorted(root.iterdir()):
-        if path.name in known or not (path / CONFIG).is_file() or path.is_symlink():
+        if (
+            path.name in known
+            or path.name.startswith(".")
+            or not (path / CONFIG).is_file()
+            or path.is_symlink()
+        ):
             continue
         if (path / "browser.json").exists():
             continue  # a browser run (webmp/serve/runs.py loads it)

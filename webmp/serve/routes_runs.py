@@ -19,7 +19,7 @@ from ..train.rundir import lens_view
 from .api import F16, TILES, answers, api_router, run_store
 from .errors import RunStateConflict
 from .form import page_config, page_form
-from .messages import Offer, RunInfo
+from .messages import Label, Offer, RunInfo
 from .native_runs import downsample
 from .security import MAX_JSON_BODY, read_body
 
@@ -116,6 +116,25 @@ async def create_run(request: Request) -> RunInfo:
 @router.get("/runs/{run_id}", response_model=RunInfo, responses=answers(404))
 def run_status(request: Request, run_id: str) -> RunInfo:
     return run_store(request).view(run_id).info()
+
+
+@router.post("/runs/{run_id}/label", response_model=RunInfo, responses=answers(404, 413, 415, 422))
+def label_run(request: Request, run_id: str, label: Label) -> RunInfo:
+    """Name a run and note what it was for (any run: browser or native); {"name": "", "note": ""}
+    clears both."""
+    return run_store(request).label(run_id, label)
+
+
+class Deleted(BaseModel):
+    id: str
+    moved_to: str  # where its directory now is (ROOT/.deleted/...): nothing is erased
+
+
+@router.delete("/runs/{run_id}", response_model=Deleted, responses=answers(404, 409))
+def delete_run(request: Request, run_id: str) -> Deleted:
+    """Take an ended run off the list: its directory moves to the runs directory's .deleted/ folder
+    (409 while it trains or a page prepares it)."""
+    return Deleted(id=run_id, moved_to=str(run_store(request).delete(run_id)))
 
 
 @router.post("/runs/{run_id}/stop", response_model=RunInfo, responses=answers(404, 409, 413, 415))

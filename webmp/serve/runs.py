@@ -41,6 +41,7 @@ from .messages import (
     RunStatus,
     Stopped,
     Summary,
+    read_label,
 )
 from .native_runs import final_loss
 from .page_data import PageData
@@ -125,6 +126,7 @@ class PageRun:
             connected=self.connected,
             resumable=self.status in CONTINUABLE,
             generates_text=self.cfg.trains_on_text,
+            **read_label(self.dir.path).model_dump(),
         )
 
     def save(self) -> None:

@@ -1,24 +1,28 @@
 """The runs of the server's runs directory: the browser runs (webmp/serve/runs.py), reloaded from disk
 when the server starts, and the native runs `webmp train --out ROOT/NAME` wrote there
 (webmp/serve/native_runs.py), looked for again whenever the runs are listed or an unknown id is
-asked for.
+asked for. A run is labelled (its name and note, label.json in its directory) and deleted here:
+a deleted run's directory moves to ROOT/.deleted/ (nothing is erased; move it back to restore it).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from ..config import TrainConfig
-from ..train.rundir import CONFIG, RunDir, new_run_dir
+from ..train.rundir import CONFIG, RunDir, atomic_write, new_run_dir
 from .budget import PlanCache, check_plan_size
 from .errors import InvalidConfig, RunStateConflict, UnknownRun
 from .form import check_browser_config
-from .messages import RUN_ID_RE, RunInfo
+from .messages import LABEL_FILE, RUN_ID_RE, Label, RunInfo
 from .native_runs import NativeRun, scan_native
 from .page_data import PageData, check_network_data
 from .runs import STATE_FILE, PageRun
+
+DELETED = ".deleted"  # where delete moves run directories (not a run: the scans skip dot names)
 
 
 class RunStore:
@@ -104,6 +108,28 @@ class RunStore:
         run.save()
         self.runs[run.id] = run
         return run
+
+    def label(self, run_id: str, label: Label) -> RunInfo:
+        """Give a run (browser or native) its name and note."""
+        run = self.view(run_id)
+        atomic_write(run.dir.path / LABEL_FILE, label.model_dump_json().encode())
+        return run.info()
+
+    def delete(self, run_id: str) -> Path:
+        """Move an ended run's directory to ROOT/.deleted/ (its name, or its name and the time when
+        one is there); RunStateConflict while it trains or a page prepares it."""
+        run = self.view(run_id)
+        if run.status == "running" or (isinstance(run, PageRun) and run.connected):
+            raise RunStateConflict(f"run {run_id} is training; stop it before deleting it")
+        bin_dir = self.root / DELETED
+        bin_dir.mkdir(exist_ok=True)
+        to = bin_dir / run_id
+        if to.exists():
+            to = bin_dir / f"{run_id}-{time.time_ns()}"
+        run.dir.path.rename(to)
+        self.runs.pop(run_id, None)
+        self.native.pop(run_id, None)
+        return to
 
     def get(self, run_id: str) -> PageRun:
         """A browser run, to train or change; RunStateConflict for a native run (read-only here)."""
