@@ -300,7 +300,8 @@ def test_runs_are_named_sorted_and_deleted_from_the_panel(server, browser):
     assert page.evaluate(order)[:2] == [second.id, first.id]  # newest first
     page.select_option("#runs-sort", "name")
     names = page.evaluate(
-        "[...document.querySelectorAll('#runs-body tr')].map((t) => t.querySelector('.run-name')?.textContent || '')"
+        "[...document.querySelectorAll('#runs-body tr')]"
+        ".map((t) => t.querySelector('.run-name')?.textContent || '')"
     )
     named = [n for n in names if n]
     assert (
