@@ -47,6 +47,7 @@ class Charts {
   width() { return Math.max(300, $('loss-chart').clientWidth || $('charts').clientWidth); }
 
   reset() {
+    $('chart-tools').hidden = true;  // shown with the charts
     this.data = {step: [], loss: [], scale: [], skipped: []};
     for (const c of [this.lossChart, this.scaleChart]) c?.destroy();
     this.lossChart = this.scaleChart = null;
@@ -72,6 +73,7 @@ class Charts {
 
   draw() {
     if (!uPlot || this.data.step.length === 0) return;
+    $('chart-tools').hidden = false;
     const d = this.data, loss = smoothed(d.loss, this.view.smooth);
     page.lossShown = loss;
     if (!this.lossChart) {

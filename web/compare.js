@@ -1,7 +1,8 @@
-// The compare view: the chosen runs' loss and loss-scale curves overlaid (uPlot, log axes), and
-// their summary numbers side by side, each read from the run's summary.json (GET
-// /api/runs/{id}/summary). Long runs come thinned by the server (?max_points=), the last record
-// always included.
+// The compare view: the chosen runs' loss and loss-scale curves overlaid (uPlot, log axes), their
+// names, the settings they differ in (every config field whose value is not the same in all, marked)
+// and their summary numbers side by side, each read from the run's summary.json (GET
+// /api/runs/{id}/summary); a note says when the runs train different models or data. Long runs come
+// thinned by the server (?max_points=), the last record always included.
 
 const MAX_POINTS = 2000;
 const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
@@ -53,12 +54,32 @@ export class CompareView {
     this.section.hidden = false;
     this.table(got);
     this.draw(got);
-    window.webmp.compare = {runs: got.map((g) => g.run.id), points: got.map((g) => g.records.length)};
+    window.webmp.compare = {runs: got.map((g) => g.run.id), points: got.map((g) => g.records.length),
+                            differs: this.differences(got).map(([k]) => k), warning: this.warning(got),
+                            labels: got.map((g) => this.label(g.run))};
     this.section.scrollIntoView({block: 'start'});
   }
 
+  // a run's name in the legend: its own name, else its id, with its precision
   label(run) {
-    return `${run.id} (${run.config.precision}, ${run.kind})`;
+    return `${run.name || run.id} (${run.config.precision}, ${run.kind})`;
+  }
+
+  // the config fields whose values are not the same in every run (the network as its layers)
+  differences(got) {
+    const show = (cfg, key) => (key === 'model_spec' && cfg.model_spec
+      ? cfg.model_spec.layers.map((l) => l.type).join('-') : JSON.stringify(cfg[key]) ?? '—');
+    const keys = [...new Set(got.flatMap((g) => Object.keys(g.run.config)))].sort();
+    return keys.filter((k) => new Set(got.map((g) => show(g.run.config, k))).size > 1)
+      .map((k) => [k, (run) => show(run.config, k).replace(/^"(.*)"$/, '$1')]);
+  }
+
+  warning(got) {
+    const models = [...new Set(got.map((g) => g.run.config.model))];
+    const data = new Set(got.map((g) => g.run.config.data ?? ''));
+    if (models.length > 1) return `these runs train different models (${models.join(', ')}): their losses are not comparable`;
+    if (data.size > 1) return 'these runs train on different data: their losses are not comparable';
+    return '';
   }
 
   draw(got) {
@@ -67,8 +88,8 @@ export class CompareView {
       note.textContent = 'The chart library is missing (run `npm ci --prefix web` on the server): only the table is shown.';
       return;
     }
-    note.textContent = got.some((g) => g.records.length >= MAX_POINTS)
-      ? `long runs are drawn from ${MAX_POINTS} evenly spaced records` : '';
+    note.textContent = [this.warning(got), got.some((g) => g.records.length >= MAX_POINTS)
+      ? `long runs are drawn from ${MAX_POINTS} evenly spaced records` : ''].filter(Boolean).join('; ');
     // uPlot draws series over one x axis: join the runs' steps (a run without a step gets a gap)
     const table = (key) => this.uPlot.join(got.map((g) => [g.records.map((r) => r.step),
       g.records.map((r) => positive(key === 'loss' ? Math.max(r.loss, 1e-12) : r.scale))]));
@@ -98,13 +119,18 @@ export class CompareView {
       swatch.style.background = COLORS[i % COLORS.length];
       const a = document.createElement('a');
       a.href = g.run.page_url;
-      a.textContent = g.run.id;
+      a.textContent = g.run.name || g.run.id;
+      a.title = g.run.name ? `${g.run.id}${g.run.note ? `: ${g.run.note}` : ''}` : 'open this run';
       th.append(swatch, a);
       th.dataset.run = g.run.id;
       head.append(th);
     });
-    const rows = ROWS.map(([label, read]) => {
+    // model, then the settings that differ (those the summary rows show: there, marked too)
+    const differs = this.differences(got), shown = new Set(ROWS.map(([label]) => label));
+    const settings = [['model', (run) => run.config.model], ...differs.filter(([k]) => k !== 'model' && !shown.has(k))];
+    const rows = [...settings, ...ROWS].map(([label, read]) => {
       const tr = document.createElement('tr');
+      if (differs.some(([k]) => k === label)) tr.className = 'differs';
       const th = document.createElement('th');
       th.textContent = label;
       tr.append(th);

@@ -147,6 +147,7 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
     native = Trainer(TrainConfig(**cfg, precision="fp16-noscale"), out=native_dir, progress=False, log=None)
     native_summary = native.run()
     ids = [mixed.id, fp32.id, native_dir.name]
+    server.http.post(f"/api/runs/{fp32.id}/label", json={"name": f"fp32 baseline {browser.kind}"})
 
     page = browser.open(f"{server.url}/")
     page.wait_for_selector(f'#runs-body tr[data-run="{native_dir.name}"]', timeout=30_000)
@@ -159,7 +160,14 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
     assert page.evaluate("window.webmp.compare.points") == [40, 40, 40]
     for chart in ("compare-loss", "compare-scale"):
         legend = page.locator(f"#{chart} .u-legend .u-series").all_inner_texts()
-        assert len(legend) == 4 and all(any(i in t for t in legend) for i in ids), legend
+        shown_as = [mixed.id, f"fp32 baseline {browser.kind}", native_dir.name]  # a named run by its name
+        assert len(legend) == 4 and all(any(i in t for t in legend) for i in shown_as), legend
+    # the settings they differ in, marked; the same model and data: no warning
+    compared = page.evaluate("window.webmp.compare")
+    assert (
+        "precision" in compared["differs"] and "lr" not in compared["differs"] and compared["warning"] == ""
+    )
+    assert page.locator('#compare-table tr.differs:has(td[data-key="precision"])').count() == 1
     root = server.app.state.store.root
 
     def cell(run_id: str, key: str) -> str:
@@ -178,6 +186,16 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
         assert shown("test accuracy") == f"{100 * summary['test_accuracy']:.2f} %"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"browser-compare-{browser.kind}.png"), full_page=True)
+    # with a GPT among them: the view says their losses are not comparable
+    gpt = server.create_run(TrainConfig(model="gpt", n_layer=1, d_model=16, n_head=2, context=8, steps=5))
+    page.click("#runs-refresh")
+    page.locator(f'#runs-body tr[data-run="{gpt.id}"] input.choose').check()
+    page.click("#compare-go")
+    wait_page(page, "window.webmp.compare && window.webmp.compare.runs.length === 4", timeout=60)
+    warning = page.evaluate("window.webmp.compare.warning")
+    assert warning.startswith("these runs train different models (") and "not comparable" in warning
+    assert warning in page.locator("#compare-note").inner_text()
+    assert "model" in page.evaluate("window.webmp.compare.differs")
     # the native run opened from the panel: its curves and result, read-only, its settings in the form
     page.locator(f'#compare-table th[data-run="{native_dir.name}"] a').click()
     wait_page(page, "window.webmp.status === 'finished'", timeout=60)
