@@ -199,7 +199,8 @@ async function openRun(id) {
     return;
   }
   charts.add((await api(`/api/runs/${id}/metrics`)).records);
-  await api(`/api/runs/${id}/histograms`).then((view) => lens.showStored(view), (e) => {
+  const read = (k) => api(`/api/runs/${id}/histograms?read=${k}`);
+  await api(`/api/runs/${id}/histograms`).then((view) => lens.showStored(view, read), (e) => {
     if (e.status !== 404) log(`gradient histograms: ${e.message}`);  // 404: the run has none yet
   });
   if (run.f16_path) {  // the path the run trained on (its page said so in its hello)

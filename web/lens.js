@@ -1,15 +1,18 @@
 // The gradient-range lens, drawn live: per layer of the plan's lens (plan.histograms, see
-// webmp.engine.plan.HistogramSpec), the log2 histogram of its activation gradients' |values| at the last
+// webmp.engine.plan.HistogramSpec), the log2 histogram of its activation gradients' |values| at a
 // metrics read, as stored (loss-scaled, bars) and unscaled (divided by the loss scale: the same bars
 // shifted by -log2(scale), an outline), against f16's range: shaded where f16 flushes to zero
-// (below 2^-24), is subnormal (below 2^-14) and overflows (65504 and above). The counts come from
-// the GPU (runner.js); the shares printed per layer are the server's (its ack of the counts,
-// webmp.train.rundir.histogram_shares), so this file only draws.
+// (below 2^-24), is subnormal (below 2^-14) and overflows (65504 and above); the exact zeros and the
+// values the overflow test flagged as bars of their own at the ends ("0", "ovf"). A slider picks the
+// read: every read of the run this page trains, or of a stored run (fetched by index). The counts
+// come from the GPU (runner.js); the shares printed per layer are the server's (its ack of the
+// counts, webmp.train.rundir.histogram_shares), so this file only draws.
 
 const ROW = 112;        // px per layer
 const LABEL = 22;       // px above a row's bars: its name and shares
 const AXIS = 16;        // px below them: exponent ticks
 const LEFT = 12, RIGHT = 12;
+const EDGE = 26;        // px of the zero bar (left) and the overflow bar (right), beside the exponents
 const COLORS = {stored: '#1f77b4', unscaled: '#ff7f0e', flush: 'rgba(214, 39, 40, 0.13)',
                 subnormal: 'rgba(255, 193, 7, 0.18)', overflow: 'rgba(214, 39, 40, 0.13)', marker: '#777'};
 
@@ -26,6 +29,9 @@ export class Lens {
       'its diagonal); subnormal: below 2^-14, with fewer bits of precision; flush to zero: below 2^-24, lost in ' +
       'f16; overflow: 65504 and above. Layer names: d<buffer> is the gradient of that buffer (dZ0: layer 0\'s ' +
       'pre-activation), dlogits the loss\'s gradient of the logits.';
+    this.slider = section.querySelector('#lens-read');
+    this.sliderNote = section.querySelector('#lens-read-note');
+    this.slider.addEventListener('input', () => this.pick(Number(this.slider.value)));
     this.reset(null);
     new ResizeObserver(() => this.draw()).observe(section);
   }
@@ -34,28 +40,65 @@ export class Lens {
   reset(spec) {
     this.spec = spec;
     this.last = null;
+    this.history = [];  // every read shown live, in order
+    this.stored = null;  // a stored run's reads: {fetch(index) -> view, reads}
     this.section.hidden = true;
     if (window.webmp) window.webmp.lens = {shown: 0, step: null};
   }
 
   // One read: {step, counts: [[u32 per bucket] per layer]} and the server's answer to them (the
-  // records ack's `histograms`: {step, scale, shares: [{name, stored, unscaled}]}).
+  // records ack's `histograms`: {step, scale, shares: [{name, stored, unscaled}]}). The slider
+  // follows the newest read unless it was moved back.
   show(histograms, ack) {
-    this.last = {step: histograms.step, counts: histograms.counts, scale: ack.scale, shares: ack.shares};
-    this.section.hidden = false;
-    this.draw();
-    const lens = window.webmp.lens;
-    Object.assign(lens, {shown: lens.shown + 1, step: histograms.step, scale: ack.scale,
-                         totals: histograms.counts.map((c) => c.reduce((a, b) => a + b, 0)),
-                         nonEmpty: histograms.counts.map((c) => c.slice(2, -2).some((n) => n > 0))});
+    const read = {step: histograms.step, counts: histograms.counts, scale: ack.scale, shares: ack.shares};
+    const atNewest = this.history.length === 0 || Number(this.slider.value) === this.history.length - 1;
+    this.history.push(read);
+    window.webmp.lens.shown++;
+    this.setSlider(this.history.length, atNewest ? this.history.length - 1 : Number(this.slider.value));
+    if (atNewest) this.display(read);
   }
 
-  // A run this page did not train: its last stored read (GET /api/runs/{id}/histograms, which has
-  // the spec's exponents and f16's range, the counts and the shares per layer).
-  showStored(view) {
+  // A run this page did not train: a stored read (GET /api/runs/{id}/histograms[?read=k], which has
+  // the spec's exponents and f16's range, the counts and the shares per layer, and how many reads
+  // the run has); `fetch(k)` gets read k for the slider.
+  showStored(view, fetch) {
     this.spec = {e_min: view.e_min, e_max: view.e_max, f16_range: view.f16_range};
-    this.show({step: view.step, counts: view.layers.map((l) => l.counts)},
-              {scale: view.scale, shares: view.layers.map(({name, stored, unscaled}) => ({name, stored, unscaled}))});
+    this.stored = {fetch, reads: view.reads};
+    window.webmp.lens.shown++;
+    this.setSlider(view.reads, view.reads - 1);
+    this.display(Lens.fromView(view));
+  }
+
+  static fromView(view) {
+    return {step: view.step, counts: view.layers.map((l) => l.counts), scale: view.scale,
+            shares: view.layers.map(({name, stored, unscaled}) => ({name, stored, unscaled}))};
+  }
+
+  setSlider(reads, index) {
+    this.slider.max = String(Math.max(0, reads - 1));
+    this.slider.value = String(index);
+    this.slider.disabled = reads < 2;
+  }
+
+  // the slider's read k: from this page's history, or fetched for a stored run
+  async pick(k) {
+    if (this.stored) {
+      const view = await this.stored.fetch(k);
+      if (Number(this.slider.value) === k) this.display(Lens.fromView(view));
+    } else if (this.history[k]) {
+      this.display(this.history[k]);
+    }
+  }
+
+  display(read) {
+    this.last = read;
+    this.section.hidden = false;
+    const reads = this.stored ? this.stored.reads : this.history.length;
+    this.sliderNote.textContent = `${Number(this.slider.value) + 1} of ${reads}: after step ${read.step}`;
+    this.draw();
+    Object.assign(window.webmp.lens, {step: read.step, scale: read.scale, read: Number(this.slider.value), reads,
+                                      totals: read.counts.map((c) => c.reduce((a, b) => a + b, 0)),
+                                      nonEmpty: read.counts.map((c) => c.slice(2, -2).some((n) => n > 0))});
   }
 
   draw() {
@@ -88,13 +131,26 @@ export class Lens {
     const g = this.canvas.getContext('2d');
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, width, height);
-    const plotW = width - LEFT - RIGHT, x = (e) => LEFT + ((e - lo) / (hi - lo)) * plotW;
+    const plotW = width - LEFT - RIGHT - 2 * EDGE, x = (e) => LEFT + EDGE + ((e - lo) / (hi - lo)) * plotW;
+    const edges = [];
 
     last.counts.forEach((counts, i) => {
       const top = i * ROW + LABEL, h = ROW - LABEL - AXIS, bottom = top + h;
       const total = counts.reduce((a, b) => a + b, 0) || 1;
       const bars = counts.slice(2, -2).map((n) => n / total);
-      const peak = Math.max(...bars, 1e-12);
+      const zero = counts[0] / total, flagged = counts.at(-1) / total;
+      const peak = Math.max(...bars, zero, flagged, 1e-12);
+      // the exact zeros and the flagged overflows: bars of their own at the ends
+      for (const [share, left, color, label] of [[zero, LEFT, '#888', '0'], [flagged, width - RIGHT - EDGE + 4, '#d62728', 'ovf']]) {
+        g.fillStyle = color;
+        if (share > 0) g.fillRect(left, bottom - (share / peak) * h, EDGE - 6, (share / peak) * h);
+        g.fillStyle = '#444';
+        g.font = '10px system-ui, sans-serif';
+        g.textAlign = 'center';
+        g.textBaseline = 'top';
+        g.fillText(label, left + (EDGE - 6) / 2, bottom + 3);
+      }
+      edges.push({zero: zero / peak, overflow: flagged / peak});
       // f16's range, shaded
       const band = (a, b, color) => { g.fillStyle = color; g.fillRect(x(Math.max(a, lo)), top, x(Math.min(b, hi)) - x(Math.max(a, lo)), h); };
       band(lo, floors.flush, COLORS.flush);
@@ -124,8 +180,8 @@ export class Lens {
       }
       g.setLineDash([]);
       g.beginPath();
-      g.moveTo(LEFT, bottom + 0.5);
-      g.lineTo(LEFT + plotW, bottom + 0.5);
+      g.moveTo(LEFT + EDGE, bottom + 0.5);
+      g.lineTo(LEFT + EDGE + plotW, bottom + 0.5);
       g.stroke();
       g.fillStyle = '#444';
       g.font = '10px system-ui, sans-serif';
@@ -153,5 +209,6 @@ export class Lens {
                     `unscaled flush ${percent(u.underflow)} sub ${percent(u.subnormal)} ovf ${percent(u.overflow)}`;
       g.fillText(g.measureText(long).width <= room ? long : short, LEFT + nameW + 10, top - 7, room);
     });
+    window.webmp.lens.edges = edges;  // the zero and overflow bars' heights (of the row's peak)
   }
 }

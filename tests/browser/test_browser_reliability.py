@@ -159,14 +159,33 @@ def test_lens_shows_the_gradient_histograms_the_server_stores(server, browser, t
                     const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
                     let n = 0; for (let i = 3; i < px.length; i += 4) n += px[i] > 0; return n; })()"""
     )
-    # the finished run opened again in another tab: its last stored read (GET .../histograms)
+    web = RunDir(server.app.state.store.get(run.id).dir.path).read_histograms()
+    slide = (
+        "(k) => { const s = document.getElementById('lens-read'); s.value = k; "
+        "s.dispatchEvent(new Event('input')); }"
+    )
+    # the history slider: the first read again, its zeros (ReLU) and flagged overflows as bars of their own
+    assert (shown["read"], shown["reads"], shown["step"]) == (2, 3, 29)
+    run.page.evaluate(slide, 0)
+    first = run.page.evaluate("window.webmp.lens")
+    assert (first["step"], first["read"]) == (9, 0)
+    assert first["totals"] == [sum(lay["counts"]) for lay in web[0]["layers"]]
+    for lay, edge in zip(web[0]["layers"], first["edges"], strict=True):
+        assert (edge["zero"] > 0) == (lay["counts"][0] > 0) and (edge["overflow"] > 0) == (
+            lay["counts"][-1] > 0
+        )
+    assert any(lay["counts"][0] > 0 for lay in web[0]["layers"])  # ReLU's zeros: the bar is drawn
+    # the finished run opened again in another tab: its last stored read (GET .../histograms), and the
+    # slider fetches the others (?read=k)
     reopened = browser.open(run.page_url)
     wait_page(reopened, "window.webmp.lens && window.webmp.lens.shown === 1", timeout=60)
     again = reopened.evaluate("window.webmp.lens")
     assert (again["step"], again["scale"], again["totals"]) == (29, shown["scale"], shown["totals"])
+    reopened.evaluate(slide, 1)
+    reopened.wait_for_function("window.webmp.lens.step === 19", timeout=30_000)
+    assert reopened.evaluate("window.webmp.lens.read") == 1
     reopened.close()
     run.close_page()
-    web = RunDir(server.app.state.store.get(run.id).dir.path).read_histograms()
 
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
     native = Trainer(

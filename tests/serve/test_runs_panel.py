@@ -268,6 +268,17 @@ def test_a_runs_last_gradient_histograms_are_served_with_their_shares(client):
     assert layer["stored"] == histogram_shares(counts, e_min, e_max)
     assert layer["unscaled"]["underflow"] == pytest.approx(0.7) and layer["stored"]["underflow"] == 0.0
     assert view["f16_range"] == {"subnormal_min": 2.0**-24, "normal_min": 2.0**-14, "max": 65504.0}
+    first = client.get(f"/api/runs/{run_id}/histograms", params={"read": 0}).json()  # the slider's reads
+    assert (first["step"], first["scale"], first["reads"], first["layers"][0]["stored"]["zero"]) == (
+        9,
+        65536.0,
+        2,
+        1.0,
+    )
+    assert client.get(f"/api/runs/{run_id}/histograms", params={"read": 1}).json() == view
+    r = client.get(f"/api/runs/{run_id}/histograms", params={"read": 2})
+    assert r.status_code == 404 and "2 gradient histogram reads (0 .. 1)" in r.json()["detail"]
+    assert client.get(f"/api/runs/{run_id}/histograms", params={"read": -1}).status_code == 422
     path = run_dir.path / "histograms.jsonl"
     path.write_bytes(b"{not json\n" + path.read_bytes())
     r = client.get(f"/api/runs/{run_id}/histograms")

@@ -175,9 +175,14 @@ def run_summary(request: Request, run_id: str) -> Any:
 
 
 @router.get("/runs/{run_id}/histograms", response_model=None, responses=answers(404, 409))
-def run_histograms(request: Request, run_id: str) -> Any:
-    """The gradient-range lens's last read (histograms.jsonl's last line), with each layer's shares
-    against f16's range as stored and unscaled: what a page shows for a run it did not train."""
+def run_histograms(
+    request: Request,
+    run_id: str,
+    read: int | None = Query(None, ge=0, description="which read (0: the first); default the last"),
+) -> Any:
+    """The gradient-range lens's read `read` (a line of histograms.jsonl; default the last), with each
+    layer's shares against f16's range as stored and unscaled, and how many reads the run has: what
+    a page shows for a run it did not train (its slider asks for each read)."""
     run = run_store(request).view(run_id)
     try:
         lines = run.dir.read_histograms()
@@ -185,7 +190,11 @@ def run_histograms(request: Request, run_id: str) -> Any:
         raise HTTPException(409, str(e)) from None
     if not lines:
         raise HTTPException(404, f"run {run_id} has no gradient histograms yet (status {run.status})")
-    return lens_view(lines[-1], len(lines))
+    if read is not None and read >= len(lines):
+        raise HTTPException(
+            404, f"run {run_id} has {len(lines)} gradient histogram reads (0 .. {len(lines) - 1})"
+        )
+    return lens_view(lines[-1 if read is None else read], len(lines))
 
 
 @router.get("/runs/{run_id}/plan", response_model=None, responses=answers(404, 409, 422))
