@@ -1,6 +1,6 @@
 """Makes docs/lab.png, the README's picture of the page: two short runs of the digits MLP trained in
 a headless Chromium (mixed precision with loss scaling from 2^32, and fp32), the second tab's
-result with its charts and gradient-range lens, and both runs compared.
+result with its charts and gradient-range lens, and both runs (named) compared.
 
     python scripts/screenshot.py [OUT.png]
 
@@ -24,9 +24,11 @@ def main(out: Path) -> None:
     fp32 = TrainConfig(**common, precision="fp32")
     with tempfile.TemporaryDirectory() as runs, LocalServer(runs) as srv, Browser() as browser:
         first = srv.create_run(fp32)
+        srv.http.post(f"/api/runs/{first.id}/label", json={"name": "fp32 reference"})
         page = browser.open(first.page_url)
         page.wait_for_function("window.webmp.status === 'finished'", timeout=900_000, polling=500)
         second = srv.create_run(mixed)
+        srv.http.post(f"/api/runs/{second.id}/label", json={"name": "mixed from 2^32", "note": "scale backs off"})
         page.goto(second.page_url)
         page.wait_for_function("window.webmp.status === 'finished'", timeout=900_000, polling=500)
         page.set_viewport_size({"width": 1280, "height": 1000})

@@ -62,6 +62,8 @@ export function formatDuration(seconds) {
 export async function trainRun(runId) {
   page.runId = runId;
   page.training = runId;
+  page.eta = null;
+  $('progress').textContent = '';  // not the last run's while this one prepares and compiles
   page.error = null;
   page.phases = [];
   stopRequested = false;
