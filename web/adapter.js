@@ -101,8 +101,17 @@ export async function tunePass() {
     const lines = verdicts.map((v) => `${v.shape_class}: ${v.tiles ? `${v.tiles.core || 'tiled'} ` +
       `${JSON.stringify(v.tiles)} ${v.gflops.toFixed(2)} GFLOP/s (default ${v.default_gflops?.toFixed(2) ?? '-'})`
       : 'no correct choice'}`);
-    note(`tuned ${verdicts.length} shape classes` + forms.map((f) => `, ${f.what}: ${f.form}`).join('') +
-         ` in ${((performance.now() - t0) / 1000).toFixed(1)} s` +
+    // what the pass found: the classes it chose tiles for and how much faster they are than the
+    // defaults (measured here), the classes where no choice was correct (they keep the defaults)
+    const chosen = verdicts.filter((v) => v.tiles), none = verdicts.length - chosen.length;
+    const speedups = chosen.filter((v) => v.gflops > 0 && v.default_gflops > 0).map((v) => v.gflops / v.default_gflops)
+      .sort((a, b) => a - b);
+    page.tune.speedups = speedups;
+    const speed = speedups.length ? ` (median ${speedups[speedups.length >> 1].toFixed(2)}× the default tiles' ` +
+      `speed, best ${speedups.at(-1).toFixed(2)}×)` : '';
+    note(`tuned ${chosen.length} of ${verdicts.length} shape classes${speed}` +
+         forms.map((f) => `, ${f.what}: ${f.form}`).join('') + ` in ${((performance.now() - t0) / 1000).toFixed(1)} s` +
+         (none ? `; ${none} kept the defaults (no correct choice)` : '') +
          (wrong ? `; ${wrong} tile choices gave wrong results and were refused` : '') +
          '; later runs use these tiles');
     for (const f of forms) {

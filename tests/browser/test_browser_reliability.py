@@ -8,6 +8,7 @@ import base64
 import re
 
 import numpy as np
+import pytest
 from browser_helpers import (
     ARTIFACTS,
     SMALL,
@@ -373,7 +374,15 @@ def test_page_tunes_its_matmuls_and_runs_on_the_choice(server, browser, tmp_path
     assert rows["what"] == "rows" and rows["identical"] and rows["form"] in ROW_FORMS, rows
     assert rows["form"] == min(rows["seconds"], key=rows["seconds"].get)
     assert TileTable.for_adapter(tune["key"]).row_kernels == rows["form"]
-    assert f"rows: {rows['form']}" in page.locator("#tune-status").inner_text()
+    said = page.locator("#tune-status").inner_text()
+    assert (
+        f"rows: {rows['form']}" in said
+        and f"tuned {tune['tuned']} of {len(tune['verdicts'])} shape classes" in said
+    )
+    # the speed against the default tiles, as measured: the median and the best of the ratios
+    ratios = sorted(v["gflops"] / v["default_gflops"] for v in tune["verdicts"] if v["default_gflops"])
+    assert tune["speedups"] == pytest.approx(ratios, rel=1e-12) and ratios
+    assert f"median {ratios[len(ratios) // 2]:.2f}× the default tiles' speed, best {ratios[-1]:.2f}×" in said
     assert (
         f"tuned on this adapter ({tune['tuned']} shape classes; rows: {rows['form']})"
         in page.locator("#gpu-info").inner_text()
