@@ -28,7 +28,8 @@ def main(out: Path) -> None:
         page = browser.open(first.page_url)
         page.wait_for_function("window.webmp.status === 'finished'", timeout=900_000, polling=500)
         second = srv.create_run(mixed)
-        srv.http.post(f"/api/runs/{second.id}/label", json={"name": "mixed from 2^32", "note": "scale backs off"})
+        label = {"name": "mixed from 2^32", "note": "the scale backs off from 2^32"}
+        srv.http.post(f"/api/runs/{second.id}/label", json=label)
         page.goto(second.page_url)
         page.wait_for_function("window.webmp.status === 'finished'", timeout=900_000, polling=500)
         page.set_viewport_size({"width": 1280, "height": 1000})
