@@ -127,38 +127,37 @@ fn operand_word(lay: vec4<u32>, i: u32, j: u32, cw: u32) -> u32 {
 }
 
 // The word of X holding channel c of the input pixel that tap t (kh*KW + kw) of output pixel r
-// reads, or CONV_OUTSIDE where the tap falls in the padding (A_CONV: see its overrides).
-const CONV_OUTSIDE: u32 = 0xffffffffu;
-fn conv_coord(o: u32, k: u32, s: u32, p: u32, n: u32) -> i32 {
-  let i = i32(o * s + k) - i32(p);
-  return select(-1, i, i >= 0 && i < i32(n));
-}
-fn conv_x_word(r: u32, t: u32, c: u32) -> u32 {
+// reads, and whether that pixel lies inside the image (else the tap reads the zero padding).
+struct ConvTap { word: u32, inside: bool }
+fn conv_coord(o: u32, k: u32, s: u32, p: u32) -> i32 { return i32(o * s + k) - i32(p); }
+fn conv_tap(r: u32, t: u32, c: u32) -> ConvTap {
   let q = r / CONV_OW;
-  let ih = conv_coord(q % CONV_OH, t / CONV_KW, CONV_SH, CONV_PH, CONV_H);
-  let iw = conv_coord(r % CONV_OW, t % CONV_KW, CONV_SW, CONV_PW, CONV_W);
-  if (ih < 0 || iw < 0) { return CONV_OUTSIDE; }
-  return (((q / CONV_OH) * CONV_H + u32(ih)) * CONV_W + u32(iw)) * ((CONV_C + 1u) / 2u) + c / 2u;
+  let ih = conv_coord(q % CONV_OH, t / CONV_KW, CONV_SH, CONV_PH);
+  let iw = conv_coord(r % CONV_OW, t % CONV_KW, CONV_SW, CONV_PW);
+  let inside = ih >= 0 && ih < i32(CONV_H) && iw >= 0 && iw < i32(CONV_W);
+  let pixel = ((q / CONV_OH) * CONV_H + u32(ih)) * CONV_W + u32(iw);
+  return ConvTap(pixel * ((CONV_C + 1u) / 2u) + c / 2u, inside);
 }
 
-// P[r, e] of the implicit patch matrix (zero past its CONV_KH*CONV_KW*CONV_C columns).
-fn conv_value(r: u32, e: u32) -> f32 {
-  if (e >= CONV_KH * CONV_KW * CONV_C) { return 0.0; }
-  let c = e % CONV_C;
-  let i = conv_x_word(r, e / CONV_C, c);
-  if (i == CONV_OUTSIDE) { return 0.0; }
-  let w = h_load(A[i]);
-  return select(w.x, w.y, (c & 1u) == 1u);
+// The word a tap reads as two f32 values, zero in the padding. A load at a clamped index and a
+// select rather than a branch: lanes whose taps differ take no separate paths.
+fn conv_load(tap: ConvTap) -> vec2<f32> {
+  let w = h_load(A[select(0u, tap.word, tap.inside)]);
+  return select(vec2<f32>(0.0), w, tap.inside);
 }
 
 // Word j of row r of the implicit patch matrix (columns 2j and 2j + 1) as two f32 values. With an
-// even C both lie in one word of one pixel of X: a single load.
+// even C both lie in one word of one pixel of X: a single load; with an odd C each value is the
+// half of its own pixel's word that holds its channel, and the padding half of an odd row is zero.
 fn conv_word(r: u32, j: u32) -> vec2<f32> {
-  if (CONV_C % 2u == 1u) { return vec2<f32>(conv_value(r, 2u * j), conv_value(r, 2u * j + 1u)); }
   let e = 2u * j;
-  let i = conv_x_word(r, e / CONV_C, e % CONV_C);
-  if (i == CONV_OUTSIDE) { return vec2<f32>(0.0); }
-  return h_load(A[i]);
+  if (CONV_C % 2u == 0u) { return conv_load(conv_tap(r, e / CONV_C, e % CONV_C)); }
+  let c0 = e % CONV_C;
+  let c1 = (e + 1u) % CONV_C;
+  let v0 = conv_load(conv_tap(r, e / CONV_C, c0));
+  let v1 = conv_load(conv_tap(r, (e + 1u) / CONV_C, c1));
+  let second = select(v1.x, v1.y, (c1 & 1u) == 1u);
+  return vec2<f32>(select(v0.x, v0.y, (c0 & 1u) == 1u), select(0.0, second, e + 1u < CONV_KH * CONV_KW * CONV_C));
 }
 
 // Word j of row i of the operand's h matrix with `rows` rows and `cols` columns, as two f32

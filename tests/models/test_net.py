@@ -182,6 +182,34 @@ def test_the_plan_declares_each_layers_parameters_by_its_path(digits):
     assert "conv_d_patches_128x144" in names
 
 
+def test_the_convolutions_products_take_their_shape_classes_tiles(digits):
+    """A convolution's matmuls (forward and weight gradient on its input read as patches, and the
+    patch gradient dY Wᵀ) are in the plan's `matmuls` by their shapes, which both tuners time, and
+    the tiles a table holds for their shape classes are what their kernels take."""
+    from webmp.engine.tiles import TileTable, shape_class
+
+    B = 8
+    cfg = TrainConfig(model_spec=CNN, batch_size=B)
+    data = load_training_data(cfg)
+    implicit = [  # (M, N, K, trans_a, trans_b): layers.0, then the residual's convolution
+        (B * 64, 16, 9, 0, 0), (9, 16, B * 64, 1, 0), (B * 16, 16, 144, 0, 0), (144, 16, B * 16, 1, 0),
+    ]  # fmt: skip
+    patch_grad = (B * 16, 144, 16, 0, 1)
+    plan, _ = build_plan(cfg, data, "native", dry=True)
+    shapes = {(m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"]) for m in plan["matmuls"]}
+    assert {*implicit, patch_grad} <= shapes
+    tiles = {"core": "reg", "WG_X": 4, "WG_Y": 2, "TM": 8, "TN": 4}
+    table = TileTable({shape_class("native", *s): tiles for s in implicit})
+    plan, _ = build_plan(cfg, data, "native", table, dry=True)
+    kernels = [k for k in plan["kernels"] if k["constants"].get("A_CONV") == 1]
+    assert sorted(k["entry"] for k in kernels) == ["matmul_fwd", "matmul_fwd", "matmul_wgrad", "matmul_wgrad"]
+    for k in kernels:
+        assert "matmul_reg.wgsl" in k["sources"], k["name"]
+        assert {n: k["constants"][n] for n in ("WG_X", "WG_Y", "TM", "TN")} == {
+            n: tiles[n] for n in ("WG_X", "WG_Y", "TM", "TN")
+        }
+
+
 # --- the layer table (webmp model, webmp train --dry-run) ----------------------------------------
 
 

@@ -46,10 +46,10 @@ after it to define):
   OUT_ACT, B_PAIRS, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}, and A_CONV with the
   CONV_* geometry: A an image batch read as its patch matrix, webmp.ops.conv.implicit_patches), the
   private M, N, K, z_inner, a_lay, b_lay, c_lay (set by mm_run), uniform_k, mm_z,
-  batch_start, out_index, act2, act4, operand_word, CONV_OUTSIDE, conv_coord, conv_x_word,
-  conv_value, conv_word (a word of the implicit patches), load_word, mask_cols, out_rows,
-  store_group, mm_run. Expects a core (the tile-shape overrides,
-  TM_MAX, TN4_MAX, `acc`, mm_tile filling it, acc_group, out_row, out_col, rows_in_c), then
+  batch_start, out_index, act2, act4, operand_word, ConvTap, conv_coord, conv_tap, conv_load,
+  conv_word (a word of the implicit patches), load_word, mask_cols, out_rows, store_group, mm_run.
+  Expects a core (the tile-shape overrides, TM_MAX, TN4_MAX, `acc`, mm_tile filling it, acc_group,
+  out_row, out_col, rows_in_c), then
   `fn col4(c: u32) -> vec4<f32>`, `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool`
   (storing at out_index) and an entry point that calls mm_run (see mm_run).
 - matmul_b_pairs.wgsl or matmul_b_quads.wgsl (webmp.ops.b_quads chooses): binding 3 B2 (B
