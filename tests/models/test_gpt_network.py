@@ -121,7 +121,9 @@ def test_gpt2_init_on_another_network():
     )
 
 
-@pytest.mark.parametrize("tie_head,precision", [(True, "mixed"), (False, "fp32")])
+@pytest.mark.parametrize(
+    "tie_head,precision", [(True, "mixed"), pytest.param(False, "fp32", marks=pytest.mark.slow)]
+)
 def test_the_gpt_as_a_network_file_trains_to_the_gpts_curve_bit_for_bit(tmp_path, tie_head, precision):
     """gpt_network's spec, trained as model 'net' (TokenNet: its own buffer names, a residual's
     gradient added into a buffer of its own), gives the gpt's logged losses, scales and validation

@@ -111,7 +111,7 @@ def test_greedy_decode_matches_float64(path, gpu):
         assert seq == decode
 
 
-@pytest.mark.parametrize("tie_head", [True, False])
+@pytest.mark.parametrize("tie_head", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_the_gpts_network_samples_the_gpts_text(path, gpu, tie_head):
     """gpt_network as a --model-spec network, its parameters under layer paths, generates the gpt's
     tokens exactly (greedy and at 0.8): one sampling plan under two sets of names."""
@@ -148,6 +148,7 @@ def test_a_model_without_text_does_not_sample():
 TEXT = "the quick brown fox jumps over the lazy dog.\nso the dog sleeps, and the fox runs off.\n" * 12
 
 
+@pytest.mark.slow  # trains a run (~10 s)
 def test_cli_samples_a_token_network_run(tmp_path, gpu, capsys):
     """`webmp train --model-spec` of a token network on a text file, then `webmp sample` of its run:
     the text is the Python API's on the run, greedy and per seed; a CNN run is refused in one line."""

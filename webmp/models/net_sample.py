@@ -59,14 +59,15 @@ def build_net_sample_plan(
         raise ValueError("sampling needs a token network (model_spec with input {tokens, context})")
     if len(vocab) != net.classes:
         raise ValueError(f"a vocabulary of {len(vocab)} characters for a network of {net.classes} tokens")
-    settings = SampleSettings(prompt, tokens, temperature, seed, tokens_per_submit, net.classes)
+    settings = SampleRequest(prompt, tokens, temperature, seed, tokens_per_submit, net.classes)
     g = SampleNet(SampleBuilder(cfg, path, tiles), net, params, settings, names or {})
     return g.sample_plan(vocab)
 
 
-class SampleSettings:
+class SampleRequest:
     """What a sampling plan generates: `tokens` after the token ids `prompt` (checked against the
-    vocabulary of V), at `temperature`, drawn from `seed`, `tokens_per_submit` replays a submit."""
+    vocabulary of V), at `temperature`, drawn from `seed`, `tokens_per_submit` replays a submit
+    (webmp.sample.job.SampleSettings checks a person's settings before they get here)."""
 
     def __init__(
         self,
@@ -118,7 +119,7 @@ class SampleNet(TokenNet):
         mb: SampleBuilder,
         net: Network,
         params: dict[str, np.ndarray],
-        settings: SampleSettings,
+        settings: SampleRequest,
         names: Mapping[str, str],
     ):
         self.names = names
