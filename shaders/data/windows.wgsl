@@ -3,7 +3,7 @@
 // the next one. Training windows start at positions of the seeded per-epoch order over the
 // N_TOKENS - T start positions that have a target for every row (common.wgsl's seeded_permute,
 // the order gather_train uses for dataset rows; numpy twin: webmp.data.window_starts).
-// Evaluation windows are consecutive and do not overlap; rows without a target are padding.
+// Evaluation windows: windows_eval.wgsl.
 @group(0) @binding(0) var<storage, read> tokens: array<u32>;        // [N_TOKENS]
 @group(0) @binding(1) var<storage, read> state: State;
 @group(0) @binding(2) var<storage, read_write> idx: array<u32>;     // [B * T]
@@ -17,7 +17,6 @@ override PERM_BITS: u32 = 1u;      // smallest b >= 1 with 2^b >= N_TOKENS - T
 // state.data_pos units per window. The scaler advances data_pos by its B, the number of loss
 // rows, which is B * T here: then POS_PER_WINDOW = T and a step takes the next B windows.
 override POS_PER_WINDOW: u32 = 1u;
-override OFFSET: u32 = 0u;         // gather_windows_eval: first window of this chunk
 override SHARD: u32 = 0u;          // gather_windows: this rank's first window of the global batch
 
 @compute @workgroup_size(64)
@@ -28,18 +27,5 @@ fn gather_windows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     let p = seeded_permute(pos % starts, pos / starts, starts, PERM_BITS, SEED) + r % T;
     idx[r] = tokens[p];
     targets[r] = tokens[p + 1u];
-  }
-}
-
-// Window w covers tokens w * T .. w * T + T - 1, so every token after the first is a target
-// exactly once over the cdiv(N_TOKENS - 1, T) windows; rows past the last target (the end of the
-// last window, whole windows past it) get token 0 and the label NO_LABEL.
-@compute @workgroup_size(64)
-fn gather_windows_eval(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var r = gid.x; r < B * T; r += nwg.x * 64u) {
-    let p = (OFFSET + r / T) * T + r % T;
-    let valid = p + 1u < N_TOKENS;
-    idx[r] = select(0u, tokens[min(p, N_TOKENS - 1u)], valid);
-    targets[r] = select(NO_LABEL, tokens[min(p + 1u, N_TOKENS - 1u)], valid);
   }
 }

@@ -1,8 +1,11 @@
 // Test-set accuracy: argmax of each row's logits against its label (rows with NO_LABEL are
-// padding). eval_reset clears the counters before the first chunk.
+// padding). eval_reset clears the counters and the chunk counter before the first chunk;
+// eval_next_chunk advances the chunk counter after each chunk (the evaluation's gathers and
+// eval_loss_chunk read it, so the chunks share their pipelines).
 @group(0) @binding(0) var<storage, read> logits: array<f32>;   // [B, C]
 @group(0) @binding(1) var<storage, read> labels: array<u32>;   // [B]
 @group(0) @binding(2) var<storage, read_write> result: array<atomic<u32>>;  // correct, counted
+@group(0) @binding(3) var<storage, read_write> chunk: array<u32>;  // [1]: the current chunk
 
 override B: u32;
 override C: u32;
@@ -11,6 +14,12 @@ override C: u32;
 fn eval_reset() {
   atomicStore(&result[0], 0u);
   atomicStore(&result[1], 0u);
+  chunk[0] = 0u;
+}
+
+@compute @workgroup_size(1)
+fn eval_next_chunk() {
+  chunk[0] += 1u;
 }
 
 @compute @workgroup_size(64)

@@ -13,22 +13,19 @@ from webmp.testing.probe import run_op
 NO_LABEL = 0xFFFFFFFF
 
 
-def gather(entry, n_rows, batch, path, gpu, data_pos=0, seed=0, offset=0, features=5):
+def gather(entry, n_rows, batch, path, gpu, data_pos=0, seed=0, chunk=0, features=5):
     """Runs a gather kernel on a dataset whose row r holds r % 256 + c / 8 in column c (exact in
     f16) and label r, so the output tells which rows were taken."""
     xs = np.arange(n_rows)[:, None] % 256 + np.arange(features)[None, :] / 8.0
     params = {"n_rows": n_rows, "features": features, "batch": batch}
     if entry == "gather_eval":
-        params["offset"] = offset
+        where = {"chunk": np.array([chunk], np.uint32)}
     else:
         params.update(seed=seed, perm_bits=perm_bits(n_rows))
+        where = {"state": {"data_pos": data_pos}}
     out = run_op(
         getattr(ops, entry),
-        {
-            "xs": xs.astype(np.float32),
-            "ys": np.arange(n_rows, dtype=np.uint32),
-            "state": {"data_pos": data_pos},
-        },
+        {"xs": xs.astype(np.float32), "ys": np.arange(n_rows, dtype=np.uint32), **where},
         {"X": ((batch, features), "padded"), "y": (batch,)},
         **params,
         path=path,
@@ -53,9 +50,12 @@ def test_gather_train_is_batch_rows(n, batch, pos, seed, path, gpu):
 
 
 def test_gather_eval_pads_the_last_chunk(path, gpu):
-    xs, out = gather("gather_eval", 37, 16, path, gpu, offset=32)
+    """Chunk 2 of 16 rows (the counter read on the GPU) over 37 rows: rows 32 .. 36, then padding."""
+    xs, out = gather("gather_eval", 37, 16, path, gpu, chunk=2)
     assert out["y"].tolist() == [32, 33, 34, 35, 36] + [NO_LABEL] * 11
     assert np.array_equal(out["X"][:5, :5], xs[32:]) and not out["X"][5:].any()
+    xs, out = gather("gather_eval", 37, 16, path, gpu, chunk=1)
+    assert out["y"].tolist() == list(range(16, 32)) and np.array_equal(out["X"][:, :5], xs[16:32])
 
 
 @pytest.mark.parametrize("n", [1, 2, 37, 1025, 1438])

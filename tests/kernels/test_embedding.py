@@ -111,18 +111,17 @@ def test_gather_windows_eval_pads(path):
     assert eval_windows(n, T) == 5
     toks = (np.arange(n) * 7 % 11 + 1).astype(np.uint32)  # ids 1 .. 11, so padding's 0 shows
     seen = []
-    for offset in (0, 3):
+    for chunk in (0, 1):  # the chunk counter on the GPU: windows chunk * B ..
         out = op(
             ops.gather_windows_eval,
-            {"tokens": toks, "state": {}},
+            {"tokens": toks, "chunk": np.array([chunk], np.uint32)},
             {"idx": (R,), "targets": (R,)},
             path,
             n_tokens=n,
             T=T,
             batch=B,
-            offset=offset,
         )
-        idx, targets = ref.gather_windows_eval(toks, B, T, offset)
+        idx, targets = ref.gather_windows_eval(toks, B, T, chunk * B)
         assert out["idx"].tolist() == idx.tolist() and out["targets"].tolist() == targets.tolist()
         seen += [t for t in out["targets"].tolist() if t != NO_LABEL]
     assert seen == toks[1:].tolist(), "every token after the first is a target exactly once, in order"
@@ -441,7 +440,8 @@ def test_native_matches_emulated(name, gpu):
 def test_eval_loss_chunks_and_total(path):
     """Three chunks of 21 rows over V = 11 with padding rows (NaN logits among them) into partial,
     then their total: each partial is the sum of softmax_xent's row losses, within the per-row
-    loss bound plus an f32 sum of 21 terms; the total is the three partials added in order."""
+    loss bound plus an f32 sum of 21 terms, at the place the chunk counter says (a counter past
+    the last chunk writes nothing); the total is the three partials added in order."""
     rng = rng_for("eval_loss", path)
     chunks = 3
     logits = (4 * rng.standard_normal((chunks, R, V))).astype(np.float32)
@@ -450,13 +450,17 @@ def test_eval_loss_chunks_and_total(path):
     logits[1, 5, 2] = np.nan
     labels[2, :] = NO_LABEL  # a chunk of padding only (the tail of the last window)
     partial = np.zeros(chunks, np.float32)
-    for c in range(chunks):
+    for c in (*range(chunks), chunks):
         out = op(
             ops.eval_loss_chunk,
-            {"logits": logits[c], "labels": labels[c], "partial": partial, "total": np.zeros(1, np.float32)},
+            {"logits": logits[c % chunks], "labels": labels[c % chunks], "partial": partial,
+             "total": np.zeros(1, np.float32), "chunk": np.array([c], np.uint32)},
             {"partial": (chunks,)},
-            path, B=R, C=V, chunk=c, chunks=chunks,
+            path, B=R, C=V, chunks=chunks,
         )  # fmt: skip
+        if c == chunks:
+            assert np.array_equal(out["partial"], partial), "a chunk past the last writes nothing"
+            break
         assert np.array_equal(out["partial"][np.arange(chunks) != c], partial[np.arange(chunks) != c])
         partial = out["partial"].astype(np.float32)
         loss, _, _ = ref.softmax_xent(logits[c], labels[c])
@@ -466,7 +470,8 @@ def test_eval_loss_chunks_and_total(path):
     assert partial[2] == 0
     out = op(
         ops.eval_loss_total,
-        {"logits": logits[0], "labels": labels[0], "partial": partial},
+        {"logits": logits[0], "labels": labels[0], "partial": partial,
+         "chunk": np.array([chunks], np.uint32)},
         {"total": (1,)},
         path, B=R, C=V, chunks=chunks,
     )  # fmt: skip
@@ -489,9 +494,10 @@ def test_eval_loss_large_logits(path):
     partial = np.zeros(1, np.float32)
     out = op(
         ops.eval_loss_chunk,
-        {"logits": logits, "labels": labels, "partial": partial, "total": np.zeros(1, np.float32)},
+        {"logits": logits, "labels": labels, "partial": partial, "total": np.zeros(1, np.float32),
+         "chunk": np.zeros(1, np.uint32)},
         {"partial": (1,)},
-        path, B=n, C=C, chunk=0, chunks=1,
+        path, B=n, C=C, chunks=1,
     )  # fmt: skip
     loss, _, _ = ref.softmax_xent(logits, labels)
     assert loss[-1] == np.log(2)

@@ -23,16 +23,24 @@ def _eval_case(name, path):
     labels = rng.integers(0, C, B).astype(np.uint32)
     labels[[3, 50, 69]] = NO_LABEL
     io = {"logits": logits, "labels": labels}
-    inputs = {**io, "result": np.array([5, 9], np.uint32)}
-    reset = run_op(ops.eval_reset, inputs, ["result"], B=B, C=C, path=path, gpu=default_gpu())
-    inputs = {**io, "result": np.array([100, 200], np.uint32)}
-    count = run_op(ops.eval_count, inputs, ["result"], B=B, C=C, path=path, gpu=default_gpu())
-    return io, {"reset": reset, "count": count}
+    runs = {}
+    for name, launcher in (
+        ("reset", ops.eval_reset),
+        ("count", ops.eval_count),
+        ("next", ops.eval_next_chunk),
+    ):
+        inputs = {**io, "result": np.array([100, 200], np.uint32), "chunk": np.array([6], np.uint32)}
+        runs[name] = run_op(launcher, inputs, ["result", "chunk"], B=B, C=C, path=path, gpu=default_gpu())
+    return io, runs
 
 
 def test_eval_counters(path):
+    """eval_reset zeroes both counters and the chunk counter, eval_next_chunk advances the chunk
+    and nothing else, eval_count adds to the totals and leaves the chunk."""
     io, out = run("eval/70x10", path)
-    assert out["reset"]["result"].tolist() == [0, 0]
+    assert out["reset"]["result"].tolist() == [0, 0] and out["reset"]["chunk"].tolist() == [0]
+    assert out["next"]["result"].tolist() == [100, 200] and out["next"]["chunk"].tolist() == [7]
+    assert out["count"]["chunk"].tolist() == [6]
     correct, counted = ref.eval_count(io["logits"], io["labels"])
     assert counted == 67 and correct > 0
     assert out["count"]["result"].tolist() == [100 + correct, 200 + counted], (

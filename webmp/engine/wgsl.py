@@ -83,10 +83,11 @@ after it to define):
 - The files with the entry points own the rest: matmul_fwd 3 bias, 4 C, 5 flags; matmul_dgrad
   3 Zprev, 4 C, 5 flags; matmul_plain 3 C, 4 flags; matmul_logits 3 bias, 4 C (f32); matmul_wgrad
   3 C (f32); attn_softmax_fwd 0 S, 1 P, 2 flags; attn_softmax_bwd 0 P, 1 dP, 2 dS, 3 flags; the
-  other families (colsum, eval, gather, layernorm_*, softmax_xent, grad_stats, scaler) all of
-  theirs, from 0.
+  other families (colsum, eval, gather and gather_eval (after gather_rows.wgsl: copy_row, no
+  bindings), layernorm_*, softmax_xent, grad_stats, scaler) all of theirs, from 0.
 - Token-model families, each one file after the prelude and common.wgsl, all bindings their own:
-  windows.wgsl (gather_windows, gather_windows_eval: 0 tokens, 1 state, 2 idx, 3 targets),
+  windows.wgsl (gather_windows: 0 tokens, 1 state, 2 idx, 3 targets), windows_eval.wgsl
+  (gather_windows_eval: 0 tokens, 1 chunk, 2 idx, 3 targets),
   embed.wgsl (embed_fwd: 0 idx, 1 wte, 2 wpe, 3 X (h), 4 flags), token_rows.wgsl (token_rows:
   0 idx, 1 spans, 2 order), embed_wgrad.wgsl (embed_wgrad: 0 spans, 1 order, 2 dX (h), 3 dwte,
   4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags), transpose_h.wgsl (transpose_h: 0 X, 1 Y, both h

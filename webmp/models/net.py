@@ -239,12 +239,15 @@ class Net:
         pb, Bt, E, C = self.pb, self.Bt, EVAL, self.net.classes
         n_test = len(self.data.test_x)
         forward = replayed(pb, lambda program: self.forward(program, EVAL_FLAGS, False, None))
-        ops.eval_reset(pb, E, logits="logits", labels="y", result="eval_result", B=Bt, C=C)
-        for chunk in range(ops.cdiv(n_test, Bt)):
+        pb.u32("eval_chunk", (1,), "other")
+        counters = dict(logits="logits", labels="y", result="eval_result", chunk="eval_chunk")
+        ops.eval_reset(pb, E, **counters, B=Bt, C=C)
+        for _ in range(ops.cdiv(n_test, Bt)):
             ops.gather_eval(
-                pb, E, xs="test_x", ys="test_y", X="X", y="y", n_rows=n_test, features=self.data.features,
-                batch=Bt, offset=chunk * Bt,
+                pb, E, xs="test_x", ys="test_y", chunk="eval_chunk", X="X", y="y", n_rows=n_test,
+                features=self.data.features, batch=Bt,
             )  # fmt: skip
             forward(E)
-            ops.eval_count(pb, E, logits="logits", labels="y", result="eval_result", B=Bt, C=C)
+            ops.eval_count(pb, E, **counters, B=Bt, C=C)
+            ops.eval_next_chunk(pb, E, **counters, B=Bt, C=C)
         return {"result_buffer": "eval_result", "test_rows": n_test, "loss_buffer": None}

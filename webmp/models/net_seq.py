@@ -131,18 +131,21 @@ class TokenNet(Net):
         n = max(1, chunks)
         pb.f32("val_loss_partial", (n,), "other")
         pb.f32("val_loss_sum", (1,), "other")
+        pb.u32("eval_chunk", (1,), "other")
         forward = replayed(pb, lambda program: self.forward(program, EVAL_FLAGS, False, None))
-        ops.eval_reset(pb, E, logits="logits", labels="targets", result="eval_result", B=R, C=V)
+        counters = dict(logits="logits", labels="targets", result="eval_result", chunk="eval_chunk")
         sums = dict(logits="logits", labels="targets", partial="val_loss_partial", total="val_loss_sum")
-        for chunk in range(chunks):
+        ops.eval_reset(pb, E, **counters, B=R, C=V)
+        for _ in range(chunks):
             ops.gather_windows_eval(
-                pb, E, tokens="val_tokens", idx="idx", targets="targets", n_tokens=len(val), T=T, batch=Bw,
-                offset=chunk * Bw,
+                pb, E, tokens="val_tokens", chunk="eval_chunk", idx="idx", targets="targets",
+                n_tokens=len(val), T=T, batch=Bw,
             )  # fmt: skip
             forward(E)
-            ops.eval_count(pb, E, logits="logits", labels="targets", result="eval_result", B=R, C=V)
-            ops.eval_loss_chunk(pb, E, **sums, B=R, C=V, chunk=chunk, chunks=n)
-        ops.eval_loss_total(pb, E, **sums, B=R, C=V, chunks=n)
+            ops.eval_count(pb, E, **counters, B=R, C=V)
+            ops.eval_loss_chunk(pb, E, **sums, chunk="eval_chunk", B=R, C=V, chunks=n)
+            ops.eval_next_chunk(pb, E, **counters, B=R, C=V)
+        ops.eval_loss_total(pb, E, **sums, chunk="eval_chunk", B=R, C=V, chunks=n)
         return {
             "result_buffer": "eval_result",
             "test_rows": max(0, len(val) - 1),

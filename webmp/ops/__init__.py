@@ -33,7 +33,7 @@ from .conv import avgpool_bwd, avgpool_fwd, col2im, conv_out, im2col, maxpool_bw
 from .data import gather_eval, gather_train, gather_windows, gather_windows_eval
 from .elementwise import act_bwd, act_fwd, dropout_bwd, dropout_fwd
 from .embed import add_h, embed_fwd, embed_wgrad, round_h, token_rows, transpose_h
-from .eval import eval_count, eval_loss_chunk, eval_loss_total, eval_reset
+from .eval import eval_count, eval_loss_chunk, eval_loss_total, eval_next_chunk, eval_reset
 from .matmuls import (
     H_OUT_VARIANTS,
     MATMUL_CORES,
@@ -115,6 +115,7 @@ __all__ = [
     "eval_count",
     "eval_loss_chunk",
     "eval_loss_total",
+    "eval_next_chunk",
     "eval_reset",
     "gather_eval",
     "gather_train",

@@ -31,7 +31,7 @@ def gather_train(
         consts["SHARD"] = shard
     pb.dispatch(
         program,
-        ["gather.wgsl"],
+        ["gather_rows.wgsl", "gather.wgsl"],
         "gather_train",
         consts,
         {"xs": xs, "ys": ys, "state": state, "X": X, "y": y},
@@ -45,21 +45,21 @@ def gather_eval(
     *,
     xs: str,
     ys: str,
+    chunk: str,
     X: str,
     y: str,
     n_rows: int,
     features: int,
     batch: int,
-    offset: int,
-    state: str = "state",
 ) -> None:
-    """Rows offset .. offset + batch - 1 in order; rows past the end get the label NO_LABEL."""
+    """Rows c * batch .. c * batch + batch - 1 in order, c = chunk[0] (the evaluation's chunk
+    counter: eval_reset, eval_next_chunk); rows past the end get the label NO_LABEL."""
     pb.dispatch(
         program,
-        ["gather.wgsl"],
+        ["gather_rows.wgsl", "gather_eval.wgsl"],
         "gather_eval",
-        {"N_ROWS": n_rows, "F": features, "B": batch, "OFFSET": offset, "SEED": 0, "PERM_BITS": 1},
-        {"xs": xs, "ys": ys, "state": state, "X": X, "y": y},
+        {"N_ROWS": n_rows, "F": features, "B": batch},
+        {"xs": xs, "ys": ys, "chunk": chunk, "X": X, "y": y},
         grid(batch * cdiv(features, 2)),
     )
 
@@ -113,22 +113,22 @@ def gather_windows_eval(
     program: str,
     *,
     tokens: str,
+    chunk: str,
     idx: str,
     targets: str,
     n_tokens: int,
     T: int,
     batch: int,
-    offset: int,
-    state: str = "state",
 ) -> None:
-    """Windows offset .. offset + batch - 1 of the consecutive, non-overlapping windows (window w
-    starts at token w * T); rows without a next token get token 0 and the label NO_LABEL
-    (webmp.data.tables.eval_windows counts the windows)."""
+    """Windows c * batch .. c * batch + batch - 1 of the consecutive, non-overlapping windows
+    (window w starts at token w * T), c = chunk[0] (the evaluation's chunk counter); rows without a
+    next token get token 0 and the label NO_LABEL (webmp.data.tables.eval_windows counts the
+    windows)."""
     pb.dispatch(
         program,
-        ["windows.wgsl"],
+        ["windows_eval.wgsl"],
         "gather_windows_eval",
-        {"N_TOKENS": n_tokens, "T": T, "B": batch, "OFFSET": offset},
-        {"tokens": tokens, "state": state, "idx": idx, "targets": targets},
+        {"N_TOKENS": n_tokens, "T": T, "B": batch},
+        {"tokens": tokens, "chunk": chunk, "idx": idx, "targets": targets},
         grid(batch * T),
     )

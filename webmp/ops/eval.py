@@ -1,4 +1,5 @@
-"""Evaluation (shaders/eval/): the accuracy counters and the chunked cross-entropy sum."""
+"""Evaluation (shaders/eval/): the accuracy counters, the chunk counter and the chunked cross-entropy
+sum."""
 
 from __future__ import annotations
 
@@ -6,32 +7,40 @@ from ..engine.plan import PlanBuilder
 from .common import cdiv
 
 
-def eval_reset(
-    pb: PlanBuilder, program: str, *, logits: str, labels: str, result: str, B: int, C: int
-) -> None:
-    """Zero the (correct, counted) counters."""
+def _counters(
+    pb: PlanBuilder, program: str, entry: str, logits: str, labels: str, result: str, chunk: str,
+    B: int, C: int, workgroups: int,
+) -> None:  # fmt: skip
     pb.dispatch(
         program,
         ["eval.wgsl"],
-        "eval_reset",
+        entry,
         {"B": B, "C": C},
-        {"logits": logits, "labels": labels, "result": result},
-        [1],
+        {"logits": logits, "labels": labels, "result": result, "chunk": chunk},
+        [workgroups],
     )
+
+
+def eval_reset(
+    pb: PlanBuilder, program: str, *, logits: str, labels: str, result: str, chunk: str, B: int, C: int
+) -> None:
+    """Zero the (correct, counted) counters and the chunk counter chunk[0]."""
+    _counters(pb, program, "eval_reset", logits, labels, result, chunk, B, C, 1)
+
+
+def eval_next_chunk(
+    pb: PlanBuilder, program: str, *, logits: str, labels: str, result: str, chunk: str, B: int, C: int
+) -> None:
+    """chunk[0] += 1: the next chunk for the evaluation's gathers and eval_loss_chunk, which read
+    it on the GPU (so every chunk runs the same pipelines)."""
+    _counters(pb, program, "eval_next_chunk", logits, labels, result, chunk, B, C, 1)
 
 
 def eval_count(
-    pb: PlanBuilder, program: str, *, logits: str, labels: str, result: str, B: int, C: int
+    pb: PlanBuilder, program: str, *, logits: str, labels: str, result: str, chunk: str, B: int, C: int
 ) -> None:
     """Count the rows whose argmax is the label (rows labelled NO_LABEL are not counted)."""
-    pb.dispatch(
-        program,
-        ["eval.wgsl"],
-        "eval_count",
-        {"B": B, "C": C},
-        {"logits": logits, "labels": labels, "result": result},
-        [cdiv(B, 64)],
-    )
+    _counters(pb, program, "eval_count", logits, labels, result, chunk, B, C, cdiv(B, 64))
 
 
 def eval_loss_chunk(
@@ -42,28 +51,28 @@ def eval_loss_chunk(
     labels: str,
     partial: str,
     total: str,
+    chunk: str,
     B: int,
     C: int,
-    chunk: int,
     chunks: int,
 ) -> None:
-    """partial[chunk] = the sum of the B rows' cross-entropy losses in f32 (NO_LABEL rows add 0),
-    by one workgroup in a fixed order."""
-    if not 0 <= chunk < chunks:
-        raise ValueError(f"chunk {chunk} not in 0 .. {chunks - 1}")
+    """partial[chunk[0]] = the sum of the B rows' cross-entropy losses in f32 (NO_LABEL rows add
+    0), by one workgroup in a fixed order (nothing is written for a chunk[0] >= chunks)."""
+    if chunks < 1:
+        raise ValueError(f"chunks must be positive, got {chunks}")
     pb.dispatch(
         program,
         ["reduce.wgsl", "eval_loss.wgsl"],
         "eval_loss_chunk",
-        {"B": B, "C": C, "CHUNK": chunk, "CHUNKS": chunks},
-        {"logits": logits, "labels": labels, "partial": partial, "total": total},
+        {"B": B, "C": C, "CHUNKS": chunks},
+        {"logits": logits, "labels": labels, "partial": partial, "total": total, "chunk": chunk},
         [1],
     )
 
 
 def eval_loss_total(
-    pb: PlanBuilder, program: str, *, logits: str, labels: str, partial: str, total: str, B: int, C: int,
-    chunks: int,
+    pb: PlanBuilder, program: str, *, logits: str, labels: str, partial: str, total: str, chunk: str,
+    B: int, C: int, chunks: int,
 ) -> None:  # fmt: skip
     """total[0] = partial[0] + ... + partial[chunks - 1], in that order."""
     pb.dispatch(
@@ -71,6 +80,6 @@ def eval_loss_total(
         ["reduce.wgsl", "eval_loss.wgsl"],
         "eval_loss_total",
         {"B": B, "C": C, "CHUNKS": chunks},
-        {"logits": logits, "labels": labels, "partial": partial, "total": total},
+        {"logits": logits, "labels": labels, "partial": partial, "total": total, "chunk": chunk},
         [1],
     )
