@@ -20,6 +20,7 @@ export async function train(runner, {startStep, onRecords, onCheckpoint, shouldS
     const ckpt = ckptEvery > 0 && s % ckptEvery === 0;
     const read = s % logEvery === 0 || s === steps || ckpt;
     const lens = read && Boolean(runner.plan.histograms);
+    if (lens) await runner.ready([runner.plan.histograms.program]);  // so that run() submits before it returns
     const submitted = runner.run('train_step', read, 1, lens);  // submits before it returns
     runner.device.queue.onSubmittedWorkDone().then(() => onStepDone(s, performance.now()), () => {});
     const ring = await submitted;

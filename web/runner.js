@@ -92,11 +92,15 @@ async function scoped(device, what, create) {
 
 export class Runner {
   // gpu: from openGPU(); fetchText(name) returns a file of shaders/ as text; onCompile(k, n), when
-  // given, is called as the plan's n kernels' pipelines are created (k = 0 first, then once each).
-  static async create(gpu, plan, blob, fetchText, onCompile = () => {}) {
+  // given, is called as the pipelines are created (k = 0 first, then once each) of the n kernels
+  // that `first` needs: with `first` (program names) only those programs' pipelines are made before
+  // create returns, the others in the background after it (a first step need not wait for the
+  // evaluation's kernels; run() and ready() wait for them, and a failure there ends the run);
+  // without, all of them.
+  static async create(gpu, plan, blob, fetchText, onCompile = () => {}, first = null) {
     checkPlan(plan, gpu);
     const r = new Runner(gpu, plan);
-    await r.init(new Uint8Array(blob), fetchText, onCompile);
+    await r.init(new Uint8Array(blob), fetchText, onCompile, first);
     return r;
   }
 
@@ -116,7 +120,7 @@ export class Runner {
     });
   }
 
-  async init(blob, fetchText, onCompile) {
+  async init(blob, fetchText, onCompile, first) {
     const dev = this.device, plan = this.plan;
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     this.buffers = await scoped(dev, 'creating buffers', () => {
@@ -129,51 +133,86 @@ export class Runner {
       return out;
     });
     const files = [...new Set(plan.kernels.flatMap((k) => k.sources))];
-    const text = Object.fromEntries(await Promise.all(files.map(async (f) => [f, await fetchText(f)])));
-    const modules = new Map(), layouts = new Map();
-    let compiled = 0;
-    onCompile(0, plan.kernels.length);
+    this.text = Object.fromEntries(await Promise.all(files.map(async (f) => [f, await fetchText(f)])));
+    this.modules = new Map();
+    this.bindLayouts = new Map();
     this.pipelines = {};
     this.layouts = {};
-    for (const k of plan.kernels) {
-      const key = k.sources.join('|');
-      if (!modules.has(key)) {
-        // Browsers need these for the subgroup matmul core (wgpu-py's naga refuses the first and does
-        // not know the second's rule: see webmp/engine/wgsl.py SOURCE_FEATURES)
-        const enable = plan.required_features.includes('subgroups')
-          ? 'enable subgroups;\ndiagnostic(off, subgroup_uniformity);\n' : '';
-        const module = dev.createShaderModule({code: enable + k.sources.map((f) => text[f]).join('\n'), label: k.sources.at(-1)});
-        const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === 'error');
-        if (errors.length) {
-          throw new Error(`WGSL of ${k.sources.join(' + ')} does not compile: ` +
-                          errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join('; '));
-        }
-        modules.set(key, module);
-      }
-      const sig = k.bindings.map((b) => `${b.binding}:${b.type}`).join(',');
-      if (!layouts.has(sig)) {
-        const bgl = dev.createBindGroupLayout({entries: k.bindings.map((b) => (
-          {binding: b.binding, visibility: GPUShaderStage.COMPUTE, buffer: {type: b.type}}))});
-        layouts.set(sig, [bgl, dev.createPipelineLayout({bindGroupLayouts: [bgl]})]);
-      }
-      const [bgl, layout] = layouts.get(sig);
-      this.layouts[k.name] = bgl;
-      this.pipelines[k.name] = dev.createComputePipelineAsync({
-        label: k.name, layout, compute: {module: modules.get(key), entryPoint: k.entry, constants: k.constants},
-      }).then((pipeline) => {
-        onCompile(++compiled, plan.kernels.length);
-        return pipeline;
-      }, (e) => { throw new Error(`pipeline ${k.name} failed: ${e.message}`); });
-    }
-    for (const name of Object.keys(this.pipelines)) this.pipelines[name] = await this.pipelines[name];
-    this.programs = await scoped(dev, 'creating bind groups', () => Object.fromEntries(
-      Object.entries(plan.programs).map(([name, ds]) => [name, ds.map((d) => this.prepare(d))])));
+    this.programs = {};
+    const names = Object.keys(plan.programs);
+    const now = first ? names.filter((p) => first.includes(p)) : names;
+    const later = names.filter((p) => !now.includes(p));
+    const needed = new Set(now.flatMap((p) => plan.programs[p].map((d) => d.kernel)));
+    const kernels = plan.kernels.filter((k) => needed.has(k.name));
+    let compiled = 0;
+    onCompile(0, kernels.length);
+    await this.makePipelines(kernels, () => onCompile(++compiled, kernels.length));
+    await this.preparePrograms(now);
+    this.background = later.length === 0 ? Promise.resolve() : (async () => {
+      await this.makePipelines(plan.kernels.filter((k) => !needed.has(k.name)));
+      // no error scope here: scopes are the device's, and the training submits meanwhile (a failure
+      // still ends the run, through 'uncapturederror')
+      Object.assign(this.programs, Object.fromEntries(
+        later.map((name) => [name, plan.programs[name].map((d) => this.prepare(d))])));
+    })().catch((e) => { this.error = this.error || e; });
     this.metricsBytes = this.buffers[plan.metrics.buffer].size;
     // A training plan's gradient-range lens (plan.histograms): its counts are staged after the ring.
     this.lensBytes = plan.histograms ? this.buffers[plan.histograms.buffer].size : 0;
     this.lastHistograms = null;  // the counts per layer read by the last run(..., histograms = true)
     this.staging = dev.createBuffer({size: this.metricsBytes + this.lensBytes,
                                      usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+  }
+
+  // The pipelines of `kernels` (their shader modules and layouts made once, shared), created in
+  // parallel; onEach after each.
+  async makePipelines(kernels, onEach = () => {}) {
+    const dev = this.device, plan = this.plan;
+    for (const k of kernels) {
+      const key = k.sources.join('|');
+      if (!this.modules.has(key)) {
+        // Browsers need these for the subgroup matmul core (wgpu-py's naga refuses the first and does
+        // not know the second's rule: see webmp/engine/wgsl.py SOURCE_FEATURES)
+        const enable = plan.required_features.includes('subgroups')
+          ? 'enable subgroups;\ndiagnostic(off, subgroup_uniformity);\n' : '';
+        const module = dev.createShaderModule({code: enable + k.sources.map((f) => this.text[f]).join('\n'), label: k.sources.at(-1)});
+        const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === 'error');
+        if (errors.length) {
+          throw new Error(`WGSL of ${k.sources.join(' + ')} does not compile: ` +
+                          errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join('; '));
+        }
+        this.modules.set(key, module);
+      }
+      const sig = k.bindings.map((b) => `${b.binding}:${b.type}`).join(',');
+      if (!this.bindLayouts.has(sig)) {
+        const bgl = dev.createBindGroupLayout({entries: k.bindings.map((b) => (
+          {binding: b.binding, visibility: GPUShaderStage.COMPUTE, buffer: {type: b.type}}))});
+        this.bindLayouts.set(sig, [bgl, dev.createPipelineLayout({bindGroupLayouts: [bgl]})]);
+      }
+      const [bgl, layout] = this.bindLayouts.get(sig);
+      this.layouts[k.name] = bgl;
+      this.pipelines[k.name] = dev.createComputePipelineAsync({
+        label: k.name, layout, compute: {module: this.modules.get(key), entryPoint: k.entry, constants: k.constants},
+      }).then((pipeline) => {
+        onEach();
+        return pipeline;
+      }, (e) => { throw new Error(`pipeline ${k.name} failed: ${e.message}`); });
+    }
+    for (const k of kernels) this.pipelines[k.name] = await this.pipelines[k.name];
+  }
+
+  async preparePrograms(names) {
+    const made = await scoped(this.device, 'creating bind groups', () => Object.fromEntries(
+      names.map((name) => [name, this.plan.programs[name].map((d) => this.prepare(d))])));
+    Object.assign(this.programs, made);
+  }
+
+  // Resolves when the programs `names` can run (the background pipelines of Runner.create's `first`).
+  async ready(names) {
+    if (names.every((p) => this.programs[p])) return;
+    await this.background;
+    if (this.error) throw this.error;
+    const missing = names.filter((p) => !this.programs[p]);
+    if (missing.length) throw new Error(`the plan has no program ${missing.join(', ')}`);
   }
 
   prepare(d) {
@@ -213,6 +252,8 @@ export class Runner {
     const lens = this.plan.histograms;
     const counts = histograms && lens && program === lens.replaces;
     if (histograms && !(counts || (readMetrics && this.lensBytes))) throw new Error(`the plan's lens neither counts in ${program} nor is read with metrics`);
+    const programs = counts ? [program, lens.program] : [program];
+    if (!programs.every((p) => this.programs[p])) await this.ready(programs);  // else it submits before returning
     const enc = this.device.createCommandEncoder();
     for (let i = 0; i < repeat; i++) this.encode(enc, counts && i === repeat - 1 ? lens.program : program);
     if (readMetrics) enc.copyBufferToBuffer(this.buffers[this.plan.metrics.buffer], 0, this.staging, 0, this.metricsBytes);

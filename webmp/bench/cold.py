@@ -8,7 +8,9 @@ for every kernel of the plan. Each measurement here starts a new process with a 
 of its own: empty for "cold", the one the cold run filled for "warm".
 
 - native: a `python` subprocess builds the plan, creates the wgpu-py runtime and runs one step
-  (plan_s, runtime_s, first_step_s).
+  (plan_s, runtime_s, first_step_s). Both make only the training step's pipelines before it
+  (`kernels`; the evaluation's and the lens's own are made at their first use, in the page in the
+  background).
 - page: a new headless Chromium ($WEBGPU_CHROME, the lavapipe launcher, when set; else Debian's
   Chromium on SwiftShader, whose compiled shaders live only in the process, so its "warm" is cold
   too) opens a run of the same config from a server in this process; the page's own clock gives
@@ -47,13 +49,14 @@ gpu = default_gpu()
 t1 = time.perf_counter()
 plan, blob = build_plan(cfg, data, resolve_f16_path(cfg.precision, cfg.f16, gpu.has_f16))
 t2 = time.perf_counter()
-rt = Runtime(plan, blob, gpu)
+rt = Runtime(plan, blob, gpu, first=["train_step"])  # as webmp train makes it
 t3 = time.perf_counter()
 rt.run("train_step")
 rt.sync()
 t4 = time.perf_counter()
 print(json.dumps({"adapter": gpu.name, "f16_path": plan["f16_path"] or "fp32",
-                  "kernels": len(plan["kernels"]), "imports_data_device_s": t1 - t0, "plan_s": t2 - t1,
+                  "kernels": len(rt.pipelines), "plan_kernels": len(plan["kernels"]),
+                  "imports_data_device_s": t1 - t0, "plan_s": t2 - t1,
                   "runtime_s": t3 - t2, "first_step_s": t4 - t3, "plan_to_first_step_s": t4 - t1}))
 """
 

@@ -17,7 +17,8 @@ import os
 import re
 import warnings
 from collections import OrderedDict
-from typing import cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader in headless shells
 
@@ -144,8 +145,27 @@ def gpu_for_rank(rank: int) -> GPU:
     return GPU(adapter=adapters[rank % len(adapters)])
 
 
+class _Made(dict):
+    """A dict whose missing keys are made on first use, by `make(key)`."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        value = self[key] = self.make(key)
+        return value
+
+
 class Runtime:
-    def __init__(self, plan: KernelPlan, blob: bytes, gpu: GPU | None = None):
+    """A plan's buffers, pipelines and programs on a device. With `first` (program names) only those
+    programs' pipelines are made here, every other one at its first use (a first training step need
+    not wait for the evaluation's kernels: the page's runner makes them in the background); without,
+    all of them."""
+
+    def __init__(
+        self, plan: KernelPlan, blob: bytes, gpu: GPU | None = None, first: Sequence[str] | None = None
+    ):
         self.plan = plan
         self.gpu = gpu or default_gpu()
         self.gpu.check_plan(plan)
@@ -163,31 +183,19 @@ class Runtime:
                 off, n = b["init"]["offset"], b["init"]["bytes"]
                 dev.queue.write_buffer(buf, 0, blob[off : off + n])
             self.buffers[b["name"]] = buf
-        modules, layouts = {}, {}
-        self.pipelines, self.layouts = {}, {}
-        from .wgsl import join_sources
-
-        for k in plan["kernels"]:
-            src = tuple(k["sources"])
-            if src not in modules:
-                modules[src] = dev.create_shader_module(code=join_sources(src), label=k["sources"][-1])
-            sig = tuple((b["binding"], b["type"]) for b in k["bindings"])
-            if sig not in layouts:
-                bgl = dev.create_bind_group_layout(
-                    entries=[
-                        {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}}
-                        for i, t in sig
-                    ]
-                )
-                layouts[sig] = (bgl, dev.create_pipeline_layout(bind_group_layouts=[bgl]))
-            bgl, pl = layouts[sig]
-            self.layouts[k["name"]] = bgl
-            self.pipelines[k["name"]] = dev.create_compute_pipeline(
-                layout=pl,
-                label=k["name"],
-                compute={"module": modules[src], "entry_point": k["entry"], "constants": k["constants"]},
-            )
-        self.programs = {name: [self._prepare(d) for d in ds] for name, ds in plan["programs"].items()}
+        self.kernels = {k["name"]: k for k in plan["kernels"]}
+        self.modules: dict[tuple[str, ...], Any] = {}
+        self.bind_layouts: dict[tuple[tuple[int, str], ...], tuple[Any, Any]] = {}
+        self.layouts: dict[str, Any] = {}
+        self.pipelines: dict[str, Any] = _Made(self._pipeline)
+        self.programs: dict[str, list] = _Made(
+            lambda name: [self._prepare(d) for d in plan["programs"][name]]
+        )
+        for name in plan["programs"] if first is None else [p for p in first if p in plan["programs"]]:
+            self.programs[name]
+        if first is None:
+            for name in self.kernels:
+                self.pipelines[name]
         m = plan["metrics"]
         self.metrics_bytes = self.buffers[m["buffer"]].size
         # a training plan's gradient-range lens: its counts are staged after the ring, in the same map
@@ -203,14 +211,39 @@ class Runtime:
         self.submits = 0
         self.gather_staging = None  # read_gathered's staging buffer, made on first use
 
+    def _pipeline(self, name: str):
+        from .wgsl import join_sources
+
+        k, dev = self.kernels[name], self.device
+        src = tuple(k["sources"])
+        if src not in self.modules:
+            self.modules[src] = dev.create_shader_module(code=join_sources(src), label=k["sources"][-1])
+        sig = tuple((b["binding"], b["type"]) for b in k["bindings"])
+        if sig not in self.bind_layouts:
+            bgl = dev.create_bind_group_layout(
+                entries=[
+                    {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}}
+                    for i, t in sig
+                ]
+            )
+            self.bind_layouts[sig] = (bgl, dev.create_pipeline_layout(bind_group_layouts=[bgl]))
+        bgl, pl = self.bind_layouts[sig]
+        self.layouts[name] = bgl
+        return dev.create_compute_pipeline(
+            layout=pl,
+            label=name,
+            compute={"module": self.modules[src], "entry_point": k["entry"], "constants": k["constants"]},
+        )
+
     def _prepare(self, d):
+        pipeline = self.pipelines[d["kernel"]]  # made (with its layout) at its first use
         bg = self.device.create_bind_group(
             layout=self.layouts[d["kernel"]],
             entries=[
                 {"binding": i, "resource": {"buffer": self.buffers[name]}} for i, name in enumerate(d["bind"])
             ],
         )
-        return self.pipelines[d["kernel"]], bg, d["workgroups"]
+        return pipeline, bg, d["workgroups"]
 
     def encode(self, encoder, program: str):
         cpass = encoder.begin_compute_pass()

@@ -144,7 +144,8 @@ class Trainer:
         self.f16_description = describe_f16(self.path, cfg.f16)
         self.plan, blob = self._build_plan()
         self.step = self.resume.step if self.resume is not None else 0
-        self.runtime = Runtime(self.plan, blob, self.gpu)
+        # the evaluation's and the lens's own kernels are made at their first use
+        self.runtime = Runtime(self.plan, blob, self.gpu, first=["train_step"])
         self.data_parallel = (
             DataParallelStep(self.runtime, self.plan["data_parallel"], self.world, before_allreduce)
             if "data_parallel" in self.plan
