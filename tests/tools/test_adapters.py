@@ -192,8 +192,7 @@ FLAGS = ["--hidden", "16", "--batch-size", "8", "--steps", "2", "--log-every", "
 
 def test_webmp_train_tunes_first_unless_told_not_to(tmp_path, monkeypatch, capsys):
     """--no-tune (and $WEBMP_NO_TUNE) leaves the cache alone and shows no tuning phase; without them
-    the phase is in the log with its time (a budget too small to time two candidates of a class:
-    nothing cached); the log says where the tiles came from either way."""
+    the phase is in the log with its time; the log says where the tiles came from either way."""
     cache = tmp_path / "tune.json"
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(cache))
     monkeypatch.setenv("WEBMP_NO_TUNE", "0")
@@ -208,7 +207,7 @@ def test_webmp_train_tunes_first_unless_told_not_to(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("WEBMP_NO_TUNE", "0")
     assert cli(["train", *FLAGS, "--tune-budget", "0.001", "--out", str(tmp_path / "tiny")]) == 0
     out = capsys.readouterr().out
-    assert "webmp: first-use tuning: tuned 0 of the " in out and "s]" in out and "later run" in out
+    assert "webmp: first-use tuning: tuned " in out and "s]" in out  # at most one class: its two candidates
     assert cli(["train", *FLAGS, "--tune-budget", "-1", "--out", str(tmp_path / "bad")]) == 2
 
 

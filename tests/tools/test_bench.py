@@ -516,7 +516,7 @@ def test_markdown_says_what_is_missing():
     colds, ranks, sbs = other_runs()
     text = render(r, colds, ranks, sbs)
     assert_tables_and_machine(text, MACHINE, SECTIONS[7:10])
-    assert "| native | cold | 26 | 0.01 | 0.60 | 2.30 | 2.90 |" in text
+    assert "| native | cold | 26 | - | 0.01 | 0.60 | 2.30 | 2.90 |" in text
     assert "webmp 0.1.0 at 0123456789" in text
 
 

@@ -4,12 +4,13 @@ for its adapter, timed within a small budget before the plan is built, the winne
 The run's classes come from a dry plan (the products do not depend on the tiles, only on the
 weights' form, which the table already fixes). Each missing class, the most work first, times its
 untuned choice (the adapter class's shipped tiles, else the defaults) and the next most promising
-candidates (webmp.tune.native.tune_classes), at most `max_candidates`, while the budget lasts; no
-class starts once it is spent. A class is cached only where at least two candidates were timed
-against each other (one timed alone compared nothing); the rest keep the shipped tiles and are
-tuned by a later run. The forms (row kernels, weights) are left to `webmp bench --tune`: the
-shipped table holds measured ones. Every tile choice gives the same bits, so tuning never changes
-what a run computes, only how fast.
+candidates (webmp.tune.native.tune_classes), at most `max_candidates`, while the budget lasts. No
+class starts once it is spent, and a class started times two candidates whatever the budget (one
+timed alone compares nothing): so every run with a budget caches at least one class, and may
+overrun the budget by one class's two candidates. A class is cached only where two candidates
+were timed against each other; the rest keep the shipped tiles until a later run tunes them. The
+forms (row kernels, weights) are left to `webmp bench --tune`: the shipped table holds measured
+ones. Every tile choice gives the same bits, so tuning never changes what a run computes.
 """
 
 from __future__ import annotations
@@ -47,7 +48,13 @@ class FirstUseTuning:
             return table, f"every one of the run's {len(classes)} shape classes is in the tune cache"
         t0 = time.perf_counter()
         report = tune_classes(
-            gpu, missing, self.budget_s, log=_quiet, max_candidates=self.max_candidates, hard_budget=True
+            gpu,
+            missing,
+            self.budget_s,
+            log=_quiet,
+            max_candidates=self.max_candidates,
+            hard_budget=True,
+            min_candidates=min(2, self.max_candidates),
         )
         keep = {cls: r["tiles"] for cls, r in report.items() if r["tried"] >= 2}
         if keep:

@@ -204,7 +204,13 @@ def _time_candidate(gpu, cls: str, shape: tuple, tiles: Tiles, log) -> list | No
 
 
 def tune_classes(
-    gpu, shapes, budget_s: float, log=print, max_candidates: int | None = None, hard_budget: bool = False
+    gpu,
+    shapes,
+    budget_s: float,
+    log=print,
+    max_candidates: int | None = None,
+    hard_budget: bool = False,
+    min_candidates: int = 1,
 ) -> dict:
     """For each shape class (represented by the first of its shapes given), times the candidates
     that fit the device, the class's untuned choice (untuned_table) first, then the most promising,
@@ -212,7 +218,8 @@ def tune_classes(
     passes its correctness check wins. Classes with the most work go first, and time one class
     leaves unused goes to the next. With hard_budget the classes in turn may take all that is
     left, and none is started once the budget is spent (else every class times at least its
-    untuned choice). Writes nothing.
+    untuned choice); a class started times at least min_candidates (that fit and compute right)
+    whatever the budget. Writes nothing.
     Returns {class: {"tiles", "gflops", "default_gflops", "tried"}} for the classes timed."""
     order = classes_of(shapes)
     allowed = candidates(gpu.device.limits, gpu.has_subgroups)
@@ -229,9 +236,9 @@ def tune_classes(
         tried: list[list[Any]] = []
         default = untuned.for_shape(*shape[:6])  # what the class gets untuned: tried first
         for n, tiles in enumerate([default] + [c for c in allowed if c != default]):
-            if tried and (
-                time.perf_counter() > t_end or (max_candidates is not None and n >= max_candidates)
-            ):
+            if max_candidates is not None and n >= max_candidates:
+                break
+            if len(tried) >= min_candidates and time.perf_counter() > t_end:
                 break
             timed = _time_candidate(gpu, cls, shape, tiles, log)
             if timed is None:
