@@ -1,7 +1,8 @@
 """`webmp bench --cold-start [gpt]`: from a run's plan to its first finished step (the default MLP's, or
 TrainConfig(model="gpt")'s), natively and in the page, with the GPU driver's shader cache cold and
 then warm. Natively as `webmp train` starts with an empty tune cache (the adapter class's shipped
-tiles, first-use tuning first: its seconds count), in the page with the page's default tiles.
+tiles, first-use tuning first: its seconds count), in the page with the shipped tiles of the class
+its browser reports (the page's plans: webmp.engine.adapters).
 The JSON names the host and webmp's commit (webmp.bench.machine).
 
 lavapipe compiles a pipeline's shaders when it is first dispatched and keeps them in Mesa's on-disk

@@ -344,8 +344,8 @@ def cold_section(c: dict | None) -> list[str]:
     what = f"`TrainConfig({fields})`" if fields else "The default MLP"
     tiles = (
         "natively as `webmp train` starts with an empty tune cache: first-use tuning (its seconds in "
-        "'tuning s'), the adapter class's shipped tiles for what it did not tune; in the page the "
-        "default tiles"
+        "'tuning s'), the adapter class's shipped tiles for what it did not tune; in the page those "
+        "of the class its browser reports (webmp.engine.adapters)"
         if any("tuning_s" in row for row in c["rows"])
         else "default tiles"
     )

@@ -22,7 +22,7 @@ The classes (`adapter_class`, from what wgpu-py or a browser reports about the a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 Tiles = dict[str, Any]
@@ -64,6 +64,32 @@ class AdapterInfo:
             subgroup_max_size=size("max"),
             subgroups=bool({"subgroup", "subgroups"} & feats),
         )
+
+    @classmethod
+    def from_browser(cls, signature: Mapping[str, Any]) -> AdapterInfo:
+        """From what a page reports (webmp.serve.messages.AdapterSignature: GPUAdapterInfo's strings,
+        subgroup sizes, the feature names)."""
+        return cls(
+            vendor=str(signature.get("vendor") or ""),
+            architecture=str(signature.get("architecture") or ""),
+            device=str(signature.get("device") or ""),
+            description=str(signature.get("description") or ""),
+            subgroup_min_size=int(signature.get("subgroup_min_size") or 0),
+            subgroup_max_size=int(signature.get("subgroup_max_size") or 0),
+            subgroups="subgroups" in (signature.get("features") or []),
+        )
+
+    def entry(self) -> dict[str, int | str]:
+        """As a tune cache entry (names to integers or strings): tiles.ADAPTER_KEY's."""
+        return {k: int(v) if isinstance(v, bool) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> AdapterInfo:
+        known = {f.name: f.type for f in fields(cls)}
+        kw = {k: v for k, v in entry.items() if k in known}
+        if "subgroups" in kw:
+            kw["subgroups"] = bool(kw["subgroups"])
+        return cls(**kw)
 
     def text(self) -> str:
         return " ".join((self.vendor, self.architecture, self.device, self.description)).lower()

@@ -57,7 +57,10 @@ DEFAULT_ROWS = "workgroup"
 WEIGHTS_KEY = "weights"
 WEIGHT_FORMS = ("as_stored", "transposed")
 DEFAULT_WEIGHTS = "as_stored"
-RESERVED_KEYS = (ROWS_KEY, WEIGHTS_KEY)
+# reserved key: what a page reported about its adapter (AdapterInfo.entry), stored by the server under
+# the page's adapter key, so that the page's plans get its class's shipped tiles (a name alone says no class)
+ADAPTER_KEY = "adapter"
+RESERVED_KEYS = (ROWS_KEY, WEIGHTS_KEY, ADAPTER_KEY)
 
 
 def _bucket(n: int) -> str:
@@ -94,6 +97,7 @@ class TileTable:
         by_class = dict(by_class or {})
         rows = by_class.pop(ROWS_KEY, None) or {}
         weights = by_class.pop(WEIGHTS_KEY, None) or {}
+        by_class.pop(ADAPTER_KEY, None)
         self.by_class = {cls: dict(t) for cls, t in by_class.items()}
         self.adapter = adapter
         self.shipped = shipped
@@ -116,10 +120,13 @@ class TileTable:
     @classmethod
     def for_adapter(cls, adapter: str | None, info: AdapterInfo | None = None) -> TileTable:
         """The cached choices for this adapter (none cached, or adapter None: none), over the shipped
-        entry of its class when `info` is given (webmp.engine.adapters.shipped_tiles), else over the
-        defaults. An entry this version cannot use (a form it does not know: perhaps a newer
-        webmp's) is reported and left out; the file is left as it is."""
+        entry of its class when `info` is given (webmp.engine.adapters.shipped_tiles) or the cache
+        holds what a page reported about it (ADAPTER_KEY), else over the defaults. An entry this
+        version cannot use (a form it does not know: perhaps a newer webmp's) is reported and left
+        out; the file is left as it is."""
         entry = load_cache().get(adapter, {}) if adapter else {}
+        if info is None and isinstance(entry.get(ADAPTER_KEY), dict):  # a page's adapter (its report)
+            info = AdapterInfo.from_entry(entry[ADAPTER_KEY])
         shipped = shipped_tiles(info)
         try:
             return cls(entry, adapter, shipped)

@@ -191,14 +191,15 @@ def untuned_table(gpu) -> TileTable:
     return TileTable({}, gpu.name, shipped_tiles(getattr(gpu, "info", None)))
 
 
-def _time_candidate(gpu, cls: str, shape: tuple, tiles: Tiles, log) -> list | None:
+def _time_candidate(gpu, cls: str, shape: tuple, tiles: Tiles, log, check: bool = True) -> list | None:
     """[GFLOP/s, tiles, case] of one candidate, or None when it computes wrong results: correctness
-    on a small shape with ragged edges, speed on the real one."""
+    on a small shape with ragged edges (unless check is False), speed on the real one."""
     path, M, N, K, ta, tb, batch = shape
-    small = MatmulCase(gpu, path, min(M, 67), min(N, 35), min(K, 41), trans_a=ta, trans_b=tb, tiles=tiles)
-    if small.check() > 1.0:
-        log(f"tune {cls}: {tiles} gives wrong results; skipped")
-        return None
+    if check:
+        small = MatmulCase(gpu, path, min(M, 67), min(N, 35), min(K, 41), trans_a=ta, trans_b=tb, tiles=tiles)
+        if small.check() > 1.0:
+            log(f"tune {cls}: {tiles} gives wrong results; skipped")
+            return None
     case = MatmulCase(gpu, path, M, N, K, trans_a=ta, trans_b=tb, tiles=tiles, batch=batch)
     return [case.gflops(target_s=0.05), tiles, case]
 
@@ -211,6 +212,7 @@ def tune_classes(
     max_candidates: int | None = None,
     hard_budget: bool = False,
     min_candidates: int = 1,
+    check_untuned: bool = True,
 ) -> dict:
     """For each shape class (represented by the first of its shapes given), times the candidates
     that fit the device, the class's untuned choice (untuned_table) first, then the most promising,
@@ -219,7 +221,8 @@ def tune_classes(
     leaves unused goes to the next. With hard_budget the classes in turn may take all that is
     left, and none is started once the budget is spent (else every class times at least its
     untuned choice); a class started times at least min_candidates (that fit and compute right)
-    whatever the budget. Writes nothing.
+    whatever the budget. check_untuned False: the untuned choice (what the run uses anyway) is timed
+    without its correctness check (one compile less). Writes nothing.
     Returns {class: {"tiles", "gflops", "default_gflops", "tried"}} for the classes timed."""
     order = classes_of(shapes)
     allowed = candidates(gpu.device.limits, gpu.has_subgroups)
@@ -240,7 +243,7 @@ def tune_classes(
                 break
             if len(tried) >= min_candidates and time.perf_counter() > t_end:
                 break
-            timed = _time_candidate(gpu, cls, shape, tiles, log)
+            timed = _time_candidate(gpu, cls, shape, tiles, log, check=check_untuned or tiles != default)
             if timed is None:
                 continue
             tried.append(timed)
