@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from webmp.engine.runtime import default_gpu
+
+# `webmp train` (the CLI) tunes the run's matmul shapes the tune cache lacks before it starts: a few
+# seconds a run, written into the tune cache. The tests' runs do not; the tests of the tuning itself
+# (tests/tools/test_adapters.py) turn it on with a cache of their own.
+os.environ.setdefault("WEBMP_NO_TUNE", "1")
 
 PATHS = ["native", "emulated", "fp32"]
 F16_PATHS = ["native", "emulated"]

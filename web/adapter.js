@@ -56,11 +56,13 @@ function noWebGPU(e) {
 
 // The matmul tiles tuned for this adapter, as the server has them.
 async function showTiles() {
-  const {adapter_key: key, tuned, forms} = await api('/api/adapters', {method: 'POST', body: page.signature});
+  const {adapter_key: key, tuned, forms, shipped} = await api('/api/adapters', {method: 'POST', body: page.signature});
   const n = Object.keys(tuned).length;
   Object.assign(page.tune, {key, tuned: n});
   const chosen = Object.entries(forms).map(([what, form]) => `; ${what}: ${form}`).join('');
-  const what = n ? `tuned on this adapter (${n} shape classes${chosen})` : 'default (no tuning pass on this adapter yet)';
+  const rest = shipped ? `the ${shipped}` : 'default';
+  const what = n ? `tuned on this adapter (${n} shape classes${chosen}), else ${rest}`
+    : `${rest} (no tuning pass on this adapter yet)`;
   const dl = $('gpu-info');
   let dd = [...dl.querySelectorAll('dt')].find((dt) => dt.textContent === 'matmul tiles')?.nextElementSibling;
   if (!dd) {

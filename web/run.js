@@ -77,7 +77,8 @@ export async function trainRun(runId) {
     const offer = gpu.hasF16 ? 'native' : 'emulated';
     await tilesReady;
     page.planRequested = performance.now();  // webmp bench --cold-start: plan to first finished step
-    const tiles = page.tune.tuned ? `&tiles=${page.tune.key}` : '';
+    // the adapter's key: its tuned tiles, and its class's shipped ones for the rest (the server decides)
+    const tiles = page.tune.key ? `&tiles=${page.tune.key}` : '';
     const {plan, start_step: startStep, f16_path: f16Path, matmul_tiles: matmulTiles, generates_text: text} =
       await api(`/api/runs/${runId}/plan?f16=${offer}${tiles}`);
     generatesText = text;

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -34,6 +35,8 @@ COMMANDS = {
     "bench": "benchmark kernels, step overhead and memory",
     "export": "write a run's trained weights as safetensors (webmp's or PyTorch's layout)",
 }
+# set (to anything but 0): `webmp train` does no first-use tuning, as with --no-tune (the test suite sets it)
+NO_TUNE_ENV = "WEBMP_NO_TUNE"
 SCALARS: dict[type, str] = {int: "INT", float: "FLOAT", str: "TEXT"}  # flag types and their metavars
 
 
@@ -149,6 +152,22 @@ def train_parser() -> argparse.ArgumentParser:
         "change it (the model, data, precision, batch size and seed cannot)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    # not TrainConfig fields: tiles change how fast a run is, never what it computes (every choice
+    # gives the same bits), so they are no setting of the run's (config.json, resume, the page's form)
+    run.add_argument(
+        "--no-tune",
+        action="store_true",
+        help="no first-use tuning: the shape classes the tune cache lacks for this adapter keep the "
+        f"shipped tiles of its class (or the defaults) instead of being timed before the plan is built "
+        f"(also ${NO_TUNE_ENV}=1)",
+    )
+    run.add_argument(
+        "--tune-budget",
+        type=float,
+        metavar="S",
+        default=None,
+        help="seconds the first-use tuning may take (default: webmp.tune.first_use.FIRST_USE_BUDGET_S, 3)",
+    )
     run.add_argument(
         "--dry-run",
         action="store_true",
@@ -188,6 +207,14 @@ def cmd_train(argv: list[str]) -> int:
         return 0
     from .train.distributed import detect_world
     from .train.loop import ScaleCollapseError, Trainer
+    from .tune.first_use import FIRST_USE_BUDGET_S, FirstUseTuning
+
+    budget = FIRST_USE_BUDGET_S if args.tune_budget is None else args.tune_budget
+    if budget < 0:
+        print(f"webmp train: --tune-budget {budget:g}: give seconds >= 0", file=sys.stderr)
+        return 2
+    off = args.no_tune or budget == 0 or os.environ.get(NO_TUNE_ENV, "") not in ("", "0")
+    tuner = None if off else FirstUseTuning(budget)
 
     try:
         world = detect_world()
@@ -196,7 +223,7 @@ def cmd_train(argv: list[str]) -> int:
         return 1
     where = f" (rank {world.rank} of {world.size})" if world.size > 1 else ""
     try:
-        Trainer(cfg, out=args.out, resume=resume, progress=not args.quiet, world=world).run()
+        Trainer(cfg, out=args.out, resume=resume, progress=not args.quiet, world=world, tuner=tuner).run()
     except ScaleCollapseError as e:
         print(f"webmp train{where}: {e}", file=sys.stderr)
         world.abort(3)  # under MPI: ends every rank now (the others may wait in an all-reduce)

@@ -34,10 +34,17 @@ def same(a, b) -> bool:
 def native_run(cfg: TrainConfig, browser, where: Path, monkeypatch) -> tuple[list[dict], dict]:
     """`cfg` trained natively through wgpu-py on the browser's f16 path with the default matmul
     tiles (those of the server's plans): its records and summary."""
+    from webmp.engine.tiles import TileTable
     from webmp.train.loop import Trainer
 
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(where / "no-tune-cache.json"))
-    native = Trainer(cfg.model_copy(update={"f16": browser.f16_path}), out=where, progress=False, log=None)
+    native = Trainer(
+        cfg.model_copy(update={"f16": browser.f16_path}),
+        out=where,
+        progress=False,
+        log=None,
+        tiles=TileTable(),
+    )
     summary = native.run()
     assert summary["matmul_tiles"] == "default" and summary["f16_path"] == browser.f16_path
     return native.run_dir.read_metrics(), summary

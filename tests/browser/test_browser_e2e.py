@@ -103,12 +103,15 @@ def test_browser_and_native_curves_agree(e2e, browser, tmp_path, monkeypatch):
         (65504), and the steps at scale 2^23 overflow outright; differences of ~5e-4 cannot flip them;
       * test accuracy differs by at most 3 of 359 examples.
     """
+    from webmp.engine.tiles import TileTable
     from webmp.train.loop import Trainer
 
     # the server builds plans with the default matmul tiles: so must the native run (no tune cache)
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
     cfg = E2E.model_copy(update={"f16": browser.f16_path})
-    native = Trainer(cfg, out=e2e["config"].parent / f"native-{browser.kind}", progress=False)
+    native = Trainer(
+        cfg, out=e2e["config"].parent / f"native-{browser.kind}", progress=False, tiles=TileTable()
+    )
     summary = native.run()
     assert summary["matmul_tiles"] == "default"
     nat = native.run_dir.read_metrics()

@@ -107,11 +107,13 @@ def test_gpt_browser_and_native_curves_agree(gpt_run, browser, tmp_path, monkeyp
       * the loss scale and the skipped steps identical (no step comes near overflowing: 20
         clean steps at the initial scale on both).
     """
+    from webmp.engine.tiles import TileTable
     from webmp.train.loop import Trainer
 
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))  # default tiles
     cfg = GPT.model_copy(update={"f16": browser.f16_path})
-    native = Trainer(cfg, out=gpt_run["dir"].parent / f"native-gpt-{browser.kind}", progress=False, log=None)
+    where = gpt_run["dir"].parent / f"native-gpt-{browser.kind}"
+    native = Trainer(cfg, out=where, progress=False, log=None, tiles=TileTable())  # the page's tiles
     nsum = native.run()
     nat, web, wsum = native.run_dir.read_metrics(), gpt_run["records"], gpt_run["summary"]
     assert nsum["matmul_tiles"] == "default" and nsum["f16_path"] == wsum["f16_path"]

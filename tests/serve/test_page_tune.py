@@ -163,7 +163,12 @@ def test_tuned_tiles_reach_the_runs_plan(tmp_path):
     with TestClient(create_app(tmp_path / "runs"), base_url="http://127.0.0.1") as client:
         first = client.post("/api/adapters", json=SIGNATURE).json()
         key = first["adapter_key"]
-        assert first == {"adapter_key": adapter_key(SIGNATURE), "tuned": {}, "forms": {}}
+        assert first == {
+            "adapter_key": adapter_key(SIGNATURE),
+            "tuned": {},
+            "forms": {},
+            "shipped": "shipped swiftshader table (measured)",  # Chromium's "swiftshader"
+        }
         request = {
             "adapter": SIGNATURE,
             "limits": LIMITS,
@@ -201,9 +206,10 @@ def test_tuned_tiles_reach_the_runs_plan(tmp_path):
         run = client.post("/api/runs", json=CFG).json()
         tuned = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated", "tiles": key}).json()
         default = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated"}).json()
-        assert (
-            tuned["matmul_tiles"] == "tuned (1 shape classes cached)" and default["matmul_tiles"] == "default"
+        assert tuned["matmul_tiles"].startswith(
+            "tuned (1 shape classes cached), else the shipped swiftshader table (measured)"
         )
+        assert default["matmul_tiles"] == "default"
         assert "subgroups" in tuned["plan"]["required_features"]
         assert "subgroups" not in default["plan"]["required_features"]
         cores = {
@@ -393,7 +399,10 @@ def test_form_choices_reach_the_runs_plan(tmp_path):
         tuned = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated", "tiles": key}).json()
         entries = {k["entry"] for k in tuned["plan"]["kernels"]}
         assert {"layernorm_fwd_thread", "attn_softmax_fwd_thread"} <= entries
-        assert tuned["matmul_tiles"] == "default, thread-per-row row kernels"
+        assert (
+            tuned["matmul_tiles"]
+            == "shipped swiftshader table (measured), thread-per-row row kernels (tune cache)"
+        )
 
         # refusals: one line each, naming what is wrong
         r = post("sideways", rows)
@@ -410,3 +419,30 @@ def test_form_choices_reach_the_runs_plan(tmp_path):
         assert r.status_code == 422 and "growth_factor" in r.json()["detail"]
         mlp = client.post("/api/tune/forms", json={**request, "config": CFG}).json()
         assert mlp["forms"] == [] and mlp["plan"] is None
+
+
+def test_a_pages_plan_gets_its_adapter_class_s_shipped_tiles(tmp_path):
+    """What a page reports about its adapter (POST /api/adapters) is kept under its key, so a plan
+    asked for with ?tiles=KEY, nothing tuned yet, gets the shipped table of the adapter's class
+    (webmp.engine.adapters): Chromium's "swiftshader" the register core's 16 x 4 blocks and row
+    kernels a thread a row; a GPU vendor's the heuristic GPU rule; and it says so."""
+    from webmp.engine.adapters import AdapterInfo, shipped_tiles
+    from webmp.engine.tiles import ADAPTER_KEY
+    from webmp.engine.tune_cache import load_cache
+
+    with TestClient(create_app(tmp_path / "runs"), base_url="http://127.0.0.1") as client:
+        key = client.post("/api/adapters", json=SIGNATURE).json()["adapter_key"]
+        stored = load_cache()[key][ADAPTER_KEY]
+        assert AdapterInfo.from_entry(stored) == AdapterInfo.from_browser(SIGNATURE)
+        assert stored["subgroups"] == 1 and stored["architecture"] == "swiftshader"
+        entry = shipped_tiles(AdapterInfo.from_browser(SIGNATURE))
+        assert entry is not None and entry.adapter_class == "swiftshader"
+        run = client.post("/api/runs", json=CFG).json()
+        got = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated", "tiles": key}).json()
+        assert got["matmul_tiles"].startswith("shipped swiftshader table (measured)")
+        consts = [k["constants"] for k in got["plan"]["kernels"] if k["entry"].startswith("matmul_")]
+        assert consts and all((c["TM"], c["TN"]) == (entry.small["TM"], entry.small["TN"]) for c in consts)
+        assert client.post("/api/adapters", json=SIGNATURE).json()["tuned"] == {}  # not a tuned class
+        gpu = {**SIGNATURE, "vendor": "nvidia", "architecture": "ampere", "features": []}
+        body = client.post("/api/adapters", json=gpu).json()
+        assert body["shipped"] == "shipped gpu/nvidia/ampere table (heuristic, not measured)"

@@ -1,16 +1,20 @@
 """`webmp bench --cold-start [gpt]`: from a run's plan to its first finished step (the default MLP's, or
-TrainConfig(model="gpt")'s; default tiles), natively and in the page, with the GPU driver's shader
-cache cold and then warm. The JSON names the host and webmp's commit (webmp.bench.machine).
+TrainConfig(model="gpt")'s), natively and in the page, with the GPU driver's shader cache cold and
+then warm. Natively as `webmp train` starts with an empty tune cache (the adapter class's shipped
+tiles, first-use tuning first: its seconds count), in the page with the shipped tiles of the class
+its browser reports (the page's plans: webmp.engine.adapters).
+The JSON names the host and webmp's commit (webmp.bench.machine).
 
 lavapipe compiles a pipeline's shaders when it is first dispatched and keeps them in Mesa's on-disk
 cache ($MESA_SHADER_CACHE_DIR), so a first step on a new machine (or after a driver update) pays
 for every kernel of the plan. Each measurement here starts a new process with a cache directory
 of its own: empty for "cold", the one the cold run filled for "warm".
 
-- native: a `python` subprocess builds the plan, creates the wgpu-py runtime and runs one step
-  (plan_s, runtime_s, first_step_s). Both make only the training step's pipelines before it
-  (`kernels`; the evaluation's and the lens's own are made at their first use, in the page in the
-  background).
+- native: a `python` subprocess tunes (webmp.tune.first_use, an empty tune cache of its own),
+  builds the plan, creates the wgpu-py runtime and runs one step (tuning_s, plan_s, runtime_s,
+  first_step_s; plan_to_first_step_s from the tuning's start). Both make only the training step's
+  pipelines before it (`kernels`; the evaluation's and the lens's own are made at their first use,
+  in the page in the background).
 - page: a new headless Chromium ($WEBGPU_CHROME, the lavapipe launcher, when set; else Debian's
   Chromium on SwiftShader, whose compiled shaders live only in the process, so its "warm" is cold
   too) opens a run of the same config from a server in this process; the page's own clock gives
@@ -43,27 +47,38 @@ from webmp.serve.page_data import training_data
 from webmp.models import build_plan
 from webmp.engine.plan import resolve_f16_path
 from webmp.engine.runtime import Runtime, default_gpu
+from webmp.engine.tiles import TileTable, plan_classes
+from webmp.tune.first_use import FirstUseTuning
 cfg = TrainConfig(**json.loads(sys.argv[1]))
 data = training_data(cfg)
 gpu = default_gpu()
+path = resolve_f16_path(cfg.precision, cfg.f16, gpu.has_f16)
 t1 = time.perf_counter()
-plan, blob = build_plan(cfg, data, resolve_f16_path(cfg.precision, cfg.f16, gpu.has_f16))
+tiles = TileTable.for_adapter(gpu.name, gpu.info)  # as `webmp train` (the tune cache: empty)
+tiles, tuned = FirstUseTuning()(gpu, build_plan(cfg, data, path, tiles, dry=True)[0], tiles)
 t2 = time.perf_counter()
-rt = Runtime(plan, blob, gpu, first=["train_step"])  # as webmp train makes it
+plan, blob = build_plan(cfg, data, path, tiles)
 t3 = time.perf_counter()
+rt = Runtime(plan, blob, gpu, first=["train_step"])  # as webmp train makes it
+t4 = time.perf_counter()
 rt.run("train_step")
 rt.sync()
-t4 = time.perf_counter()
+t5 = time.perf_counter()
 print(json.dumps({"adapter": gpu.name, "f16_path": plan["f16_path"] or "fp32",
                   "kernels": len(rt.pipelines), "plan_kernels": len(plan["kernels"]),
-                  "imports_data_device_s": t1 - t0, "plan_s": t2 - t1,
-                  "runtime_s": t3 - t2, "first_step_s": t4 - t3, "plan_to_first_step_s": t4 - t1}))
+                  "imports_data_device_s": t1 - t0, "tuning_s": t2 - t1,
+                  "tuning": tuned, "tiles": tiles.describe(plan_classes(plan)), "plan_s": t3 - t2,
+                  "runtime_s": t4 - t3, "first_step_s": t5 - t4, "plan_to_first_step_s": t5 - t1}))
 """
 
 
 def native_first_step(config: dict[str, Any], cache_dir: str) -> dict[str, Any]:
-    """One new process: plan, runtime, first step, with Mesa's shader cache at cache_dir."""
-    env = dict(os.environ, MESA_SHADER_CACHE_DIR=cache_dir)
+    """One new process, as `webmp train` starts with an empty tune cache (a file of its own beside
+    the shader cache, removed first): first-use tuning, plan, runtime, first step, with Mesa's
+    shader cache at cache_dir."""
+    tune_cache = Path(cache_dir + ".tune.json")
+    tune_cache.unlink(missing_ok=True)
+    env = dict(os.environ, MESA_SHADER_CACHE_DIR=cache_dir, WEBMP_TUNE_CACHE=str(tune_cache))
     env.pop("MESA_SHADER_CACHE_DISABLE", None)
     out = subprocess.run(
         [sys.executable, "-c", _NATIVE, json.dumps(config)],

@@ -182,11 +182,13 @@ METHOD = """\
 - **Memory** is the plan's own accounting (`plan["memory"]`), not a measurement; **readbacks** are
   counted by wrapping `Runtime.run` and `Runtime.read` in the real training loop
   (`webmp.train.loop.Trainer`).
-- **Tiles.** Untuned, every matmul uses the default tiles; `webmp bench --tune` times candidate
+- **Tiles.** Untuned, every matmul uses the shipped table of its adapter's class
+  (`webmp.engine.adapters`: lavapipe and SwiftShader measured, a documented heuristic for GPUs),
+  else the default tiles; `webmp bench --tune` times candidate
   cores and tile shapes per shape class (path, transposes, M, N, K rounded up to powers of 4), each
   checked first, and caches the fastest per adapter (`$WEBMP_TUNE_CACHE`, else
-  `~/.cache/webmp/tune.json`), with the row kernels' and the GPT's weights' forms. Every choice
-  computes the same bits, so tuning never moves a curve.
+  `~/.cache/webmp/tune.json`), with the row kernels' and the GPT's weights' forms; a cache entry
+  wins over the shipped table. Every choice computes the same bits, so tuning never moves a curve.
 - **Targets**: the bench's own (`webmp.bench.report.TARGETS`: host overhead, submits, activation
   memory, readbacks; the GPU ones judged only on a GPU at `--size gpu`) and those set for lavapipe
   (`LAVAPIPE_TARGETS`, and the page's cold start in `webmp.bench.cold`).

@@ -125,7 +125,7 @@ def matmul_line(row) -> str:
 
 
 def bench_matmul(gpu, paths, preset, log) -> list[dict]:
-    table = TileTable.for_adapter(gpu.name)
+    table = TileTable.for_adapter(gpu.name, gpu.info)
     rows: list[dict] = []
     for kind, product, (M, N, K) in matmul_shapes(preset):
         variant, ta, tb = PRODUCTS[product]
@@ -175,7 +175,7 @@ def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
     batched products are timed batched as the model dispatches them (`batch` batch-heads a
     dispatch; operands one batch after another rather than interleaved by head: the same
     arithmetic, tiles and grid)."""
-    table = TileTable.for_adapter(gpu.name)
+    table = TileTable.for_adapter(gpu.name, gpu.info)
     out: dict[str, Any] = {}
     for (name, precision), (plan, _, _) in plans.items():
         if precision != "mixed" or name != "gpt":  # the GPT's shapes are the ones at stake

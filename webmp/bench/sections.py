@@ -321,7 +321,7 @@ def cold_section(c: dict | None) -> list[str]:
         )
     out += [ran_on(c, c["rows"][0].get("adapter")), ""]
     body = [
-        [row["where"], row["cache"], num(row.get("kernels"), "d")]
+        [row["where"], row["cache"], num(row.get("kernels"), "d"), num(row.get("tuning_s"))]
         + [
             num(row.get(a, row.get(b)))
             for a, b in (("plan_s", "plan_and_blob_s"), ("runtime_s", "compile_s"))
@@ -333,6 +333,7 @@ def cold_section(c: dict | None) -> list[str]:
         "where",
         "Mesa cache",
         "kernels",
+        "tuning s",
         "plan s",
         "pipelines s",
         "step 1 s",
@@ -341,7 +342,14 @@ def cold_section(c: dict | None) -> list[str]:
     ]
     fields = ", ".join(f"{k}={v!r}" for k, v in (c.get("config") or {}).items())
     what = f"`TrainConfig({fields})`" if fields else "The default MLP"
-    out += [f"{what} (`mixed`, default tiles), each row a new process with a shader cache folder of its own:"]
+    tiles = (
+        "natively as `webmp train` starts with an empty tune cache: first-use tuning (its seconds in "
+        "'tuning s'), the adapter class's shipped tiles for what it did not tune; in the page those "
+        "of the class its browser reports (webmp.engine.adapters)"
+        if any("tuning_s" in row for row in c["rows"])
+        else "default tiles"
+    )
+    out += [f"{what} (`mixed`, {tiles}), each row a new process with a shader cache folder of its own:"]
     out += [""]
     browsers = sorted({row["browser"] for row in c["rows"] if row.get("browser")})
     note = [

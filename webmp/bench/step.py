@@ -92,7 +92,7 @@ def step_plan(gpu, model: dict, data, precision: str, log_every: int) -> tuple[P
     t0 = time.perf_counter()
     cfg = TrainConfig(**{"steps": 10**6, **model["config"], "precision": precision, "log_every": log_every})
     plan, blob = build_plan(
-        cfg, data, resolve_f16_path(precision, "auto", gpu.has_f16), TileTable.for_adapter(gpu.name)
+        cfg, data, resolve_f16_path(precision, "auto", gpu.has_f16), TileTable.for_adapter(gpu.name, gpu.info)
     )
     return plan, blob, time.perf_counter() - t0
 

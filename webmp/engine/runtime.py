@@ -24,6 +24,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader i
 
 import wgpu
 
+from .adapters import AdapterInfo
 from .plan import HistogramSpec, KernelPlan
 from .state import decode_state
 
@@ -92,6 +93,8 @@ class GPU:
         detail = "; ".join(x for x in (info.get("description", ""), self.backend) if x)
         self.name = f"{info.get('device', '?')} ({detail})"  # every run's log and summary name the backend
         self.driver_note = old_lavapipe_note(dict(info))
+        # what the shipped tile tables' class rule reads (webmp.engine.adapters)
+        self.info = AdapterInfo.from_wgpu(dict(info), adapter.features)
         if self.backend not in NATIVE_BACKENDS:
             warnings.warn(
                 f"webmp: the WebGPU adapter runs on {self.backend}, not Vulkan, Metal or D3D12 "

@@ -8,8 +8,12 @@ as constants (one pipeline for every size: SMALL_TILES below); B_PAIRS: 1 makes 
 read op(B) two words a load where its layout allows (webmp.ops.b_pairs; elsewhere the same tiles
 read one word a load: the same values). Which a plan
 uses is decided by the caller of `build_plan`, which passes a `TileTable`:
-`TileTable.for_adapter(name)` reads what `webmp bench --tune` (webmp/tune/native.py) measured for that
-adapter, `TileTable()` is the defaults. Nothing here is process-global.
+`TileTable.for_adapter(name, info)` reads what `webmp bench --tune` (webmp/tune/native.py), `webmp
+train`'s first-use tuning or the page's pass measured for that adapter, and, for the shape classes
+and forms it lacks, the shipped entry of the adapter's class (webmp.engine.adapters: lavapipe,
+SwiftShader, a rule for GPUs); `TileTable()` is the defaults. The precedence, per shape class: the
+cache's entry > the shipped class entry > default_tiles; `TileTable.source` says which a shape got
+and `describe` counts them for a run's summary. Nothing here is process-global.
 
 The cache (webmp.engine.tune_cache: where it is, how processes share it) is
 {adapter name: {shape class: tiles}}. The reserved key ROWS_KEY ("rows") of an adapter's entry holds
@@ -22,9 +26,10 @@ weights, `TileTable.weights` ("as_stored" when absent).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .adapters import AdapterInfo, ShippedTiles, shipped_tiles
 from .tune_cache import TuneCacheWarning, cache_path, load_cache
 
 # tile-shape constants (int), optionally "core" (webmp.ops.MATMUL_CORES), RUNTIME_DIMS, B_PAIRS
@@ -52,7 +57,10 @@ DEFAULT_ROWS = "workgroup"
 WEIGHTS_KEY = "weights"
 WEIGHT_FORMS = ("as_stored", "transposed")
 DEFAULT_WEIGHTS = "as_stored"
-RESERVED_KEYS = (ROWS_KEY, WEIGHTS_KEY)
+# reserved key: what a page reported about its adapter (AdapterInfo.entry), stored by the server under
+# the page's adapter key, so that the page's plans get its class's shipped tiles (a name alone says no class)
+ADAPTER_KEY = "adapter"
+RESERVED_KEYS = (ROWS_KEY, WEIGHTS_KEY, ADAPTER_KEY)
 
 
 def _bucket(n: int) -> str:
@@ -73,19 +81,35 @@ def default_tiles(M: int, N: int, K: int) -> Tiles:
     return dict(SMALL_TILES if M * N * K <= SMALL_MACS else DEFAULT_TILES)
 
 
-class TileTable:
-    """Tile shapes by shape class; classes it lacks get default_tiles (by the shape's size)."""
+SOURCES = ("tune cache", "shipped", "default")  # where a shape class's tiles (or a form) came from
 
-    def __init__(self, by_class: Mapping[str, Tiles] | None = None, adapter: str | None = None):
+
+class TileTable:
+    """Tile shapes by shape class; classes it lacks get the shipped entry's tiles (when given: an
+    adapter class's, webmp.engine.adapters), else default_tiles (by the shape's size)."""
+
+    def __init__(
+        self,
+        by_class: Mapping[str, Tiles] | None = None,
+        adapter: str | None = None,
+        shipped: ShippedTiles | None = None,
+    ):
         by_class = dict(by_class or {})
         rows = by_class.pop(ROWS_KEY, None) or {}
         weights = by_class.pop(WEIGHTS_KEY, None) or {}
+        by_class.pop(ADAPTER_KEY, None)
         self.by_class = {cls: dict(t) for cls, t in by_class.items()}
         self.adapter = adapter
+        self.shipped = shipped
+        # where each form came from (SOURCES)
+        self.form_sources = {
+            ROWS_KEY: "tune cache" if "form" in rows else "shipped" if shipped else "default",
+            WEIGHTS_KEY: "tune cache" if "form" in weights else "shipped" if shipped else "default",
+        }
         # the row kernels' form (webmp.ops.ROW_FORMS): a workgroup or a thread a row, the same bits
-        self.row_kernels: str = str(rows.get("form", DEFAULT_ROWS))
+        self.row_kernels: str = str(rows.get("form", shipped.rows if shipped else DEFAULT_ROWS))
         # how the GPT's backward reads its weights (WEIGHT_FORMS), the same bits
-        self.weights: str = str(weights.get("form", DEFAULT_WEIGHTS))
+        self.weights: str = str(weights.get("form", shipped.weights if shipped else DEFAULT_WEIGHTS))
         for key, form, forms in (
             (ROWS_KEY, self.row_kernels, ROW_FORMS),
             (WEIGHTS_KEY, self.weights, WEIGHT_FORMS),
@@ -94,29 +118,77 @@ class TileTable:
                 raise ValueError(f"tile table entry {key!r}: form {form!r} is not one of {forms}")
 
     @classmethod
-    def for_adapter(cls, adapter: str | None) -> TileTable:
-        """The cached choices for this adapter (none cached, or adapter None: the defaults). An entry
-        this version cannot use (a form it does not know: perhaps a newer webmp's) is reported and
-        the defaults are used; the file is left as it is."""
+    def for_adapter(cls, adapter: str | None, info: AdapterInfo | None = None) -> TileTable:
+        """The cached choices for this adapter (none cached, or adapter None: none), over the shipped
+        entry of its class when `info` is given (webmp.engine.adapters.shipped_tiles) or the cache
+        holds what a page reported about it (ADAPTER_KEY), else over the defaults. An entry this
+        version cannot use (a form it does not know: perhaps a newer webmp's) is reported and left
+        out; the file is left as it is."""
         entry = load_cache().get(adapter, {}) if adapter else {}
+        if info is None and isinstance(entry.get(ADAPTER_KEY), dict):  # a page's adapter (its report)
+            info = AdapterInfo.from_entry(entry[ADAPTER_KEY])
+        shipped = shipped_tiles(info)
         try:
-            return cls(entry, adapter)
+            return cls(entry, adapter, shipped)
         except ValueError as e:
             warnings.warn(
-                f"webmp: the tune cache {cache_path()} for {adapter}: {e}; the defaults are used "
+                f"webmp: the tune cache {cache_path()} for {adapter}: {e}; it is not used "
                 "(`webmp bench --tune` writes the entry anew)",
                 TuneCacheWarning,
                 stacklevel=2,
             )
-            return cls({}, adapter)
+            return cls({}, adapter, shipped)
+
+    def source(self, path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> str:
+        """Where for_shape's tiles of this shape come from: one of SOURCES."""
+        cls = shape_class(path, M, N, K, trans_a, trans_b)
+        return "tune cache" if cls in self.by_class else "shipped" if self.shipped else "default"
 
     def for_shape(self, path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> Tiles:
         cls = shape_class(path, M, N, K, trans_a, trans_b)
-        return dict(self.by_class[cls]) if cls in self.by_class else default_tiles(M, N, K)
+        if cls in self.by_class:
+            return dict(self.by_class[cls])
+        if self.shipped is not None:
+            if cls in self.shipped.by_class:
+                return dict(self.shipped.by_class[cls])
+            return self.shipped.tiles(M, N, K, SMALL_MACS)
+        return default_tiles(M, N, K)
 
-    def describe(self) -> str:
-        """For summaries: 'default', or how many shape classes are tuned."""
-        n = len(self.by_class)
-        rows = "" if self.row_kernels == DEFAULT_ROWS else f", {self.row_kernels}-per-row row kernels"
-        weights = "" if self.weights == DEFAULT_WEIGHTS else ", weights transposed for the backward pass"
-        return (f"tuned ({n} shape classes cached)" if n else "default") + rows + weights
+    def describe(self, classes: Iterable[str] | None = None) -> str:
+        """For summaries: where the tiles came from. With `classes` (a plan's shape classes:
+        plan_classes), how many of them each source gave; without, how many classes are cached.
+        Then the forms, where not the defaults, with their source."""
+        shipped = self.shipped.describe() if self.shipped else None
+        if classes is None:
+            n = len(self.by_class)
+            what = f"tuned ({n} shape classes cached)" if n else shipped or "default"
+            if n and shipped:
+                what += f", else the {shipped}"
+        else:
+            wanted = set(classes)
+            cached = sum(c in self.by_class for c in wanted)
+            rest = len(wanted) - cached
+            if not cached:
+                what = shipped or "default"
+            else:
+                what = f"tuned ({cached} of the {len(wanted)} shape classes from the tune cache"
+                what += f"; {rest} from the {shipped or 'defaults'})" if rest else ")"
+        forms = []
+        if self.row_kernels != DEFAULT_ROWS:
+            forms.append(f"{self.row_kernels}-per-row row kernels{self._form_source(ROWS_KEY)}")
+        if self.weights != DEFAULT_WEIGHTS:
+            forms.append(f"weights transposed for the backward pass{self._form_source(WEIGHTS_KEY)}")
+        return ", ".join([what, *forms])
+
+    def _form_source(self, key: str) -> str:
+        src = self.form_sources[key]
+        return "" if src == "tune cache" and self.shipped is None else f" ({src})"
+
+
+def plan_classes(plan: Mapping[str, Any]) -> list[str]:
+    """The shape classes of a plan's matmuls (plan["matmuls"]), in order, each once."""
+    path = plan["f16_path"] or "fp32"
+    out: dict[str, None] = {}
+    for m in plan["matmuls"]:
+        out[shape_class(path, m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"])] = None
+    return list(out)

@@ -84,7 +84,7 @@ def generate_ids(
     settings = SampleSettings.of(tokens=tokens, temperature=temperature, seed=seed)
     gpu = gpu or default_gpu()
     path = path or resolve_f16_path(cfg.precision, cfg.f16, gpu.has_f16)
-    tiles = tiles or TileTable.for_adapter(gpu.name)
+    tiles = tiles or TileTable.for_adapter(gpu.name, gpu.info)
     plan, blob = build_sample_plan(
         cfg, vocab, path, tiles, params=params, prompt=prompt_ids, tokens=settings.tokens,
         temperature=settings.temperature, seed=settings.seed, tokens_per_submit=tokens_per_submit,

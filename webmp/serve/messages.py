@@ -337,3 +337,4 @@ class AdapterTiles(BaseModel):
     adapter_key: str
     tuned: dict[str, dict[str, Any]]
     forms: dict[str, str] = {}  # the form choices made for it so far ("rows", "weights"): their form
+    shipped: str | None = None  # the shipped table of its class (webmp.engine.adapters), or None

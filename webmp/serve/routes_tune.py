@@ -13,7 +13,10 @@ from typing import Any
 from fastapi import HTTPException, Request
 
 from ..config import TrainConfig
+from ..engine.adapters import AdapterInfo
 from ..engine.plan import resolve_f16_path
+from ..engine.tiles import ADAPTER_KEY, TileTable
+from ..engine.tune_cache import load_cache, update_cache
 from ..tune.matmul_cases import FIT_LIMITS, kebab_limits
 from ..tune.page import (
     CaseResult,
@@ -52,9 +55,20 @@ router = api_router()
 
 @router.post("/adapters", response_model=AdapterTiles, responses=answers(400, 413, 422))
 def adapter_tiles(signature: AdapterSignature) -> AdapterTiles:
-    """The key of a page's adapter and the matmul tiles and forms tuned for it so far (none: the defaults)."""
+    """The key of a page's adapter, the matmul tiles and forms tuned for it so far, and the shipped
+    table of its class (webmp.engine.adapters) that its plans get for the rest (none: the defaults).
+    What the page reported is kept under the key (tiles.ADAPTER_KEY) for its plans' ?tiles=KEY."""
     key = adapter_key(signature.model_dump())
-    return AdapterTiles(adapter_key=key, tuned=tuned_classes(key), forms=tuned_forms(key))
+    info = AdapterInfo.from_browser(signature.model_dump())
+    if load_cache().get(key, {}).get(ADAPTER_KEY) != info.entry():  # stored once per adapter
+        update_cache(key, {ADAPTER_KEY: info.entry()})
+    shipped = TileTable.for_adapter(key).shipped
+    return AdapterTiles(
+        adapter_key=key,
+        tuned=tuned_classes(key),
+        forms=tuned_forms(key),
+        shipped=shipped.describe() if shipped else None,
+    )
 
 
 def _tuned_config(req: TuneRequest, data: PageData) -> tuple[TrainConfig, str]:

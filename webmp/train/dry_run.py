@@ -8,7 +8,9 @@ from ..config import TrainConfig
 from ..data.tables import Dataset, load_table
 from ..data.text import load_training_data
 from ..engine.plan import memory_by_category
-from ..models import plan_buffers
+from ..engine.tiles import TileTable, plan_classes
+from ..engine.tune_cache import cache_path, load_cache
+from ..models import build_plan, plan_buffers
 from ..models.net import check_data_fits
 from ..models.summary import LayerTable, layer_table, size
 from ..nn.network import Network
@@ -34,5 +36,28 @@ def dry_run_report(cfg: TrainConfig) -> str:
     path = "fp32" if cfg.precision == "fp32" else "native"
     by_category = memory_by_category(plan_buffers(cfg, data, path))
     lines = [f"{k.replace('_', ' ')}: {size(v)}" for k, v in by_category.items()]
-    return "\n".join([f"model {cfg.model}, {cfg.precision}, batch {cfg.batch_size}:", *lines,
-                      f"total: {size(sum(by_category.values()))} on the GPU"])  # fmt: skip
+    total = f"total: {size(sum(by_category.values()))} on the GPU"
+    head = f"model {cfg.model}, {cfg.precision}, batch {cfg.batch_size}:"
+    return "\n".join([head, *lines, total, tiles_report(cfg, data, path)])
+
+
+def tiles_report(cfg: TrainConfig, data, path: str) -> str:
+    """Where the run's matmul tiles will come from (the adapter is opened only by the run): the rule,
+    and for each adapter the tune cache holds, how many of the run's shape classes it has."""
+    lines = [
+        "matmul tiles, per shape class, chosen when the run opens its adapter: the tune cache's entry "
+        "(`webmp bench --tune`; `webmp train` tunes the missing ones first unless --no-tune), else the "
+        "shipped table of the adapter's class (webmp.engine.adapters: lavapipe, SwiftShader, a rule for "
+        "GPUs), else the defaults"
+    ]
+    cache = load_cache()
+    for adapter in sorted(cache):
+        table = TileTable.for_adapter(adapter)
+        classes = plan_classes(build_plan(cfg, data, path, table, dry=True)[0])
+        have = sum(c in table.by_class for c in classes)
+        lines.append(
+            f"  tune cache {cache_path()}: {adapter}: {have} of the run's {len(classes)} shape classes"
+        )
+    if not cache:
+        lines.append(f"  tune cache {cache_path()}: empty")
+    return "\n".join(lines)

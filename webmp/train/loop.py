@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from ..data.text import TextCorpus, checkpoint_facts, describe_data, load_traini
 from ..engine.plan import Plan, describe_f16, resolve_f16_path
 from ..engine.runtime import GPU, Runtime, default_gpu, gpu_for_rank
 from ..engine.state import decode_records
-from ..engine.tiles import TileTable
+from ..engine.tiles import TileTable, plan_classes
 from ..models import build_plan, network_of
 from .checkpoint import (
     TENSORS,
@@ -52,6 +53,10 @@ RESUME_LOCKED = tuple(name for name, meta in FIELD_META.items() if meta.locked)
 
 def _quiet(*args, **kwargs) -> None:
     """The log of a Trainer given log=None, and of every rank but 0."""
+
+
+# first-use tuning: (adapter, the run's dry plan, its tile table) -> (the table to use, a line for the log)
+Tuner = Callable[[GPU, Plan, TileTable], tuple[TileTable, str]]
 
 
 class ScaleCollapseError(RuntimeError):
@@ -121,10 +126,16 @@ class Trainer:
         log=print,
         world: World | None = None,
         before_allreduce: BeforeAllreduce | None = None,
+        tuner: Tuner | None = None,
+        tiles: TileTable | None = None,
     ):
         """resume: a checkpoint (its path, or a Resume already read) this run continues. Under an MPI
         launcher (or with `world`), one data-parallel rank: every rank trains on its shard of each
-        global batch, and only rank 0 writes the run directory (webmp.train.distributed)."""
+        global batch, and only rank 0 writes the run directory (webmp.train.distributed).
+        tuner: first-use tuning before the plan is built (`webmp train`'s
+        webmp.tune.first_use.FirstUseTuning; None: none, the tune cache and shipped tables as they are).
+        tiles: this table instead of the adapter's (TileTable.for_adapter), e.g. TileTable() for the
+        defaults everywhere."""
         self.world = world or detect_world()
         self.writer = self.world.rank == 0
         self.log = (log or _quiet) if self.writer else _quiet
@@ -140,7 +151,9 @@ class Trainer:
             self.resume.check_data(self.data, cfg)
         self.gpu = gpu or (default_gpu() if self.world.size == 1 else gpu_for_rank(self.world.rank))
         self.path = resolve_f16_path(cfg.precision, cfg.f16, self.gpu.has_f16)
-        self.tiles = TileTable.for_adapter(self.gpu.name)  # `webmp bench --tune`'s choices, else defaults
+        # the tune cache's choices, else the adapter class's shipped ones, else the defaults
+        self.tiles = tiles or TileTable.for_adapter(self.gpu.name, self.gpu.info)
+        self.tuning = self._first_use_tuning(tuner)
         self.f16_description = describe_f16(self.path, cfg.f16)
         self.plan, blob = self._build_plan()
         self.step = self.resume.step if self.resume is not None else 0
@@ -157,6 +170,19 @@ class Trainer:
         self.skipped_total = 0
         self.warned_min_scale = False
         self.wall = 0.0
+
+    def _first_use_tuning(self, tuner: Tuner | None) -> str | None:
+        """Runs `tuner` on this run's shape classes (a dry plan's) and takes its table; the line
+        the run's log shows for it (None: no tuner)."""
+        if tuner is None:
+            return None
+        if self.world.size > 1:  # each rank would time its own and might choose otherwise
+            return "skipped: a data-parallel run (a 1-rank run or `webmp bench --tune` fills the cache)"
+        self.log("webmp: first-use tuning of the run's matmul shapes (--no-tune skips it) ...")
+        t0 = time.perf_counter()
+        dry, _ = build_plan(self.cfg, self.data, self.path, self.tiles, dry=True)
+        self.tiles, line = tuner(self.gpu, dry, self.tiles)
+        return f"{line} [{time.perf_counter() - t0:.1f} s]"
 
     def _build_plan(self) -> tuple[Plan, bytes]:
         """The plan and its blob for this rank, starting from the checkpoint's buffers on a resume,
@@ -307,6 +333,9 @@ class Trainer:
         if self.gpu.driver_note:
             self.log(f"webmp: note: {self.gpu.driver_note}")
         self.log(f"webmp: run directory {self.run_path}")
+        if self.tuning is not None:
+            self.log(f"webmp: first-use tuning: {self.tuning}")
+        self.log(f"webmp: matmul tiles: {self.tiles.describe(plan_classes(self.plan))}")
         if self.world.size > 1:
             n = self.world.size
             self.log(
@@ -350,7 +379,7 @@ class Trainer:
             f16_description=self.f16_description,
             adapter=self.gpu.name,
             runtime="native",
-            matmul_tiles=self.tiles.describe(),
+            matmul_tiles=self.tiles.describe(plan_classes(self.plan)),
             memory=self.plan["memory"],
             wall_seconds=self.wall,
             steps_run=len(self.records),

@@ -17,9 +17,10 @@ import numpy as np
 
 from ..config import TrainConfig
 from ..data.tables import load_digits
+from ..engine.adapters import shipped_tiles
 from ..engine.plan import Plan, PlanBuilder, resolve_f16_path
 from ..engine.runtime import Runtime, default_gpu
-from ..engine.tiles import ROWS_KEY, WEIGHTS_KEY, Tiles, TileTable, default_tiles, shape_class
+from ..engine.tiles import ROWS_KEY, WEIGHTS_KEY, Tiles, TileTable, shape_class
 from ..engine.tune_cache import cache_path, load_cache, update_cache
 from ..models import build_plan
 from .form_cases import FormSpec, faster_form, row_forms, same_outputs, weight_forms
@@ -172,48 +173,80 @@ def plan_shapes(plan: Plan) -> list[tuple]:
     return [(path, m["M"], m["N"], m["K"], m["trans_a"], m["trans_b"], m["batch"]) for m in plan["matmuls"]]
 
 
-KEEP_FOR_SECOND_ROUND = 5  # candidates per class timed twice (tune_shapes)
+KEEP_FOR_SECOND_ROUND = 5  # candidates per class timed twice (tune_classes)
 
 
-def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
-    """For each shape class (represented by the first of its shapes given), times the candidates
-    that fit the device, most promising first, until the class's share of the budget is spent;
-    keeps the fastest that passes its correctness check and stores it in the cache under gpu.name.
-    Classes with the most work go first, and time one class leaves unused goes to the next. Then
-    the row kernels' form (tune_rows, on the first shape's path), stored under ROWS_KEY, and how the
-    GPT's backward pass reads its weights (tune_weights, with the tiles tuned so far), under
-    WEIGHTS_KEY.
-    A shape is (path, M, N, K, trans_a, trans_b) or plan_shapes' with its batch: a batched product
-    is timed batched, as the plan dispatches it (one batch-head alone is bound by the dispatch).
-    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}, ROWS_KEY: tune_rows's,
-    WEIGHTS_KEY: tune_weights's}."""
+def classes_of(shapes) -> list[tuple[str, tuple]]:
+    """(class, its first shape given, with batch) per shape class, the classes with the most work first."""
     by_class: dict[str, tuple] = {}
     for s in shapes:
         s = tuple(s) if len(s) == 7 else (*s, 1)
         by_class.setdefault(shape_class(*s[:6]), s)
-    order = sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3] * kv[1][6])
+    return sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3] * kv[1][6])
+
+
+def untuned_table(gpu) -> TileTable:
+    """What a class gets without a cache entry on this adapter: its class's shipped tiles
+    (webmp.engine.adapters), else the defaults."""
+    return TileTable({}, gpu.name, shipped_tiles(getattr(gpu, "info", None)))
+
+
+def _time_candidate(gpu, cls: str, shape: tuple, tiles: Tiles, log, check: bool = True) -> list | None:
+    """[GFLOP/s, tiles, case] of one candidate, or None when it computes wrong results: correctness
+    on a small shape with ragged edges (unless check is False), speed on the real one."""
+    path, M, N, K, ta, tb, batch = shape
+    if check:
+        small = MatmulCase(gpu, path, min(M, 67), min(N, 35), min(K, 41), trans_a=ta, trans_b=tb, tiles=tiles)
+        if small.check() > 1.0:
+            log(f"tune {cls}: {tiles} gives wrong results; skipped")
+            return None
+    case = MatmulCase(gpu, path, M, N, K, trans_a=ta, trans_b=tb, tiles=tiles, batch=batch)
+    return [case.gflops(target_s=0.05), tiles, case]
+
+
+def tune_classes(
+    gpu,
+    shapes,
+    budget_s: float,
+    log=print,
+    max_candidates: int | None = None,
+    hard_budget: bool = False,
+    min_candidates: int = 1,
+    check_untuned: bool = True,
+) -> dict:
+    """For each shape class (represented by the first of its shapes given), times the candidates
+    that fit the device, the class's untuned choice (untuned_table) first, then the most promising,
+    until the class's share of the budget is spent (at most max_candidates); the fastest that
+    passes its correctness check wins. Classes with the most work go first, and time one class
+    leaves unused goes to the next. With hard_budget the classes in turn may take all that is
+    left, and none is started once the budget is spent (else every class times at least its
+    untuned choice); a class started times at least min_candidates (that fit and compute right)
+    whatever the budget. check_untuned False: the untuned choice (what the run uses anyway) is timed
+    without its correctness check (one compile less). Writes nothing.
+    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}} for the classes timed."""
+    order = classes_of(shapes)
     allowed = candidates(gpu.device.limits, gpu.has_subgroups)
-    mine = dict(load_cache().get(gpu.name, {}))  # what the weights' pass tunes with
-    tuned: dict[str, Any] = {}  # what this pass writes (update_cache keeps other passes' entries)
+    untuned = untuned_table(gpu)
     report = {}
     t_budget_end = time.perf_counter() + budget_s
-    for i, (cls, (path, M, N, K, ta, tb, batch)) in enumerate(order):
-        t_end = time.perf_counter() + (t_budget_end - time.perf_counter()) / (len(order) - i)
+    for i, (cls, shape) in enumerate(order):
+        if hard_budget and time.perf_counter() >= t_budget_end:
+            break
+        # a share of what is left per class; with hard_budget the classes in turn take what is left
+        left = t_budget_end - time.perf_counter()
+        t_end = time.perf_counter() + (left if hard_budget else left / (len(order) - i))
         # [GFLOP/s, tiles, case]; the cases of the fastest few are kept for a second round
         tried: list[list[Any]] = []
-        default = default_tiles(M, N, K)  # what the class gets untuned: tried first
-        for tiles in [default] + [c for c in allowed if c != default]:
-            if tried and time.perf_counter() > t_end:
+        default = untuned.for_shape(*shape[:6])  # what the class gets untuned: tried first
+        for n, tiles in enumerate([default] + [c for c in allowed if c != default]):
+            if max_candidates is not None and n >= max_candidates:
                 break
-            # correctness on a small shape with ragged edges, speed on the real one
-            small = MatmulCase(
-                gpu, path, min(M, 67), min(N, 35), min(K, 41), trans_a=ta, trans_b=tb, tiles=tiles
-            )
-            if small.check() > 1.0:
-                log(f"tune {cls}: {tiles} gives wrong results; skipped")
+            if len(tried) >= min_candidates and time.perf_counter() > t_end:
+                break
+            timed = _time_candidate(gpu, cls, shape, tiles, log, check=check_untuned or tiles != default)
+            if timed is None:
                 continue
-            case = MatmulCase(gpu, path, M, N, K, trans_a=ta, trans_b=tb, tiles=tiles, batch=batch)
-            tried.append([case.gflops(target_s=0.05), tiles, case])
+            tried.append(timed)
             tried.sort(key=lambda t: -t[0])
             for t in tried[KEEP_FOR_SECOND_ROUND:]:
                 t[2] = None  # its buffers go
@@ -226,17 +259,33 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
         results: list[tuple[float, Tiles]] = [(gf, tiles) for gf, tiles, _ in tried]
         best_gf, best = max(results, key=lambda r: r[0])
         default_gf = next((gf for gf, t in results if t == default), None)
-        mine[cls] = tuned[cls] = best
         report[cls] = {"tiles": best, "gflops": best_gf, "default_gflops": default_gf, "tried": len(results)}
-        log(f"tune {cls}: {best} {best_gf:.2f} GFLOP/s (default {default_gf or 0:.2f}, {len(results)} tried)")
+        log(f"tune {cls}: {best} {best_gf:.2f} GFLOP/s (untuned {default_gf or 0:.2f}, {len(results)} tried)")
+    return report
+
+
+def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
+    """tune_classes over the shapes, every class's winner stored in the cache under gpu.name; then
+    the row kernels' form (tune_rows, on the first shape's path), stored under ROWS_KEY, and how the
+    GPT's backward pass reads its weights (tune_weights, with the tiles tuned so far), under
+    WEIGHTS_KEY.
+    A shape is (path, M, N, K, trans_a, trans_b) or plan_shapes' with its batch: a batched product
+    is timed batched, as the plan dispatches it (one batch-head alone is bound by the dispatch).
+    Returns {class: {"tiles", "gflops", "default_gflops", "tried"}, ROWS_KEY: tune_rows's,
+    WEIGHTS_KEY: tune_weights's}."""
+    order = classes_of(shapes)
+    report: dict[str, Any] = tune_classes(gpu, shapes, budget_s, log)
+    mine = dict(load_cache().get(gpu.name, {}))  # what the weights' pass tunes with
+    tuned: dict[str, Any] = {cls: r["tiles"] for cls, r in report.items()}  # what this pass writes
+    mine.update(tuned)
     path = order[0][1][0] if order else "fp32"
     rows = tune_rows(gpu, path, log)
     mine[ROWS_KEY] = tuned[ROWS_KEY] = {"form": rows["form"]}
     report[ROWS_KEY] = rows
-    weights = tune_weights(gpu, path, TileTable(mine, gpu.name), log)
+    weights = tune_weights(gpu, path, TileTable(mine, gpu.name, untuned_table(gpu).shipped), log)
     tuned[WEIGHTS_KEY] = {"form": weights["form"]}
     report[WEIGHTS_KEY] = weights
-    update_cache(gpu.name, tuned)
+    update_cache(gpu.name, tuned)  # keeps other passes' entries
     return report
 
 

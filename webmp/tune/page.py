@@ -38,7 +38,7 @@ from ..config import TrainConfig
 from ..data.tables import Dataset
 from ..data.text import TextCorpus
 from ..engine.plan import KernelPlan, PlanBuilder, h_bytes
-from ..engine.tiles import RESERVED_KEYS, Tiles, TileTable, default_tiles, shape_class
+from ..engine.tiles import RESERVED_KEYS, ROWS_KEY, WEIGHTS_KEY, Tiles, TileTable, default_tiles, shape_class
 from ..engine.tune_cache import load_cache, update_cache
 from ..models import build_plan
 from ..ops import matmul
@@ -76,7 +76,8 @@ def plan_shape_classes(plan: Mapping[str, Any]) -> list[tuple[str, tuple[int, in
 def tuned_forms(key: str) -> dict[str, str]:
     """The form choices made for an adapter key so far: {"rows" or "weights": the form}."""
     entry = load_cache().get(key, {})
-    return {what: str(entry[what].get("form")) for what in RESERVED_KEYS if isinstance(entry.get(what), dict)}
+    forms = (ROWS_KEY, WEIGHTS_KEY)
+    return {what: str(entry[what].get("form")) for what in forms if isinstance(entry.get(what), dict)}
 
 
 @dataclass
