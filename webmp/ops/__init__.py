@@ -12,8 +12,8 @@ The modules follow the shader folders (shaders/<module>/): common (workgroup cou
 codes), matmuls, attention, rows (softmax cross-entropy, column sums, LayerNorm, RMSNorm),
 elementwise (standalone activations, dropout), optim (grad_stats,
 the gradient-range lens, the scaler, AdamW), data (batches and token windows), embed (the token
-model's embedding, adds and transposes; round_h), eval, sample, conv (im2col and col2im, the pools,
-repack_h). Callers use the names below as
+model's embedding, adds and transposes; round_h), eval, formats (the bf16/fp8 casts), sample,
+conv (im2col and col2im, the pools, repack_h). Callers use the names below as
 `ops.name`; the rest (grid, the workgroup sizes) stay in their modules.
 """
 
@@ -34,6 +34,7 @@ from .data import gather_eval, gather_train, gather_windows, gather_windows_eval
 from .elementwise import act_bwd, act_fwd, dropout_bwd, dropout_fwd
 from .embed import add_h, embed_fwd, embed_wgrad, round_h, token_rows, transpose_h
 from .eval import eval_count, eval_loss_chunk, eval_loss_total, eval_next_chunk, eval_reset
+from .formats import cast_formats, decode_formats
 from .matmuls import (
     H_OUT_VARIANTS,
     MATMUL_CORES,
@@ -112,6 +113,8 @@ __all__ = [
     "dropout_fwd",
     "embed_fwd",
     "embed_wgrad",
+    "cast_formats",
+    "decode_formats",
     "eval_count",
     "eval_loss_chunk",
     "eval_loss_total",
