@@ -8,8 +8,8 @@
 // come from the GPU (runner.js); the shares printed per layer are the server's (its ack of the
 // counts, webmp.train.rundir.histogram_shares), so this file only draws.
 
-const ROW = 112;        // px per layer
-const LABEL = 22;       // px above a row's bars: its name and shares
+const ROW = 124;        // px per layer
+const LABEL = 34;       // px above a row's bars: its name and shares, then every format's
 const AXIS = 16;        // px below them: exponent ticks
 const LEFT = 12, RIGHT = 12;
 const EDGE = 26;        // px of the zero bar (left) and the overflow bar (right), beside the exponents
@@ -28,7 +28,10 @@ export class Lens {
       'what they would be without it. zero: exact zeros (after ReLU, or a causal mask: the GPT\'s dS is zero above ' +
       'its diagonal); subnormal: below 2^-14, with fewer bits of precision; flush to zero: below 2^-24, lost in ' +
       'f16; overflow: 65504 and above. Layer names: d<buffer> is the gradient of that buffer (dZ0: layer 0\'s ' +
-      'pre-activation), dlogits the loss\'s gradient of the logits.';
+      'pre-activation), dlogits the loss\'s gradient of the logits. The line under each name: the same counts ' +
+      'against each format\'s range (flush to zero / subnormal / overflow): fp16 at the loss scale, bf16 unscaled ' +
+      '(it has f32\'s range), E4M3 and E5M2 with a per-tensor power-of-two scale that puts the largest values ' +
+      'just under the format\'s largest (as fp8 training\'s amax scaling does).';
     this.slider = section.querySelector('#lens-read');
     this.sliderNote = section.querySelector('#lens-read-note');
     this.slider.addEventListener('input', () => this.pick(Number(this.slider.value)));
@@ -71,7 +74,7 @@ export class Lens {
 
   static fromView(view) {
     return {step: view.step, counts: view.layers.map((l) => l.counts), scale: view.scale,
-            shares: view.layers.map(({name, stored, unscaled}) => ({name, stored, unscaled}))};
+            shares: view.layers.map(({name, stored, unscaled, formats}) => ({name, stored, unscaled, formats}))};
   }
 
   setSlider(reads, index) {
@@ -98,7 +101,8 @@ export class Lens {
     this.draw();
     Object.assign(window.webmp.lens, {step: read.step, scale: read.scale, read: Number(this.slider.value), reads,
                                       totals: read.counts.map((c) => c.reduce((a, b) => a + b, 0)),
-                                      nonEmpty: read.counts.map((c) => c.slice(2, -2).some((n) => n > 0))});
+                                      nonEmpty: read.counts.map((c) => c.slice(2, -2).some((n) => n > 0)),
+                                      formats: read.shares.map((sh) => sh.formats || null)});
   }
 
   draw() {
@@ -197,7 +201,7 @@ export class Lens {
       g.font = '600 12px system-ui, sans-serif';
       g.fillStyle = '#222';
       const name = share.name;
-      g.fillText(name, LEFT, top - 7);
+      g.fillText(name, LEFT, top - 19);
       const nameW = g.measureText(name).width;
       g.font = '11px system-ui, sans-serif';
       g.fillStyle = '#444';
@@ -207,7 +211,14 @@ export class Lens {
                    `overflow ${percent(u.overflow)}`;
       const short = `stored 0 ${percent(s.zero)} sub ${percent(s.subnormal)} ovf ${percent(s.overflow)} · ` +
                     `unscaled flush ${percent(u.underflow)} sub ${percent(u.subnormal)} ovf ${percent(u.overflow)}`;
-      g.fillText(g.measureText(long).width <= room ? long : short, LEFT + nameW + 10, top - 7, room);
+      g.fillText(g.measureText(long).width <= room ? long : short, LEFT + nameW + 10, top - 19, room);
+      if (share.formats) {  // the server's shares per format (webmp.train.format_lens)
+        g.font = '10px system-ui, sans-serif';
+        g.fillStyle = '#555';
+        const line = Object.entries(share.formats).filter(([, x]) => x.view).map(([f, x]) =>
+          `${f} (${x.view}) ${percent(x.underflow)} / ${percent(x.subnormal)} / ${percent(x.overflow)}`).join('  ·  ');
+        g.fillText(`flush / subnormal / overflow: ${line}`, LEFT, top - 6, width - LEFT - RIGHT);
+      }
     });
     window.webmp.lens.edges = edges;  // the zero and overflow bars' heights (of the row's peak)
   }

@@ -146,6 +146,7 @@ def test_lens_shows_the_gradient_histograms_the_server_stores(server, browser, t
     values at any read (measured on SwiftShader: none moved, the counts were identical)."""
     from webmp.testing.reference import grad_hist
     from webmp.train.loop import Trainer
+    from webmp.train.rundir import lens_view
 
     cfg = TrainConfig(**SMALL, steps=30, log_every=10, checkpoint_every=0, act="relu")
     run = server.create_run(cfg, browser=browser)
@@ -167,6 +168,9 @@ def test_lens_shows_the_gradient_histograms_the_server_stores(server, browser, t
     )
     # the history slider: the first read again, its zeros (ReLU) and flagged overflows as bars of their own
     assert (shown["read"], shown["reads"], shown["step"]) == (2, 3, 29)
+    # every format's shares under each layer: the server's, from the stored counts (format_lens)
+    assert shown["formats"] == [lay["formats"] for lay in lens_view(web[-1], len(web))["layers"]]
+    assert all(set(f) == {"fp16", "bf16", "e4m3", "e5m2", "not_finite"} for f in shown["formats"])
     run.page.evaluate(slide, 0)
     first = run.page.evaluate("window.webmp.lens")
     assert (first["step"], first["read"]) == (9, 0)

@@ -244,3 +244,42 @@ def test_gpt_lens_counts_each_block_where_the_backward_pass_leaves_it(gpu):
             want = ref.grad_hist(stored, path, E_MIN, E_MAX)
             got = counts[lay["offset"] : lay["offset"] + spec["buckets"]]
             assert got.tolist() == want.tolist(), lay["name"]
+
+
+def test_format_shares_are_the_formats_casts():
+    """Each format's shares (format_lens.format_shares) against the casts themselves: values at
+    each bucket's lower edge (2^e, where the bucket rules are exact), seen at the format's view
+    (fp16 as stored, bf16 unscaled, E4M3/E5M2 at the per-tensor scale that puts the top bucket just
+    under the largest value), cast with numpy's float16 and ml_dtypes: 0 is a flush, below the
+    smallest normal subnormal, past the largest finite an overflow."""
+    import ml_dtypes
+
+    from webmp.train.format_lens import RANGES, format_shares
+
+    types = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
+             "e5m2": ml_dtypes.float8_e5m2}  # fmt: skip
+    rng = np.random.default_rng(7)
+    for shift, top in ((-16.0, 3), (0.0, -30), (-7.0, 15)):
+        exps = np.arange(E_MIN, top + 1)
+        n = rng.integers(0, 5, len(exps))
+        n[-1] = 1  # the top bucket is used
+        counts = [3, 0] + [0] * (E_MAX - E_MIN + 1) + [0, 2]  # 3 zeros, 2 stored overflows
+        for e, k in zip(exps, n, strict=True):
+            counts[2 + e - E_MIN] = int(k)
+        total = sum(counts)
+        shares = format_shares(counts, E_MIN, E_MAX, shift)
+        for name, t in types.items():
+            sub_min, normal_min, log2_max = RANGES[name]
+            view = shares[name]["shift_log2"]
+            if name in ("e4m3", "e5m2"):
+                assert view == np.floor(log2_max) - 1 - top
+            assert view == {"fp16": 0.0, "bf16": shift}.get(name, view)
+            with np.errstate(over="ignore", invalid="ignore"):
+                back = np.ldexp(1.0, exps + int(view)).astype(np.float32).astype(t).astype(np.float64)
+            flush = n[back == 0].sum()
+            sub = n[(back != 0) & (np.abs(back) < 2.0**normal_min)].sum()
+            over = n[~np.isfinite(back) | (np.abs(back) > 2.0**log2_max)].sum() + (2 if name == "fp16" else 0)
+            want = {"underflow": flush / total, "subnormal": sub / total, "overflow": over / total}
+            got = {k: shares[name][k] for k in want}
+            assert got == pytest.approx(want, abs=1e-12), (name, shift)
+        assert shares["not_finite"]["share"] == 2 / total

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.plan import Plan
+from ..train.format_lens import format_shares
 from ..train.rundir import Record, RunDir, histogram_line, histogram_shares, json_safe, scale_shift
 from .errors import InvalidUpload
 from .messages import Histograms
@@ -92,7 +93,8 @@ class RunLens:
 
     def store(self, lens: Histograms, plan: Plan, record: Record) -> dict[str, Any]:
         """Append checked counts (`check`) to histograms.jsonl with their step's scale; each layer's
-        shares against f16's range, as stored and unscaled (rundir.histogram_shares)."""
+        shares against f16's range, as stored and unscaled (rundir.histogram_shares), and against
+        every format's (format_lens.format_shares)."""
         spec = plan["histograms"]
         names = [lay["name"] for lay in spec["layers"]]
         layers = list(zip(names, lens.counts, strict=True))
@@ -106,6 +108,7 @@ class RunLens:
                 "name": name,
                 "stored": histogram_shares(c, spec["e_min"], spec["e_max"]),
                 "unscaled": histogram_shares(c, spec["e_min"], spec["e_max"], shift),
+                "formats": format_shares(c, spec["e_min"], spec["e_max"], shift),
             }
             for name, c in layers
         ]

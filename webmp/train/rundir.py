@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from ..config import TrainConfig
+from .format_lens import format_shares
 
 Runtime = Literal["native", "browser"]
 Record = dict[str, Any]  # one metrics record: {field of METRIC_FIELDS: value}
@@ -250,6 +251,7 @@ def lens_view(line: Record, reads: int) -> dict[str, Any]:
             "counts": lay["counts"],
             "stored": histogram_shares(lay["counts"], e_min, e_max),
             "unscaled": histogram_shares(lay["counts"], e_min, e_max, shift),
+            "formats": format_shares(lay["counts"], e_min, e_max, shift),
         }
         for lay in line["layers"]
     ]
@@ -286,6 +288,18 @@ def histogram_shares(counts: Sequence[int], e_min: int, e_max: int, shift: float
         "subnormal": sub / total,
         "overflow": over / total,
     }
+
+
+def formats_line(shares: Mapping[str, Any]) -> str:
+    """Two lines of format_shares for a plot: each format's flush to zero / subnormal / overflow."""
+    pct = lambda x: f"{100 * x:.1f}"  # noqa: E731
+    parts = [
+        f"{name} ({s['view']}) {pct(s['underflow'])}/{pct(s['subnormal'])}/{pct(s['overflow'])}"
+        for name, s in shares.items()
+        if "view" in s
+    ]
+    half = (len(parts) + 1) // 2
+    return "flush/subnormal/overflow %: " + ", ".join(parts[:half]) + "\n" + ", ".join(parts[half:])
 
 
 # matplotlib's figures are per call, but its mathtext parser (the log axes' tick labels) is one shared
@@ -494,7 +508,8 @@ class RunDir:
                 0.01, 0.95,
                 f"stored: zero {stored['zero']:.1%}, subnormal {stored['subnormal']:.1%}, "
                 f"overflow {stored['overflow']:.1%}\nunscaled: flush to zero {unscaled['underflow']:.1%}, "
-                f"subnormal {unscaled['subnormal']:.1%}, overflow {unscaled['overflow']:.1%}",
+                f"subnormal {unscaled['subnormal']:.1%}, overflow {unscaled['overflow']:.1%}\n"
+                + formats_line(format_shares(counts, e_min, e_max, shift)),
                 transform=ax.transAxes, fontsize=7, va="top",
                 bbox={"facecolor": "white", "alpha": 0.85, "lw": 0},
             )  # fmt: skip
