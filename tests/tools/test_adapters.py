@@ -29,6 +29,7 @@ from webmp.models import build_plan
 from webmp.ops.matmuls import core_constants
 from webmp.tune.first_use import FirstUseTuning
 from webmp.tune.matmul_cases import CANDIDATES, fits
+from webmp.tune.native import MatmulCase
 
 # What wgpu-py 0.32 reports for the adapters named (the lavapipe and SwiftShader ones as this
 # machine's wgpu-py printed them; the GPUs' as their drivers name themselves).
@@ -94,7 +95,8 @@ def test_the_class_rule_on_sample_adapters():
 def test_every_shipped_choice_is_a_valid_tile_choice_and_fits_this_adapter(gpu):
     """Every shipped choice is one the matmul launcher takes (core_constants: a known core, its
     constants, its register arrays' sizes; the tuners time it first, as the class's untuned choice,
-    against their candidates), and every one the class rule gives this adapter fits it."""
+    against their candidates), every one the class rule gives this adapter fits it, and every one
+    that fits computes a ragged product within its tolerance here."""
     entries = [adapters.LAVAPIPE, adapters.LAVAPIPE_NO_SUBGROUPS, adapters.SWIFTSHADER]
     entries += [adapters.SWIFTSHADER_NO_SUBGROUPS, shipped_tiles(info(NVIDIA)), shipped_tiles(info(ADRENO))]
     for entry in entries:
@@ -105,6 +107,12 @@ def test_every_shipped_choice_is_a_valid_tile_choice_and_fits_this_adapter(gpu):
     if mine is not None:
         for tiles in entry_tiles(mine):
             assert fits(tiles, gpu.device.limits, gpu.has_subgroups)
+    # and each one that fits this device computes a ragged product right (the GPUs' choices included)
+    distinct = {json.dumps(t, sort_keys=True): t for e in entries if e is not None for t in entry_tiles(e)}
+    for tiles in distinct.values():
+        if fits(tiles, gpu.device.limits, gpu.has_subgroups):
+            case = MatmulCase(gpu, "fp32", 67, 35, 41, variant="matmul_wgrad", trans_a=1, tiles=tiles)
+            assert case.check() <= 1.0, tiles
 
 
 def test_precedence_cache_then_shipped_class_then_shipped_size_then_defaults(tmp_path, monkeypatch):
