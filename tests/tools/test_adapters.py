@@ -233,3 +233,19 @@ def test_webmp_train_caches_what_it_tuned_for_the_runs_own_classes(gpu, tmp_path
     summary = json.loads((tmp_path / "on" / "summary.json").read_text())
     n = len(run_classes)
     assert summary["matmul_tiles"].startswith(f"tuned ({n} of the {n} shape classes from the tune cache)")
+
+
+def test_a_data_parallel_rank_does_not_tune():
+    """Each rank would time its own classes and might choose otherwise (the same bits, but the
+    ranks' plans would differ): a data-parallel run skips first-use tuning and says so."""
+    from types import SimpleNamespace
+
+    from webmp.train.loop import Trainer
+
+    def tuner(*args):
+        raise AssertionError("a rank tuned")
+
+    rank = SimpleNamespace(world=SimpleNamespace(size=2), log=print)
+    said = Trainer._first_use_tuning(rank, tuner)  # type: ignore[arg-type]
+    assert said is not None and said.startswith("skipped: a data-parallel run")
+    assert Trainer._first_use_tuning(rank, None) is None  # type: ignore[arg-type]
