@@ -29,6 +29,7 @@ from webmp.models import build_plan
 from webmp.ops.matmuls import core_constants
 from webmp.tune.first_use import FirstUseTuning
 from webmp.tune.matmul_cases import CANDIDATES, fits
+from webmp.tune.native import MatmulCase
 
 # What wgpu-py 0.32 reports for the adapters named (the lavapipe and SwiftShader ones as this
 # machine's wgpu-py printed them; the GPUs' as their drivers name themselves).
@@ -94,7 +95,8 @@ def test_the_class_rule_on_sample_adapters():
 def test_every_shipped_choice_is_a_valid_tile_choice_and_fits_this_adapter(gpu):
     """Every shipped choice is one the matmul launcher takes (core_constants: a known core, its
     constants, its register arrays' sizes; the tuners time it first, as the class's untuned choice,
-    against their candidates), and every one the class rule gives this adapter fits it."""
+    against their candidates), every one the class rule gives this adapter fits it, and every one
+    that fits computes a ragged product within its tolerance here."""
     entries = [adapters.LAVAPIPE, adapters.LAVAPIPE_NO_SUBGROUPS, adapters.SWIFTSHADER]
     entries += [adapters.SWIFTSHADER_NO_SUBGROUPS, shipped_tiles(info(NVIDIA)), shipped_tiles(info(ADRENO))]
     for entry in entries:
@@ -105,6 +107,12 @@ def test_every_shipped_choice_is_a_valid_tile_choice_and_fits_this_adapter(gpu):
     if mine is not None:
         for tiles in entry_tiles(mine):
             assert fits(tiles, gpu.device.limits, gpu.has_subgroups)
+    # and each one that fits this device computes a ragged product right (the GPUs' choices included)
+    distinct = {json.dumps(t, sort_keys=True): t for e in entries if e is not None for t in entry_tiles(e)}
+    for tiles in distinct.values():
+        if fits(tiles, gpu.device.limits, gpu.has_subgroups):
+            case = MatmulCase(gpu, "fp32", 67, 35, 41, variant="matmul_wgrad", trans_a=1, tiles=tiles)
+            assert case.check() <= 1.0, tiles
 
 
 def test_precedence_cache_then_shipped_class_then_shipped_size_then_defaults(tmp_path, monkeypatch):
@@ -225,3 +233,19 @@ def test_webmp_train_caches_what_it_tuned_for_the_runs_own_classes(gpu, tmp_path
     summary = json.loads((tmp_path / "on" / "summary.json").read_text())
     n = len(run_classes)
     assert summary["matmul_tiles"].startswith(f"tuned ({n} of the {n} shape classes from the tune cache)")
+
+
+def test_a_data_parallel_rank_does_not_tune():
+    """Each rank would time its own classes and might choose otherwise (the same bits, but the
+    ranks' plans would differ): a data-parallel run skips first-use tuning and says so."""
+    from types import SimpleNamespace
+
+    from webmp.train.loop import Trainer
+
+    def tuner(*args):
+        raise AssertionError("a rank tuned")
+
+    rank = SimpleNamespace(world=SimpleNamespace(size=2), log=print)
+    said = Trainer._first_use_tuning(rank, tuner)  # type: ignore[arg-type]
+    assert said is not None and said.startswith("skipped: a data-parallel run")
+    assert Trainer._first_use_tuning(rank, None) is None  # type: ignore[arg-type]

@@ -73,20 +73,21 @@ print(json.dumps({"adapter": gpu.name, "f16_path": plan["f16_path"] or "fp32",
 
 
 def native_first_step(config: dict[str, Any], cache_dir: str) -> dict[str, Any]:
-    """One new process, as `webmp train` starts with an empty tune cache (a file of its own beside
-    the shader cache, removed first): first-use tuning, plan, runtime, first step, with Mesa's
-    shader cache at cache_dir."""
-    tune_cache = Path(cache_dir + ".tune.json")
-    tune_cache.unlink(missing_ok=True)
-    env = dict(os.environ, MESA_SHADER_CACHE_DIR=cache_dir, WEBMP_TUNE_CACHE=str(tune_cache))
-    env.pop("MESA_SHADER_CACHE_DISABLE", None)
-    out = subprocess.run(
-        [sys.executable, "-c", _NATIVE, json.dumps(config)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    """One new process, as `webmp train` starts with an empty tune cache (one of its own, in a
+    temporary folder): first-use tuning, plan, runtime, first step, with Mesa's shader cache at
+    cache_dir."""
+    with tempfile.TemporaryDirectory(prefix="webmp-tune-") as tune:
+        env = dict(
+            os.environ, MESA_SHADER_CACHE_DIR=cache_dir, WEBMP_TUNE_CACHE=str(Path(tune) / "tune.json")
+        )
+        env.pop("MESA_SHADER_CACHE_DISABLE", None)
+        out = subprocess.run(
+            [sys.executable, "-c", _NATIVE, json.dumps(config)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     if out.returncode != 0:
         raise RuntimeError(f"the native first step failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

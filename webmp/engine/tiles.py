@@ -20,7 +20,9 @@ The cache (webmp.engine.tune_cache: where it is, how processes share it) is
 {"form": "workgroup" | "thread"}: which form the row kernels (attn_softmax_*, layernorm_fwd/bwd,
 webmp.ops.ROW_FORMS; both give the same bits) take, `TileTable.row_kernels` ("workgroup" when absent);
 WEIGHTS_KEY ("weights") {"form": "as_stored" | "transposed"}: how the GPT's backward pass reads its
-weights, `TileTable.weights` ("as_stored" when absent).
+weights, `TileTable.weights` ("as_stored" when absent); ADAPTER_KEY ("adapter"): what a page reported
+about its adapter (webmp.engine.adapters.AdapterInfo.entry), under the page's key, for its class's
+shipped tiles.
 """
 
 from __future__ import annotations

@@ -90,7 +90,8 @@ def _tuning(request_json: str, data: PageData) -> Tuning:
     req = TuneRequest.model_validate_json(request_json)
     cfg, path = _tuned_config(req, data)
     has_subgroups = "subgroups" in req.adapter.features
-    return tuning_plan(cfg, data.load(cfg), path, req.limits, has_subgroups, req.max_candidates)
+    untuned = TileTable.for_adapter(adapter_key(req.adapter.model_dump()))  # its class's shipped tiles
+    return tuning_plan(cfg, data.load(cfg), path, req.limits, has_subgroups, req.max_candidates, untuned)
 
 
 def tuning_for(req: TuneRequest, data: PageData) -> Tuning:

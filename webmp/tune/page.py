@@ -43,7 +43,7 @@ from ..engine.tune_cache import load_cache, update_cache
 from ..models import build_plan
 from ..ops import matmul
 from .form_cases import FormSpec, faster_form, row_forms, weight_forms
-from .matmul_cases import MatmulSpec, batch_layouts, candidates, kebab_limits
+from .matmul_cases import MatmulSpec, batch_layouts, candidates, fits, kebab_limits
 
 CHECK_SHAPE = (67, 35, 41)  # M, N, K of the correctness check: ragged against every tile edge
 ADAPTER_KEY_PREFIX = "page-"
@@ -87,7 +87,7 @@ class TuneCase:
     tiles: Tiles
     check: MatmulSpec  # the small shape, random operands: judged against float64
     flops: float  # of one time_{index} dispatch (the real shape)
-    default: bool  # the tiles the class gets untuned (webmp.engine.tiles.default_tiles)
+    default: bool  # the tiles the class gets untuned (its shipped tiles, else engine.tiles.default_tiles)
 
 
 @dataclass
@@ -121,9 +121,12 @@ def tuning_plan(
     limits: Mapping[str, float],
     has_subgroups: bool,
     max_candidates: int,
+    untuned: TileTable | None = None,
 ) -> Tuning:
     """The tuning plan for a config's matmuls on a device with these limits (WebGPU's camelCase
-    names or wgpu-py's) and features; see the module's docstring."""
+    names or wgpu-py's) and features; see the module's docstring. untuned: the table the page's
+    plans get for a class nothing tuned (TileTable.for_adapter of its key), whose choice is tried
+    first; None: the defaults."""
     train_plan, _ = build_plan(cfg, data, path)
     classes = plan_shape_classes(train_plan)
     allowed = candidates(kebab_limits(limits), has_subgroups)
@@ -147,8 +150,10 @@ def tuning_plan(
     for cls, (M, N, K, ta, tb, batch) in classes:
         small = (min(M, CHECK_SHAPE[0]), min(N, CHECK_SHAPE[1]), min(K, CHECK_SHAPE[2]))
         MatmulSpec(path, *small, trans_a=ta, trans_b=tb).add_buffers(pb, prefix=f"{cls}:")
-        default = default_tiles(M, N, K)  # what the class gets untuned: tried first
-        for tiles in ([default] + [c for c in allowed if c != default])[:max_candidates]:
+        # what the class gets untuned (`untuned`: the page's table, its class's shipped tiles): tried first
+        default = untuned.for_shape(path, M, N, K, ta, tb) if untuned is not None else default_tiles(M, N, K)
+        first = [default] if fits(default, kebab_limits(limits), has_subgroups) else []
+        for tiles in (first + [c for c in allowed if c != default])[:max_candidates]:
             i = len(cases)
             spec = MatmulSpec(path, *small, trans_a=ta, trans_b=tb, tiles=tiles)
             spec.dispatch(pb, f"check_{i}", prefix=f"{cls}:")
