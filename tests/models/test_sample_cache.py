@@ -24,6 +24,7 @@ from test_net_seq import ATTN, ODD, TIED, enlarged
 
 from webmp.config import TrainConfig
 from webmp.engine.runtime import Runtime
+from webmp.engine.tiles import TileTable
 from webmp.models import build_sample_plan
 from webmp.models.net_sample import SAMPLE_ROW, SAMPLE_STEP, sample_schedule
 from webmp.sample.replay import generate_ids
@@ -67,11 +68,11 @@ def h_rows(rt: Runtime, plan, name: str, rows: int) -> np.ndarray:
     return words[:rows]
 
 
-def lockstep(cfg, params, prompt, tokens, temperature, seed, path, gpu, T) -> dict:
+def lockstep(cfg, params, prompt, tokens, temperature, seed, path, gpu, T, tiles=None) -> dict:
     """Both plans token by token (module docstring); returns what was compared."""
     kw = dict(params=params, prompt=prompt, tokens=tokens, temperature=temperature, seed=seed)
-    cached, blob = build_sample_plan(cfg, VOCAB, path, **kw)
-    window, wblob = build_sample_plan(cfg, VOCAB, path, kv_cache=False, **kw)
+    cached, blob = build_sample_plan(cfg, VOCAB, path, tiles, **kw)
+    window, wblob = build_sample_plan(cfg, VOCAB, path, tiles, kv_cache=False, **kw)
     rc, rw = Runtime(cached, blob, gpu), Runtime(window, wblob, gpu)
     programs = [run["program"] for run in cached["sample"]["schedule"] for _ in range(run["tokens"])]
     seen = {"row_tokens": 0, "bitwise": 0, "cache_rows": 0}
@@ -122,6 +123,22 @@ def test_the_gpts_rows_are_its_windows(path, gpu, tie_head):
         rows += seen["row_tokens"]
         print(f"{path} tie={tie_head} prompt {len(prompt)} at {temperature}: {seen}")
     assert rows == 7 + 5 + 1
+
+
+def test_a_tuned_tables_rows_are_its_windows(path, gpu):
+    """With a tuned table's forms (the row kernels a thread a row, the tied head's table transposed in
+    each pass, other tiles for a shape class) the rows are the window's too."""
+    tiles = TileTable({
+        "weights": {"form": "transposed"}, "rows": {"form": "thread"},
+        f"{path}/NN/16x64x16": {"core": "reg", "WG_X": 4, "WG_Y": 4, "TM": 8, "TN": 8},  # the qkv product
+    })  # fmt: skip
+    params = enlarged_gpt_params(V, 16, 2, 2, GPT_T, 24, True)
+    precision = "fp32" if path == "fp32" else "mixed"
+    cfg = TrainConfig(
+        model="gpt", n_layer=2, d_model=16, n_head=2, context=GPT_T, precision=precision, batch_size=1
+    )
+    seen = lockstep(cfg, params, [4, 1], 10, 0.9, 3, path, gpu, GPT_T, tiles)
+    assert seen["row_tokens"] == 6
 
 
 NET_T = 7

@@ -15,10 +15,10 @@ program adds one token; with n = seq_len the tokens held, the newest at position
                row's logits, appended to seq (webmp/ops/sample.py).
   sample_row   (one position, while n <= T) the forward pass of the newest token's row alone:
                its embedding taken from the window's (sample_row_take), each per-position layer
-               on one row, each attention layer's q, k, v row put into its cache (the window's qkv
-               buffer, row n - 1: sample_row_put) and that row's attention over cache rows 0 .. n - 1
-               (attention_row_matmul, attn_softmax_row), the head on one row, sample_next. The
-               kernels read n from seq_len on the GPU.
+               on one row (SampleBuilder.row_tiles), each attention layer's q, k, v row put into
+               its cache (the window's qkv buffer, row n - 1: sample_row_put) and that row's
+               attention over cache rows 0 .. n - 1 (attention_row_matmul, attn_softmax_row), the
+               head on one row, sample_next. The kernels read n from seq_len on the GPU.
 While n <= T the window holds every token at its own position, so the k and v rows of earlier
 positions do not change from token to token: the cache rows written by the window program of the
 prompt and by the one-position programs since are the window's own. Every kernel of the row
@@ -48,7 +48,7 @@ import numpy as np
 from .. import ops
 from ..config import TrainConfig
 from ..engine.plan import PLAN_FORMAT, SamplePlan, SampleRun, SampleSpec, memory_by_category, pack_h
-from ..engine.tiles import ROW_TILES, TileTable
+from ..engine.tiles import ROW_TILES, Tiles, TileTable
 from ..nn import layers as L
 from ..nn.network import Network, ParamShape
 from .common import Init, ModelBuilder, Param, check_params
@@ -134,10 +134,12 @@ class SampleRequest:
 
 class SampleBuilder(ModelBuilder):
     """A ModelBuilder whose parameters are given f32 masters and their working copies packed on the
-    host: no gradients, moments or optimizer. While `one_row` (SampleNet.row_forward) its products
-    of one row take ROW_TILES (the same bits as any tiles: webmp/engine/tiles.py)."""
+    host: no gradients, moments or optimizer. While `one_row` (SampleNet's row pass) its products
+    of one row take the tiles of `row_tiles` (the same bits whatever the tiles: the cores sum in k
+    order)."""
 
     one_row = False
+    window_rows = 1  # T: the rows of the window's products
 
     def param(
         self, name: str, shape: Sequence[int], init: Init, *, copy: bool = False, decay: bool = False
@@ -157,7 +159,17 @@ class SampleBuilder(ModelBuilder):
     def matmul(self, program: str, variant: str, **kw: Any) -> None:
         if not (self.one_row and kw["M"] == 1):
             return super().matmul(program, variant, **kw)
-        ops.matmul(self.pb, program, variant, tiles=ROW_TILES, **kw)
+        shape = (kw["N"], kw["K"], kw.get("trans_a", 0), kw.get("trans_b", 0))
+        ops.matmul(self.pb, program, variant, tiles=self.row_tiles(variant, *shape), **kw)
+
+    def row_tiles(self, variant: str, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> Tiles:
+        """A one-row product's tiles: ROW_TILES for the per-position layers with a bias (matmul_fwd,
+        most of the row program's time); the others take the tiles of the window's product of that
+        shape, so that they share its pipelines where the sizes are read at run time (a pipeline
+        is ~0.15 s of lavapipe's compile, and these products are small)."""
+        if variant == "matmul_fwd":
+            return ROW_TILES
+        return self.tiles.for_shape(self.path, self.window_rows, N, K, trans_a, trans_b)
 
 
 class SampleNet(TokenNet):
@@ -182,6 +194,7 @@ class SampleNet(TokenNet):
         self.pb, self.net, self.given, self.settings = mb.pb, net, params, settings
         self.V, self.T = net.classes, net.context
         self.Bt, self.R = 1, net.context  # one window
+        mb.window_rows = net.context
         pb = self.pb
         pb.u32("flags", (4,), "other")
         # the runtimes stage a plan's metrics buffer; this plan has no metrics or state, and this word
@@ -331,10 +344,14 @@ class RowAttentionNode(AttentionNode):
             g.act(f"{self.path}.P", H, T),
             g.act(f"{self.path}.O", 1, D),
         )
-        heads: dict[str, Any] = dict(T=T, H=H, d=d, cache=cache, tiles=ROW_TILES)
-        ops.attention_row_matmul(pb, program, "scores", qkv=qkv, S=S, **heads)
+        heads: dict[str, Any] = dict(T=T, H=H, d=d, cache=cache)
+        tiles = {
+            v: self.mb.tiles.for_shape(self.mb.path, *ops.attention_shape(v, T, d))
+            for v in ("scores", "values")
+        }
+        ops.attention_row_matmul(pb, program, "scores", qkv=qkv, S=S, tiles=tiles["scores"], **heads)
         ops.attn_softmax_row(pb, program, S=S, P=P, seq_len="seq_len", T=T, H=H, d=d, flags=flags)
-        ops.attention_row_matmul(pb, program, "values", P=P, O=O, flags=flags, **heads)
+        ops.attention_row_matmul(pb, program, "values", P=P, O=O, flags=flags, tiles=tiles["values"], **heads)
         y = self.out(x)
         self.project(program, O, "proj", y.buffer, 1, D, D, flags)
         return y, None
