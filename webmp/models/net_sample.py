@@ -175,7 +175,7 @@ class SampleBuilder(ModelBuilder):
 class SampleNet(TokenNet):
     """A token network's sampling plan: the constructor declares the buffers up to idx (the
     parameters as the network's nodes place them, named by `named`), sample_plan the programs.
-    While mb.one_row (row_forward) the nodes emit the newest position's forward pass: their values
+    While mb.one_row (row_program) the nodes emit the newest position's forward pass: their values
     are one row, in buffers named ROW + the window's name (`named`), and the embedding and the
     attention are the row nodes below."""
 
