@@ -36,15 +36,18 @@ export async function train(runner, {startStep, onRecords, onCheckpoint, shouldS
   return step;
 }
 
-// Replays a sampling plan (runner.plan.sample, webmp.engine.plan.SampleSpec): its program spec.tokens
-// times, spec.tokens_per_submit replays a submit, with no host work between tokens; then reads the
-// token buffer, its count and the overflow flags once. Returns the generated token ids (after the
-// spec.prompt_tokens of the prompt) and whether an activation overflowed the f16 range. The
-// sampling itself (window, forward pass, draw) is all in the plan's kernels.
+// Replays a sampling plan (runner.plan.sample, webmp.engine.plan.SampleSpec): each run of
+// spec.schedule, its program once per token of the run, at most spec.tokens_per_submit replays a
+// submit, with no host work between tokens; then reads the token buffer, its count and the overflow
+// flags once. Returns the generated token ids (after the spec.prompt_tokens of the prompt) and
+// whether an activation overflowed the f16 range. The sampling itself (window or one position,
+// forward pass, draw) is all in the plan's kernels.
 export async function generate(runner) {
   const spec = runner.plan.sample;
-  for (let left = spec.tokens; left > 0; left -= spec.tokens_per_submit) {
-    await runner.run(spec.program, false, Math.min(left, spec.tokens_per_submit));
+  for (const run of spec.schedule) {
+    for (let left = run.tokens; left > 0; left -= spec.tokens_per_submit) {
+      await runner.run(run.program, false, Math.min(left, spec.tokens_per_submit));
+    }
   }
   const raw = await runner.read([spec.seq, spec.seq_len, spec.flags]);
   const words = new Uint32Array(raw);

@@ -292,7 +292,9 @@ def sample_parser() -> argparse.ArgumentParser:
         prog="webmp sample",
         description="Generate text with the model of a run directory (webmp train --model gpt, or "
         "--model-spec a network with a token input), on the GPU with the training kernels. Prints the "
-        "prompt, the generated characters and a newline.",
+        "prompt, the generated characters and a newline. While prompt and text fit in the model's "
+        "context each character is computed for its own position over attention caches (several "
+        "times faster, the same text); past the context every character recomputes the window.",
     )
     p.add_argument("run", metavar="RUN_DIR", help="the run directory (its checkpoint and vocabulary)")
     p.add_argument(

@@ -429,6 +429,69 @@ def test_causal_mask(path):
     assert (O[t:T] != O2[t:T]).any(axis=1).all(), "queries from t on see the new key and value"
 
 
+# --- one query row against a cache (text generation's one-position program) ---------------------
+
+ROW_SHAPES = ["1x7x3x6", "1x70x2x4", "1x1x2x4"]  # T = 70 > 64 lanes: a lane takes two keys
+
+
+@pytest.mark.parametrize("tiles", ["row", "default"])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_row_attention_is_the_windows_row(shape, tiles, path):
+    """attention_row_matmul (scores, values) and attn_softmax_row for the query of row min(n, T) - 1
+    against a cache holding the window's q, k, v rows up to it and other values after it (stale
+    rows): the scores of its visible keys, its P row and its O row are the window's (the products
+    of test_product, the softmax of test_softmax_fwd: float64-checked there) bit for bit, on the
+    row tiles and on the default tiles, n = 1 .. T and beyond (the last row)."""
+    B, T, H, d, _ = parse(shape)
+    D, flags, window = H * d, np.zeros(4, np.uint32), dims(B, T, H, d)
+    rng = rng_for(f"row/{shape}", path)
+    qkv = rand_h(rng, (T, 3 * D), path)
+    P, fwd = _forward(qkv, path, window)
+    S = _op(ops.attention_matmul, {"qkv": qkv}, {"S": (H * T, T)}, path, window, variant="scores")["S"]
+    extra = {"tiles": engine_tiles.ROW_TILES} if tiles == "row" else {}
+    heads = {"T": T, "H": H, "d": d}
+    for n in sorted({1, 2, (T + 1) // 2, T, T + 3}):
+        i = min(n, T) - 1
+        cache = qkv.copy()
+        cache[i + 1 :] = rand_h(rng, (T - i - 1, 3 * D), path)
+        row = {"qkv": qkv[i : i + 1], "cache": cache}
+        S1 = _op(ops.attention_row_matmul, row, {"S": (H, T)}, path, heads, variant="scores", **extra)["S"]
+        assert np.array_equal(S1[:, : i + 1], S.reshape(H, T, T)[:, i, : i + 1]), f"scores, n = {n}"
+        seq_len = np.array([n], np.uint32)
+        sm = _op(
+            ops.attn_softmax_row,
+            {"S": S1, "seq_len": seq_len, "flags": flags},
+            {"P": (H, T), "flags": None},
+            path,
+            heads,
+        )
+        assert np.array_equal(sm["P"], P.reshape(H, T, T)[:, i]), f"P, n = {n}"
+        vals = {"P": sm["P"], "cache": cache, "flags": flags}
+        O1 = _op(
+            ops.attention_row_matmul,
+            vals,
+            {"O": (1, D), "flags": None},
+            path,
+            heads,
+            variant="values",
+            **extra,
+        )
+        assert np.array_equal(O1["O"], fwd["O"][i : i + 1]), f"O, n = {n}"
+        assert sm["flags"][0] == O1["flags"][0] == 0
+
+
+def test_row_products_check_their_arguments():
+    from webmp.engine.plan import PlanBuilder
+
+    pb = PlanBuilder("native")
+    with pytest.raises(ValueError, match="unknown row product"):
+        ops.attention_row_matmul(pb, "p", "dq", cache="c", qkv="q", S="S", T=4, H=2, d=4)
+    with pytest.raises(ValueError, match="'scores' takes qkv and S"):
+        ops.attention_row_matmul(pb, "p", "scores", cache="c", P="q", S="S", T=4, H=2, d=4)
+    with pytest.raises(ValueError, match="even head size"):
+        ops.attn_softmax_row(pb, "p", S="S", P="P", seq_len="n", T=4, H=2, d=5)
+
+
 # --- native and emulated f16 agree bit for bit ---------------------------------------------------
 
 

@@ -67,7 +67,7 @@ def test_the_sampling_forward_is_the_training_forward(name):
     forward = [d for d in training if d[1] != "dropout"]
     assert sampled == forward[: len(sampled)] and sampled[-1][1] == "matmul_logits"
     assert plan["memory"]["gradients"] == plan["memory"]["optimizer_state"] == 0
-    assert plan["sample"]["vocab"] == corpus.vocab and set(plan["programs"]) == {"sample_step"}
+    assert plan["sample"]["vocab"] == corpus.vocab and set(plan["programs"]) == {"sample_step", "sample_row"}
 
 
 # measured on lavapipe (ATTN, enlarged weights of seeds 0-5, windows of 1-7 tokens): the last row's

@@ -1,7 +1,8 @@
-"""Text generation (`webmp sample`): the kernels sample_window.wgsl and sample_next.wgsl against
-their numpy twins (webmp.testing.reference) at odd sizes (T = 7, V = 11 and 97) on every storage path, the
-sampling plan's forward pass against the training plan's, a tiny GPT's greedy text against a
-float64 decode, and the command line on a run directory made by `webmp train --model gpt`.
+"""Text generation (`webmp sample`): the kernels sample_window.wgsl, sample_rows.wgsl and
+sample_next.wgsl against their numpy twins (webmp.testing.reference) at odd sizes (T = 7, V = 11
+and 97) on every storage path, the sampling plan's forward pass against the training plan's, a
+tiny GPT's greedy text against a float64 decode, and the command line on a run directory made by
+`webmp train --model gpt`.
 
 sample_next's draw at a temperature compares "running sum > u * total" in f32: with the RNG's u
 reproduced bit for bit (reference.sample_uniform), the token is exactly reference.sample_draw's
@@ -56,6 +57,49 @@ def test_sample_window(path, n):
     shown = min(n, cap, T)
     assert out["idx"][:shown].tolist() == seq[min(n, cap) - shown : min(n, cap)].tolist()
     assert not out["idx"][shown:].any()
+
+
+@pytest.mark.parametrize("cols", [12, 13])
+@pytest.mark.parametrize("n", [1, 4, 7, 9])
+def test_sample_row_take_and_put(path, cols, n):
+    """The newest token's row (min(n, T) - 1; n > T is the last row) taken out of a window's h matrix
+    [T, cols] and put into one, the other rows kept, word for word: an even and an odd column count
+    (the pad half of a row's last word)."""
+    rng = np.random.default_rng(n * 100 + cols)
+    window = ref.round_h(rng.standard_normal((T, cols)), path)
+    row = ref.round_h(rng.standard_normal((1, cols)), path)
+    seq_len = np.array([n], np.uint32)
+    padded = ((T, cols), "padded")
+    taken = op(
+        ops.sample_row_take,
+        {"seq_len": seq_len, "X": window},
+        {"Y": ((1, cols), "padded")},
+        path,
+        T=T,
+        cols=cols,
+    )
+    put = op(
+        ops.sample_row_put, {"seq_len": seq_len, "X": row, "Y": window}, {"Y": padded}, path, T=T, cols=cols
+    )
+    want_taken, want_put = ref.sample_row_take(window, n), ref.sample_row_put(window, row, n)
+    assert np.array_equal(taken["Y"][:, :cols], want_taken) and np.array_equal(put["Y"][:, :cols], want_put)
+    assert not taken["Y"][:, cols:].any() and not put["Y"][:, cols:].any(), "pad halves stay zero"
+    assert np.array_equal(
+        np.delete(put["Y"][:, :cols], min(n, T) - 1, 0), np.delete(window, min(n, T) - 1, 0)
+    )
+
+
+def test_sample_rows_check_their_buffers():
+    from webmp.engine.plan import PlanBuilder
+
+    pb = PlanBuilder("native")
+    pb.u32("seq_len", (1,), "data")
+    pb.h("X", T, 12)
+    pb.h("Y", 2, 12)
+    with pytest.raises(ValueError, match=r"sample_row_take: buffer Y has 48 bytes.*\[1, 12\]"):
+        ops.sample_row_take(pb, "p", seq_len="seq_len", X="X", Y="Y", T=T, cols=12)
+    with pytest.raises(ValueError, match=r"sample_row_put: buffer Y has 48 bytes.*\[7, 12\]"):
+        ops.sample_row_put(pb, "p", seq_len="seq_len", X="X", Y="Y", T=T, cols=12)
 
 
 # --- sample_next: greedy -----------------------------------------------------------------------------
@@ -223,7 +267,7 @@ def test_sample_plan_forward_is_the_training_forward():
         assert described(plan, steps[1:-1]) == forward
         assert [e[1] for e in forward][-1] == "matmul_logits"
         assert plan["memory"]["gradients"] == plan["memory"]["optimizer_state"] == 0
-        assert set(plan["programs"]) == {"sample_step"}
+        assert set(plan["programs"]) == {"sample_step", "sample_row"}  # (the row's: test_sample_cache.py)
         assert plan["sample"]["vocab"] == corpus.vocab
 
 

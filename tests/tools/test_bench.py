@@ -95,6 +95,7 @@ def test_result_is_json_with_every_section(result):
         "data",
         "memory",
         "readbacks",
+        "sampling",
         "profile",
         "summary",
         "seconds",
@@ -270,6 +271,27 @@ def test_readbacks_in_the_training_loop(result, model):
     assert result["summary"]["targets"]["readbacks_per_log_interval"]["met"]
 
 
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_sampling_rows(result):
+    """Inside the window (T - 1 = 7 tokens) and at the default 200 tokens, with the caches (the window,
+    then one position a token while n <= T) and window-only: the same tokens, positive speeds."""
+    from webmp.bench import sampling
+    from webmp.sample import job
+
+    assert (sampling.DEFAULT_TOKENS, sampling.DEFAULT_TEMPERATURE, sampling.DEFAULT_SEED) == (
+        job.DEFAULT_TOKENS, job.DEFAULT_TEMPERATURE, job.DEFAULT_SEED,
+    )  # fmt: skip
+    rows = {row["setting"]: row for row in result["sampling"]}
+    inside, default = rows["inside the window"], rows["webmp sample's default"]
+    assert inside["tokens"] == inside["context"] - 1 == 7 and default["tokens"] == 200
+    assert inside["cached"]["schedule"] == [["sample_step", 1], ["sample_row", 6]]
+    assert default["cached"]["schedule"] == [["sample_step", 1], ["sample_row", 7], ["sample_step", 192]]
+    for row in rows.values():
+        assert row["window"]["schedule"] == [["sample_step", row["tokens"]]] and row["same_tokens"]
+        for r in (row["cached"], row["window"]):
+            assert r["tokens_per_s"] > 0 and len(r["replay_all_s"]) == 3 and r["setup_s"] > 0
+
+
 def test_readback_counting_sees_reads_between_logs(gpu):
     # a checkpoint every 3 steps reads weights between the log intervals of 10
     rb = bench_readbacks(gpu, steps=10, log_every=10, checkpoint_every=3)
@@ -301,6 +323,7 @@ def test_table_prints_every_section(result):
         "training step",
         "memory",
         "readbacks in the training loop",
+        "sampling (the gpt's shape",
         "time to the first step",
         "profile digits/mixed",
         "profile gpt/mixed",
@@ -430,7 +453,8 @@ WEBMP = {"version": "0.1.0", "commit": "0123456789abcdef", "modified": False}
 MACHINE = "AMD EPYC 9B14 (2 CPUs, family 25 model 17, 2600 MHz, x86_64)"
 SECTIONS = [
     "## Matmul kernels", "### The GPT's matmul shapes", "## Training step", "## Time to the first step",
-    "## Memory by category", "## Readbacks in the training loop", "## GPU time per kernel", "## Cold start",
+    "## Memory by category", "## Readbacks in the training loop", "## Sampling", "## GPU time per kernel",
+    "## Cold start",
     "## Data-parallel step", "## Side by side with tinygrad", "## Targets", "## How the figures are taken",
     "## Making this page", "## History",
 ]  # fmt: skip
@@ -487,10 +511,10 @@ def test_markdown_from_the_tiny_bench(result, tmp_path):
     text = out.stdout
     host, adapter = result["host"], result["adapter"]
     ours = f"{host['cpu_model']} ({host['cpus']} CPUs"
-    assert_tables_and_machine(text, ours, SECTIONS[:7])
+    assert_tables_and_machine(text, ours, SECTIONS[:8])
     assert_tables_and_machine(text, ours, ["## Targets"])
     assert f"driver {adapter['driver']}" in text and result["date"] in text
-    assert_tables_and_machine(text, MACHINE, SECTIONS[7:10])
+    assert_tables_and_machine(text, MACHINE, SECTIONS[8:11])
     for m in result["matmul"]:
         assert f"| {m['M']} x {m['N']} x {m['K']} |" in text
     assert f"**{result['model_matmuls']['gpt']['median_gflops']['native']:.2f}**" in text
@@ -510,13 +534,14 @@ def test_markdown_says_what_is_missing():
     for section in SECTIONS:
         assert section in text
     for what in ("the matmul section", "the training step", "the first steps", "memory", "readbacks",
-                 "a profile", "a cold-start run", "a data-parallel run", "a side-by-side run"):  # fmt: skip
+                 "sampling", "a profile", "a cold-start run", "a data-parallel run",
+                 "a side-by-side run"):  # fmt: skip
         assert f"*Not recorded: {what}" in text, what
     assert "CPU model not recorded (2 CPUs, x86_64)" in text and ADAPTER["name"] in text
     assert "webmp version not recorded" in text
     colds, ranks, sbs = other_runs()
     text = render(r, colds, ranks, sbs)
-    assert_tables_and_machine(text, MACHINE, SECTIONS[7:10])
+    assert_tables_and_machine(text, MACHINE, SECTIONS[8:11])
     assert "| native | cold | 26 | - | 0.01 | 0.60 | 2.30 | 2.90 |" in text
     assert "webmp 0.1.0 at 0123456789" in text
 

@@ -17,6 +17,8 @@ of its own:
   on-disk shader cache was warm.
 - memory: the plan's own byte accounting per category, and which activations stay 32-bit;
   readbacks: counted in the real training loop (webmp.train.loop.Trainer).
+- sampling: tokens per second of text generation with the GPT's shape, with the attention caches
+  and window-only, inside the window and at `webmp sample`'s default length.
 - profile (--profile): GPU time per kernel from timestamp queries, one pass per dispatch.
 - report: the targets, the summary and the printed table; markdown: docs/benchmarks.md from the
   JSON; cold (--cold-start) and ranks (--ranks N): runs of their own.
@@ -42,8 +44,10 @@ from .memory import memory_entry
 from .profile import profile_program
 from .readbacks import bench_readbacks, readback_line
 from .report import format_table, summarize
+from .sampling import bench_sampling
 from .step import bench_step, model_data, model_settings, step_plan
 
+SAMPLING_REPS = 3  # replays of each sampling plan: the best counts
 FORMAT = "webmp-bench/3"  # 3: host's cpu_model, cpu_id, cpu_mhz; adapter's device, driver; webmp
 
 
@@ -169,6 +173,11 @@ def run_bench(
     }
     log("readbacks:")
     result["readbacks"] = _bench_readbacks(gpu, step_models, preset, data, log)
+    gpts = [m for m in step_models if m["config"].get("model") == "gpt"]
+    if gpts:
+        log("sampling:")
+        vocab = data[gpts[0]["name"]].vocab  # type: ignore[union-attr]
+        result["sampling"] = bench_sampling(gpu, gpts[0]["config"], vocab, SAMPLING_REPS, log)
     result["summary"] = summarize(result)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     return result

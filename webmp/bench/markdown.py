@@ -34,6 +34,7 @@ from .sections import (
     ran_on,
     ranks_section,
     readback_section,
+    sampling_section,
     side_by_side,
     step_section,
     table,
@@ -286,7 +287,7 @@ def render(
     ]
     out += runs_table(r, colds, ranks, sbs)
     out += matmul_section(r) + step_section(r) + first_step_section(r) + memory_section(r)
-    out += readback_section(r) + profile_section(r)
+    out += readback_section(r) + sampling_section(r) + profile_section(r)
     out += [line for c in colds for line in cold_section(c)] if colds else cold_section(None)
     out += ranks_section(ranks) + tinygrad + targets_section(r, colds, ratio)
     return "\n".join(out) + "\n" + METHOD + "\n" + VULKAN_DRIVER + "\n" + REGENERATE + "\n" + HISTORY

@@ -8,6 +8,7 @@ from typing import Any
 
 from .matmul import CORE_TILES
 from .readbacks import readback_line
+from .sampling import sampling_line
 from .step import cache_word
 
 TARGETS = {
@@ -276,6 +277,9 @@ def format_table(r: dict) -> str:
     out += ["", "readbacks in the training loop (webmp.train.loop.Trainer)"]
     for name, rb in r["readbacks"].items():
         out.append(f"  {readback_line(name, rb)}: {_pass(readback_verdict(rb))}")
+    if r.get("sampling"):
+        out += ["", "sampling (the gpt's shape, a one-token prompt; tokens per second of the replay)"]
+        out += [f"  {sampling_line(row)}" for row in r["sampling"]]
     out += _profile_tables(r) + _summary_lines(r["summary"])
     out.append(f"\n{r['seconds']} s in all")
     return "\n".join(out)

@@ -291,6 +291,33 @@ def readback_section(r: dict) -> list[str]:
     ]
 
 
+def sampling_section(r: dict) -> list[str]:
+    out = ["## Sampling", "", ran_on(r, r.get("adapter")), ""]
+    rows = r.get("sampling")
+    if not rows:
+        return out + missing("sampling (`sampling`)", "`webmp bench` writes it.")
+    body = [
+        [
+            row["setting"], str(row["tokens"]), str(row["context"]),
+            num(row["cached"]["tokens_per_s"], ".1f"), num(row["window"]["tokens_per_s"], ".1f"),
+            num(row["speedup"]), "yes" if row["same_tokens"] else "NO",
+            f"{num(row['cached']['setup_s'])} / {num(row['window']['setup_s'])}",
+        ]
+        for row in rows
+    ]  # fmt: skip
+    header = ["generation", "tokens", "context", "tok/s, caches", "tok/s, window only", "speedup"]
+    header += ["same tokens", "setup s (caches / window)"]
+    out += table(header, body, set(range(1, 6)))
+    return out + [
+        "Text generation with the GPT's shape from initial weights, after a one-token prompt, at the",
+        "default temperature and seed: tokens per second of the replay (best of 3; setup, the plan, its",
+        "pipelines and uploads, apart). With the caches (webmp/models/net_sample.py) a token drawn while",
+        "the text fits in the context runs one position (`sample_row`); past the context every token",
+        "runs the whole window (the positions shift), as every token does window-only.",
+        "",
+    ]
+
+
 def profile_section(r: dict) -> list[str]:
     out = ["## GPU time per kernel (`--profile`)", "", ran_on(r, r.get("adapter")), ""]
     prof = r.get("profile")

@@ -217,12 +217,20 @@ class Plan(TrainPlan, total=False):
     data_parallel: DataParallelSpec
 
 
-class SampleSpec(TypedDict):
-    """Text generation: replay `program` once per token, `tokens_per_submit` times a submit, until
-    `tokens` tokens follow the prompt's; then `seq` (u32 [prompt_tokens + tokens], token ids into
-    `vocab`) holds the prompt and the generated tokens, and `seq_len` (u32 [1]) their count."""
+class SampleRun(TypedDict):
+    """`tokens` consecutive tokens, each drawn by one run of `program`."""
 
     program: str
+    tokens: int
+
+
+class SampleSpec(TypedDict):
+    """Text generation: replay the programs of `schedule` in order, each once per token of its run
+    (at most `tokens_per_submit` replays a submit), `tokens` tokens in all after the prompt's; then
+    `seq` (u32 [prompt_tokens + tokens], token ids into `vocab`) holds the prompt and the generated
+    tokens, and `seq_len` (u32 [1]) their count."""
+
+    schedule: list[SampleRun]
     seq: str  # buffer names
     seq_len: str
     flags: str  # u32 [4]: word 0 is non-zero once an activation overflowed the f16 range
@@ -235,7 +243,8 @@ class SampleSpec(TypedDict):
 
 
 class SamplePlan(KernelPlan):
-    """A sampling plan (webmp.models.gpt.build_gpt_sample_plan): program 'sample_step'."""
+    """A sampling plan (webmp/models/net_sample.py): programs 'sample_step' (the window) and, where
+    its schedule has them, 'sample_row' (one position over the caches)."""
 
     format: str
     config: dict[str, Any]

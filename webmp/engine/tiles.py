@@ -49,6 +49,15 @@ DEFAULT_TILES: Tiles = {"WG_X": 8, "WG_Y": 8, "TM": 8, "TN": 8, "BK": 16}  # 64 
 # pass) picks per class. The same bits on every core.
 SMALL_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 8, "TM": 4, "TN": 4, "RUNTIME_DIMS": 1}
 SMALL_MACS = 1 << 26
+# The per-position products with a bias of one row (matmul_fwd with M = 1: text generation's
+# one-position program, webmp/models/net_sample.py, whose other one-row products take the window's
+# tiles and share its pipelines): the register core with a row of 8 threads, 4 x 8 blocks (64
+# columns a workgroup, one SIMD row of lavapipe's), sizes read at run time. A 32 x 32 block
+# (SMALL_TILES) computes 32 rows, 31 of them clamped copies that are never stored: here a workgroup
+# computes 4 and reads each word of B once. Measured on lavapipe (the default gpt's one-position
+# program, 2 vCPUs, every product on these tiles): 1.1-1.6 ms against 1.3-2.3 ms with 32 threads of
+# 4 x 4 blocks. The same bits on every core.
+ROW_TILES: Tiles = {"core": "reg", "WG_X": 8, "WG_Y": 1, "TM": 4, "TN": 8, "RUNTIME_DIMS": 1}
 ROWS_KEY = "rows"  # reserved key of an adapter's cache entry: {"form": the row kernels' form}
 ROW_FORMS = ("workgroup", "thread")  # a workgroup a row, a thread a row (webmp.ops.row_entry)
 DEFAULT_ROWS = "workgroup"

@@ -75,7 +75,9 @@ after it to define):
   `fn causal_value(j: u32) -> f32` (the output at visible column j of the current row),
   `fn store_word(w: u32, v: vec2<f32>)` (stores word w of the current row's output), the binding
   `flags`, and both entry points (attn_softmax_{fwd,bwd} and _thread), which store rows with
-  causal_store.
+  causal_store. attn_softmax_row.wgsl (after attn_softmax_fwd.wgsl, text generation's one query row
+  a head) adds binding 3 seq_len and the entry point attn_softmax_row, built of the fwd file's row
+  functions.
 - adamw.wgsl: bindings 0 state, 1 P, 2 G, 3 Mo, 4 V; overrides WD, BETA1, BETA2, EPS (no sizes:
   adamw loops over arrayLength(&P)); defines adamw_update and the entry point adamw.
   adamw_copy.wgsl adds binding 5 Wh (its length is the loop's), the override COLS (set only for
@@ -92,7 +94,8 @@ after it to define):
   0 idx, 1 spans, 2 order), embed_wgrad.wgsl (embed_wgrad: 0 spans, 1 order, 2 dX (h), 3 dwte,
   4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags), transpose_h.wgsl (transpose_h: 0 X, 1 Y, both h
   as HWLoad; overrides ROWS, COLS), sample_window.wgsl (sample_window: 0 seq,
-  1 seq_len, 2 idx), sample_next.wgsl (sample_next: 0 logits (f32), 1 seq, 2 seq_len).
+  1 seq_len, 2 idx), sample_next.wgsl (sample_next: 0 logits (f32), 1 seq, 2 seq_len),
+  sample_rows.wgsl (sample_row_take, sample_row_put: 0 seq_len, 1 X, 2 Y (h)).
 - The gradient-range lens: grad_hist_clear.wgsl (grad_hist_clear: 0 counts, u32) and
   grad_hist.wgsl (grad_hist: 0 X (h, as HWLoad), 1 counts (atomic u32)).
 - round_h.wgsl (round_h: 0 x, 1 out, both f32): an inspection kernel no model dispatches, the

@@ -89,7 +89,7 @@ def build_sample_plan(
 ) -> tuple[SamplePlan, bytes]:
     """The sampling plan of the gpt or a token network `cfg` with parameters `params`
     (sample_param_shapes) and vocabulary `vocab`; settings: prompt, tokens, temperature, seed,
-    tokens_per_submit (webmp/models/net_sample.py)."""
+    tokens_per_submit, kv_cache (webmp/models/net_sample.py)."""
     sample_param_shapes(cfg, len(vocab))  # refuses a model that does not generate text
     build = build_gpt_sample_plan if cfg.model == "gpt" else build_net_sample_plan
     return build(cfg, vocab, path, tiles, params=params, **settings)

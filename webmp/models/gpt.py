@@ -274,6 +274,7 @@ def build_gpt_sample_plan(
     temperature: float,
     seed: int,
     tokens_per_submit: int = TOKENS_PER_SUBMIT,
+    kv_cache: bool = True,
 ) -> tuple[SamplePlan, bytes]:
     """The plan generating `tokens` tokens after the token ids `prompt` with the GPT of shape cfg
     (n_layer, n_head, d_model, context, tie_head) and parameters `params` (f32, by name as
@@ -285,6 +286,6 @@ def build_gpt_sample_plan(
     check_params(params, gpt_param_shapes(V, D, L, T, cfg.tie_head))
     return build_net_sample_plan(
         cfg, vocab, path, tiles, params=params, prompt=prompt, tokens=tokens, temperature=temperature,
-        seed=seed, tokens_per_submit=tokens_per_submit, net=gpt_network(V, D, L, H, T, cfg.tie_head),
-        names=gpt_names(L, cfg.tie_head) | gpt_buffers(L, H),
+        seed=seed, tokens_per_submit=tokens_per_submit, kv_cache=kv_cache,
+        net=gpt_network(V, D, L, H, T, cfg.tie_head), names=gpt_names(L, cfg.tie_head) | gpt_buffers(L, H),
     )  # fmt: skip

@@ -158,6 +158,10 @@ class Net:
         """Weight p's working copy for a product reading it transposed (dx = dy Wᵀ), and its trans_b."""
         return str(p["copy"]), 1
 
+    def value(self, buffer: str, shape: tuple[int, ...]) -> Value:
+        """The value in `buffer` of a layer's output shape, for this plan's batch."""
+        return value_of(buffer, shape, self.Bt)
+
     def grad(self, v: Value) -> Value:
         """The gradient of value v: buffer d_<v's buffer>, v's shape."""
         return Value(self.act("d_" + v.buffer, v.rows, v.cols), v.shape, v.rows, v.cols)

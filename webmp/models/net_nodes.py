@@ -59,7 +59,7 @@ class Node:
             )
 
     def out(self, x: Value, suffix: str = "y") -> Value:
-        v = value_of(self.g.named(f"{self.path}.{suffix}"), self.out_shape, self.g.Bt)
+        v = self.g.value(self.g.named(f"{self.path}.{suffix}"), self.out_shape)
         self.g.act(v.buffer, v.rows, v.cols)
         return v
 
@@ -96,10 +96,11 @@ class LinearNode(Node):
         common = dict(A=x.buffer, B=str(W["copy"]), M=x.rows, N=n_out, K=n_in, a_act=_code(x), flags=flags)
         if self.last:
             bias = b["master"] if b else self.g.zeros(n_out)
-            if "logits" not in self.pb.buffers:
-                self.pb.f32("logits", (x.rows, n_out), "activations")
-            self.mb.matmul(program, "matmul_logits", C="logits", bias=bias, **common)
-            return Value("logits", self.out_shape, x.rows, n_out), None
+            logits = self.g.named("logits")
+            if logits not in self.pb.buffers:
+                self.pb.f32(logits, (x.rows, n_out), "activations")
+            self.mb.matmul(program, "matmul_logits", C=logits, bias=bias, **common)
+            return Value(logits, self.out_shape, x.rows, n_out), None
         y = self.out(x)
         if b:
             self.mb.matmul(program, "matmul_fwd", C=y.buffer, bias=b["master"], **common)

@@ -1,37 +1,63 @@
 """Text generation with a token network (`webmp sample`, the page's sampling): the network's forward
-pass over one window, in a plan of its own (a SamplePlan, webmp/engine/plan.py) that the runtimes
-replay once per token with no host work in between.
+pass in a plan of its own (a SamplePlan, webmp/engine/plan.py) that the runtimes replay once per
+token, on the plan's schedule, with no host work in between.
 
 The plan's buffers: the overflow flags, a stand-in for the metrics ring, every parameter's f32
 master (a checkpoint's) under its name and, for the matrices the matmuls read, its working copy
 h_<name> packed on the host (pack_h: numpy rounds to nearest even, as the training plan packs its
 initial copies and as adamw_copy stores them), the token buffer `seq` (the prompt's ids, then the
-generated ones) and its count `seq_len`, idx [T], then the forward pass's activations. One
-program, sample_step, adds one token:
-  sample_window  idx = the last <= T tokens of seq (positions from 0, padding after: attention is
-                 causal, so padding changes no earlier row);
-  the forward    the training plan's nodes (SampleNet: a TokenNet of one window, R = T rows,
-                 dropout off), the same kernels and constants as a batch_size 1 train_step;
-  sample_next    a draw from the last real row's logits, appended to seq (webmp/ops/sample.py).
+generated ones) and its count `seq_len`, idx [T], then the forward pass's activations. Each
+program adds one token; with n = seq_len the tokens held, the newest at position n - 1:
+  sample_step  (the window) sample_window: idx = the last <= T tokens of seq (positions from 0,
+               padding after: attention is causal, so padding changes no earlier row); the training
+               plan's forward nodes over that window (R = T rows, dropout off: the same kernels and
+               constants as a batch_size 1 train_step); sample_next: a draw from the last real
+               row's logits, appended to seq (webmp/ops/sample.py).
+  sample_row   (one position, while n <= T) the forward pass of the newest token's row alone:
+               its embedding taken from the window's (sample_row_take), each per-position layer
+               on one row (SampleBuilder.row_tiles), each attention layer's q, k, v row put into
+               its cache (the window's qkv buffer, row n - 1: sample_row_put) and that row's
+               attention over cache rows 0 .. n - 1 (attention_row_matmul, attn_softmax_row), the
+               head on one row, sample_next. The kernels read n from seq_len on the GPU.
+While n <= T the window holds every token at its own position, so the k and v rows of earlier
+positions do not change from token to token: the cache rows written by the window program of the
+prompt and by the one-position programs since are the window's own. Every kernel of the row
+program computes an element as the window's computes that element of the newest row (the matmul
+cores sum in k order whatever M; the softmax row is the window's row function): the same logits,
+bit for bit up to the sign of zero where a sum of stale-row terms 0 * v meets a zero (no later
+operation tells the two apart), so the same tokens (tests/models/test_net_sample.py compares the
+logits at every step). Once n > T the window slides, every position changes and the cache is
+void: those tokens run the window program.
+
+The schedule (SampleSpec.schedule): the window program for the first token (it computes every row
+of the prompt's window, so it fills the caches), the row program for the tokens drawn at
+n = P + 1 .. T (P the prompt's length), the window program for the rest. kv_cache=False: the
+window program for every token (the sampler before the cache; the same tokens).
 The gpt's plan (webmp/models/gpt.py, build_gpt_sample_plan) is this one over gpt_network, under the
 gpt's names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
 from .. import ops
 from ..config import TrainConfig
-from ..engine.plan import PLAN_FORMAT, SamplePlan, SampleSpec, memory_by_category, pack_h
-from ..engine.tiles import TileTable
+from ..engine.plan import PLAN_FORMAT, SamplePlan, SampleRun, SampleSpec, memory_by_category, pack_h
+from ..engine.tiles import ROW_TILES, Tiles, TileTable
+from ..nn import layers as L
 from ..nn.network import Network, ParamShape
 from .common import Init, ModelBuilder, Param, check_params
-from .net_seq import TokenNet
+from .net_nodes import Node, Value
+from .net_seq import AttentionNode, EmbeddingNode, TokenNet
 
-SAMPLE_STEP = "sample_step"
+SAMPLE_STEP = "sample_step"  # the window's forward pass
+SAMPLE_ROW = "sample_row"  # the newest position's, over the caches
+ROW = "row."  # the row program's values: the window's buffer names with this prefix
 TOKENS_PER_SUBMIT = 64  # program replays a submit: few submits, and no long-running command buffer
 
 
@@ -47,13 +73,15 @@ def build_net_sample_plan(
     temperature: float,
     seed: int,
     tokens_per_submit: int = TOKENS_PER_SUBMIT,
+    kv_cache: bool = True,
     net: Network | None = None,
     names: Mapping[str, str] | None = None,
 ) -> tuple[SamplePlan, bytes]:
     """The plan generating `tokens` tokens after the token ids `prompt` with the token network `net`
     (default cfg.model_spec) and its parameters `params` (f32, by layer path: layers.0.weight, ...,
     or by the names `names` gives a layer path's parameters and values; a checkpoint's masters),
-    vocabulary `vocab` (token id -> character), on prelude `path`."""
+    vocabulary `vocab` (token id -> character), on prelude `path`; kv_cache=False: the window
+    program for every token (module docstring)."""
     net = net or cfg.model_spec
     if net is None or not net.is_tokens:
         raise ValueError("sampling needs a token network (model_spec with input {tokens, context})")
@@ -61,7 +89,21 @@ def build_net_sample_plan(
         raise ValueError(f"a vocabulary of {len(vocab)} characters for a network of {net.classes} tokens")
     settings = SampleRequest(prompt, tokens, temperature, seed, tokens_per_submit, net.classes)
     g = SampleNet(SampleBuilder(cfg, path, tiles), net, params, settings, names or {})
-    return g.sample_plan(vocab)
+    return g.sample_plan(vocab, kv_cache)
+
+
+def sample_schedule(prompt_tokens: int, tokens: int, T: int, kv_cache: bool = True) -> list[SampleRun]:
+    """Which program draws each token, as runs of consecutive tokens: the window for the first, the
+    one-position program for those drawn at n = prompt_tokens + 1 .. T (with kv_cache), the window
+    for the rest."""
+    rows = max(0, min(tokens - 1, T - prompt_tokens)) if kv_cache else 0
+    schedule: list[SampleRun] = []
+    for program, count in ((SAMPLE_STEP, 1), (SAMPLE_ROW, rows), (SAMPLE_STEP, tokens - 1 - rows)):
+        if count and schedule and schedule[-1]["program"] == program:
+            schedule[-1]["tokens"] += count
+        elif count:
+            schedule.append({"program": program, "tokens": count})
+    return schedule
 
 
 class SampleRequest:
@@ -92,7 +134,12 @@ class SampleRequest:
 
 class SampleBuilder(ModelBuilder):
     """A ModelBuilder whose parameters are given f32 masters and their working copies packed on the
-    host: no gradients, moments or optimizer."""
+    host: no gradients, moments or optimizer. While `one_row` (SampleNet's row pass) its products
+    of one row take the tiles of `row_tiles` (the same bits whatever the tiles: the cores sum in k
+    order)."""
+
+    one_row = False
+    window_rows = 1  # T: the rows of the window's products
 
     def param(
         self, name: str, shape: Sequence[int], init: Init, *, copy: bool = False, decay: bool = False
@@ -109,10 +156,30 @@ class SampleBuilder(ModelBuilder):
         self.params.append(entry)
         return entry
 
+    def matmul(self, program: str, variant: str, **kw: Any) -> None:
+        if not (self.one_row and kw["M"] == 1):
+            return super().matmul(program, variant, **kw)
+        shape = (kw["N"], kw["K"], kw.get("trans_a", 0), kw.get("trans_b", 0))
+        ops.matmul(self.pb, program, variant, tiles=self.row_tiles(variant, *shape), **kw)
+
+    def row_tiles(self, variant: str, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> Tiles:
+        """A one-row product's tiles: ROW_TILES for the per-position layers with a bias (matmul_fwd,
+        most of the row program's time); the others take the tiles of the window's product of that
+        shape, so that they share its pipelines where the sizes are read at run time (a pipeline
+        is ~0.15 s of lavapipe's compile, and these products are small)."""
+        if variant == "matmul_fwd":
+            return ROW_TILES
+        return self.tiles.for_shape(self.path, self.window_rows, N, K, trans_a, trans_b)
+
 
 class SampleNet(TokenNet):
     """A token network's sampling plan: the constructor declares the buffers up to idx (the
-    parameters as the network's nodes place them, named by `named`), sample_plan the program."""
+    parameters as the network's nodes place them, named by `named`), sample_plan the programs.
+    While mb.one_row (row_program) the nodes emit the newest position's forward pass: their values
+    are one row, in buffers named ROW + the window's name (`named`), and the embedding and the
+    attention are the row nodes below."""
+
+    mb: SampleBuilder
 
     def __init__(
         self,
@@ -122,11 +189,12 @@ class SampleNet(TokenNet):
         settings: SampleRequest,
         names: Mapping[str, str],
     ):
-        self.names = names
+        self.names, self.mb = names, mb
         check_params(params, {self.named(n): tuple(p.shape) for n, p in net.param_shapes().items()})
-        self.mb, self.pb, self.net, self.given, self.settings = mb, mb.pb, net, params, settings
+        self.pb, self.net, self.given, self.settings = mb.pb, net, params, settings
         self.V, self.T = net.classes, net.context
         self.Bt, self.R = 1, net.context  # one window
+        mb.window_rows = net.context
         pb = self.pb
         pb.u32("flags", (4,), "other")
         # the runtimes stage a plan's metrics buffer; this plan has no metrics or state, and this word
@@ -137,24 +205,80 @@ class SampleNet(TokenNet):
         pb.u32("seq_len", (1,), "data", [len(settings.prompt)])
         pb.u32("idx", (self.T,), "activations")
 
+    def node_type(self, layer: L.Layer) -> type[Node]:
+        row_nodes: dict[type, type[Node]] = {
+            L.Embedding: RowEmbeddingNode,
+            L.CausalSelfAttention: RowAttentionNode,
+        }
+        return row_nodes.get(type(layer)) or super().node_type(layer)
+
     def named(self, name: str) -> str:
-        return self.names.get(name, name)
+        """The window's buffer for `name` (as the names give it), and in the row pass ROW + it (a
+        name given again, as the nodes do, stays the same)."""
+        if not self.mb.one_row or name.startswith(ROW):
+            return self.names.get(name, name)
+        return ROW + self.names.get(name, name)
+
+    def value(self, buffer: str, shape: tuple[int, ...]) -> Value:
+        if not self.mb.one_row:
+            return super().value(buffer, shape)
+        if len(shape) != 2:
+            raise ValueError(f"a token network's values are [T, D] per window, not {shape}")
+        return Value(buffer, shape, 1, shape[-1])
+
+    @contextmanager
+    def window(self) -> Iterator[None]:
+        """Within the row pass: names and values are the window's (a cache, the window's embedding)."""
+        was, self.mb.one_row = self.mb.one_row, False
+        try:
+            yield
+        finally:
+            self.mb.one_row = was
 
     def initial(self, name: str, p: ParamShape) -> Init | None:
         given = self.given[name]
         return lambda: np.asarray(given, np.float32)
 
-    def sample_plan(self, vocab: Sequence[str]) -> tuple[SamplePlan, bytes]:
-        """Program sample_step and the plan that replays it."""
-        pb, s, P, T = self.pb, self.settings, SAMPLE_STEP, self.T
-        ops.sample_window(pb, P, seq="seq", seq_len="seq_len", idx="idx", T=T, capacity=s.capacity)
-        self.forward(P, "flags", False, None)
+    def draw(self, program: str, logits: str, rows: int) -> None:
+        s = self.settings
         ops.sample_next(
-            pb, P, logits="logits", seq="seq", seq_len="seq_len", V=self.V, T=T, capacity=s.capacity,
-            temperature=s.temperature, seed=s.seed,
+            self.pb, program, logits=logits, seq="seq", seq_len="seq_len", V=self.V, T=rows,
+            capacity=s.capacity, temperature=s.temperature, seed=s.seed,
         )  # fmt: skip
+
+    def window_program(self) -> None:
+        """sample_step: the window, the forward pass over it, the draw from its last real row."""
+        P = SAMPLE_STEP
+        ops.sample_window(
+            self.pb, P, seq="seq", seq_len="seq_len", idx="idx", T=self.T, capacity=self.settings.capacity
+        )
+        self.forward(P, "flags", False, None)
+        self.draw(P, "logits", self.T)
+
+    def row_program(self) -> None:
+        """sample_row: the window's tokens (for the embedding), the newest row's forward pass, the
+        draw from its logits."""
+        P = SAMPLE_ROW
+        ops.sample_window(
+            self.pb, P, seq="seq", seq_len="seq_len", idx="idx", T=self.T, capacity=self.settings.capacity
+        )
+        self.mb.one_row = True
+        try:
+            self.forward(P, "flags", False, None)
+            logits = self.named("logits")
+        finally:
+            self.mb.one_row = False
+        self.draw(P, logits, 1)
+
+    def sample_plan(self, vocab: Sequence[str], kv_cache: bool) -> tuple[SamplePlan, bytes]:
+        """The programs the schedule runs and the plan that replays them."""
+        pb, s = self.pb, self.settings
+        schedule = sample_schedule(len(s.prompt), s.tokens, self.T, kv_cache)
+        self.window_program()
+        if any(run["program"] == SAMPLE_ROW for run in schedule):
+            self.row_program()
         sample: SampleSpec = {
-            "program": P,
+            "schedule": schedule,
             "seq": "seq",
             "seq_len": "seq_len",
             "flags": "flags",
@@ -178,3 +302,56 @@ class SampleNet(TokenNet):
             "memory": memory_by_category(kp["buffers"]),
         }
         return plan, bytes(pb.blob)
+
+
+class RowEmbeddingNode(EmbeddingNode):
+    """In the row pass: the window's embedding (embed_fwd over idx, the same kernel and rows), then
+    its newest row taken out (sample_row_take)."""
+
+    g: SampleNet
+
+    def forward(self, x, program, flags, training):
+        if not self.mb.one_row:
+            return super().forward(x, program, flags, training)
+        with self.g.window():
+            window, _ = super().forward(x, program, flags, training)
+        y = self.out(x)
+        ops.sample_row_take(
+            self.pb, program, seq_len="seq_len", X=window.buffer, Y=y.buffer, T=self.g.T, cols=y.cols
+        )
+        return y, None
+
+
+class RowAttentionNode(AttentionNode):
+    """In the row pass: the newest row's q, k, v (the qkv projection on one row), put into the
+    cache (row n - 1 of the window's qkv), its attention over the cache's rows (masked past n - 1:
+    rows the window would hold too, or stale ones never weighted), the output projection."""
+
+    g: SampleNet
+
+    def forward(self, x, program, flags, training):
+        if not self.mb.one_row:
+            return super().forward(x, program, flags, training)
+        g, pb, att, D = self.g, self.pb, self.shape(), x.cols
+        T, H, d = att["T"], att["H"], att["d"]
+        qkv = g.act(f"{self.path}.qkv", 1, 3 * D)
+        self.project(program, x.buffer, "qkv", qkv, 1, 3 * D, D, flags)
+        with g.window():
+            cache = g.act(f"{self.path}.qkv", T, 3 * D)
+        ops.sample_row_put(pb, program, seq_len="seq_len", X=qkv, Y=cache, T=T, cols=3 * D)
+        S, P, O = (
+            g.f32(f"attention_S_h{H}", (H, T)),
+            g.act(f"{self.path}.P", H, T),
+            g.act(f"{self.path}.O", 1, D),
+        )
+        heads: dict[str, Any] = dict(T=T, H=H, d=d, cache=cache)
+        tiles = {
+            v: self.mb.tiles.for_shape(self.mb.path, *ops.attention_shape(v, T, d))
+            for v in ("scores", "values")
+        }
+        ops.attention_row_matmul(pb, program, "scores", qkv=qkv, S=S, tiles=tiles["scores"], **heads)
+        ops.attn_softmax_row(pb, program, S=S, P=P, seq_len="seq_len", T=T, H=H, d=d, flags=flags)
+        ops.attention_row_matmul(pb, program, "values", P=P, O=O, flags=flags, tiles=tiles["values"], **heads)
+        y = self.out(x)
+        self.project(program, O, "proj", y.buffer, 1, D, D, flags)
+        return y, None

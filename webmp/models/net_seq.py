@@ -205,11 +205,11 @@ class TiedHeadNode(Node):
 
     def forward(self, x, program, flags, training):
         pb, mb, wte, V, D = self.pb, self.mb, self.table(), self.out_shape[-1], x.cols
-        bias = self.g.named(f"{self.path}.zero_bias")
-        for name, shape in (("logits", (x.rows, V)), (bias, (V,))):
+        bias, logits = self.g.named(f"{self.path}.zero_bias"), self.g.named("logits")
+        for name, shape in ((logits, (x.rows, V)), (bias, (V,))):
             if name not in pb.buffers:
-                pb.f32(name, shape, "activations" if name == "logits" else "other")
-        common: dict[str, Any] = dict(A=x.buffer, C="logits", bias=bias, M=x.rows, N=V, K=D)
+                pb.f32(name, shape, "activations" if name == logits else "other")
+        common: dict[str, Any] = dict(A=x.buffer, C=logits, bias=bias, M=x.rows, N=V, K=D)
         if mb.tiles.weights == "transposed":
             t = "hT_" + wte["name"]
             if t not in pb.buffers:
@@ -218,7 +218,7 @@ class TiedHeadNode(Node):
             mb.matmul(program, "matmul_logits", B=t, **common)
         else:
             mb.matmul(program, "matmul_logits", B=str(wte["copy"]), trans_b=1, **common)
-        return Value("logits", self.out_shape, x.rows, V), None
+        return Value(logits, self.out_shape, x.rows, V), None
 
     def backward(self, x, y, saved, dy, program, need_dx):
         mb, wte, R, V, D = self.mb, self.table(), x.rows, self.out_shape[-1], x.cols

@@ -23,10 +23,12 @@ from .attention import (
     ATTENTION_PRODUCTS,
     HEAD_PARTS,
     attention_matmul,
+    attention_row_matmul,
     attention_scale,
     attention_shape,
     attn_softmax_bwd,
     attn_softmax_fwd,
+    attn_softmax_row,
 )
 from .common import ACT_CODES, cdiv
 from .conv import avgpool_bwd, avgpool_fwd, col2im, conv_out, im2col, maxpool_bwd, maxpool_fwd, repack_h
@@ -73,7 +75,14 @@ from .rows import (
     rmsnorm_wgrad,
     softmax_xent,
 )
-from .sample import SAMPLE_CUTOFF, sample_next, sample_temperature, sample_window
+from .sample import (
+    SAMPLE_CUTOFF,
+    sample_next,
+    sample_row_put,
+    sample_row_take,
+    sample_temperature,
+    sample_window,
+)
 
 __all__ = [
     "ACT_CODES",
@@ -95,10 +104,12 @@ __all__ = [
     "adamw_copy",
     "add_h",
     "attention_matmul",
+    "attention_row_matmul",
     "attention_scale",
     "attention_shape",
     "attn_softmax_bwd",
     "attn_softmax_fwd",
+    "attn_softmax_row",
     "avgpool_bwd",
     "avgpool_fwd",
     "b_pairs",
@@ -144,6 +155,8 @@ __all__ = [
     "repack_h",
     "round_h",
     "sample_next",
+    "sample_row_put",
+    "sample_row_take",
     "sample_temperature",
     "sample_window",
     "scaler_step",

@@ -182,3 +182,80 @@ def attn_softmax_bwd(
     flagged); rows as attn_softmax_fwd's."""
     binds = {"P": P, "dP": dP, "dS": dS, "flags": flags}
     _attn_softmax(pb, program, "attn_softmax_bwd", binds, B, T, H, d, rows)
+
+
+# --- one query row per head (text generation's one-position program) -------------------------------
+# The newest token's query against the T rows of a cache (the window's qkv buffer [T, 3D], a
+# position's k and v written once, webmp/models/net_sample.py), for all H heads in one dispatch:
+#   scores  S1 f32 [H, T] = q K^T   (matmul_wgrad; q: the third of qkv1 [1, 3D], K: the cache's)
+#   values  O1 h [1, D]   = P1 V    (matmul_plain; P1 h [H, T], V: the cache's third)
+# Each element is the same sum in the same order (the matmul cores' k order) as the window
+# product's element of that query row, so equal operands give equal bits; the softmax between
+# them is attn_softmax_row (its query i = min(n, T) - 1 read from seq_len on the GPU).
+# variant: (matmul variant, trans_b, the cache's third it reads: k or v)
+ROW_PRODUCTS = {
+    "scores": ("matmul_wgrad", 1, HEAD_PARTS["k"]),
+    "values": ("matmul_plain", 0, HEAD_PARTS["v"]),
+}
+
+
+def attention_row_matmul(
+    pb: PlanBuilder,
+    program: str,
+    variant: str,
+    *,
+    T: int,
+    H: int,
+    d: int,
+    cache: str,
+    qkv: str | None = None,
+    S: str | None = None,
+    P: str | None = None,
+    O: str | None = None,
+    flags: str = "flags",
+    tiles: Tiles = DEFAULT_TILES,
+) -> None:
+    """One product of a query row per head against the cache (above): "scores" takes qkv (the row)
+    and S, "values" P and O."""
+    if variant not in ROW_PRODUCTS:
+        raise ValueError(f"unknown row product {variant!r}; one of {list(ROW_PRODUCTS)}")
+    _attention_check(1, T, H, d)
+    mm_variant, trans_b, part = ROW_PRODUCTS[variant]
+    D = H * d
+    cache_layout = Layout(off=part * D, sb=T * 3 * D, sh=d, ld=3 * D)
+    if variant == "scores":
+        if qkv is None or S is None or P is not None or O is not None:
+            raise ValueError("the row product 'scores' takes qkv and S")
+        A, C, N, K = qkv, S, T, d
+        a_layout, c_layout = Layout(off=0, sb=3 * D, sh=d, ld=3 * D), Layout(off=0, sb=H * T, sh=T, ld=0)
+    else:
+        if P is None or O is None or qkv is not None or S is not None:
+            raise ValueError("the row product 'values' takes P and O")
+        per = T + (T & 1)  # P1's rows, padded to whole words
+        A, C, N, K = P, O, d, T
+        a_layout, c_layout = Layout(off=0, sb=H * per, sh=per, ld=0), Layout(off=0, sb=D, sh=d, ld=D)
+    matmul(
+        pb, program, mm_variant, A=A, B=cache, C=C, M=1, N=N, K=K, trans_b=trans_b, flags=flags,
+        tiles=tiles, batch=H, z_inner=H, a_layout=a_layout, b_layout=cache_layout, c_layout=c_layout,
+    )  # fmt: skip
+
+
+def attn_softmax_row(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    S: str,
+    P: str,
+    seq_len: str,
+    T: int,
+    H: int,
+    d: int,
+    flags: str = "flags",
+) -> None:
+    """P [H, T] (h) = the causal softmax of S [H, T] (f32) for query i = min(n, T) - 1, n = seq_len[0]:
+    row h as attn_softmax_fwd computes query i of head h in a window (masked entries 0); a
+    workgroup a head."""
+    _attention_check(1, T, H, d)
+    sources = ["reduce.wgsl", "attn_softmax.wgsl", "attn_softmax_fwd.wgsl", "attn_softmax_row.wgsl"]
+    binds = {"S": S, "P": P, "flags": flags, "seq_len": seq_len}
+    pb.dispatch(program, sources, "attn_softmax_row", {"T": T, "SCALE": attention_scale(d)}, binds, [H])

@@ -1,11 +1,12 @@
-"""Text generation (shaders/sample/, `webmp sample`): the model's input window and the next token."""
+"""Text generation (shaders/sample/, `webmp sample`): the model's input window, the newest token's
+row taken from or put into a window's matrix (the one-position program), and the next token."""
 
 from __future__ import annotations
 
 import struct
 
-from ..engine.plan import PlanBuilder
-from .common import grid
+from ..engine.plan import PlanBuilder, h_bytes
+from .common import cdiv, grid
 
 SAMPLE_CUTOFF = 87.0  # sample_next's weights are 0 where (max - logit) / temperature >= this
 F32_TINY = 2.0**-126  # the smallest normal f32
@@ -38,6 +39,30 @@ def sample_window(
         {"seq": seq, "seq_len": seq_len, "idx": idx},
         grid(T),
     )
+
+
+def _sample_row(pb: PlanBuilder, program: str, entry: str, binds: dict, T: int, cols: int) -> None:
+    if T < 1 or cols < 1:
+        raise ValueError(f"{entry}: T {T} and cols {cols} must be positive")
+    window, row = (binds["X"], binds["Y"]) if entry == "sample_row_take" else (binds["Y"], binds["X"])
+    pb.require_bytes(entry, window, h_bytes(T, cols, pb.path), f"an h matrix [{T}, {cols}]")
+    pb.require_bytes(entry, row, h_bytes(1, cols, pb.path), f"an h matrix [1, {cols}]")
+    words = cdiv(cols, 2)
+    pb.dispatch(program, ["sample_rows.wgsl"], entry, {"T": T, "WORDS": words}, binds, grid(words))
+
+
+def sample_row_take(
+    pb: PlanBuilder, program: str, *, seq_len: str, X: str, Y: str, T: int, cols: int
+) -> None:
+    """Y [1, cols] (h) = row min(n, T) - 1 of X [T, cols] (h), n = seq_len[0]: the newest token's row
+    of a window's values, copied word for word."""
+    _sample_row(pb, program, "sample_row_take", {"seq_len": seq_len, "X": X, "Y": Y}, T, cols)
+
+
+def sample_row_put(pb: PlanBuilder, program: str, *, seq_len: str, X: str, Y: str, T: int, cols: int) -> None:
+    """Row min(n, T) - 1 of Y [T, cols] (h) = X [1, cols] (h), n = seq_len[0], the other rows kept:
+    the newest token's q, k, v into an attention layer's cache."""
+    _sample_row(pb, program, "sample_row_put", {"seq_len": seq_len, "X": X, "Y": Y}, T, cols)
 
 
 def sample_next(

@@ -7,7 +7,7 @@ which replays a plan through wgpu-py):
 
   job = prepare(run_dir, prompt, tokens=..., temperature=..., seed=...)   # SampleError: one line
   plan, blob = job.plan(job.path(has_f16))   # webmp.models.build_sample_plan
-  ... replay plan["sample"]["program"], read plan["sample"]["seq"] ...
+  ... replay plan["sample"]["schedule"], read plan["sample"]["seq"] ...
   text = job.text(seq[prompt_tokens:])        # the prompt, then the generated characters
 
 The settings (tokens, temperature, seed) are checked by one model, `SampleSettings`, for

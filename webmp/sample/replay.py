@@ -1,12 +1,13 @@
 """Text generation from a trained GPT or token network (`webmp sample`), on the GPU with the training kernels.
 
 The plan (webmp.models.build_sample_plan) holds everything: the prompt's token ids in the
-GPU buffer `seq`, a program adding one token (window, the training plan's forward pass, the draw),
-and how often to replay it. Loading a run, checking the input and building the plan are
+GPU buffer `seq`, the programs adding one token (the window's forward pass, or the newest
+position's over the attention caches, then the draw) and the schedule that says which to replay
+how often. Loading a run, checking the input and building the plan are
 webmp/sample/job.py's (no wgpu there: the server builds the browser page's sampling plans with
-it); this module replays the program `tokens_per_submit` times a submit through wgpu-py (no host
-work per token) and reads `seq` once at the end (`replay`, whose twin in the page is web/loops.js's
-generate).
+it); this module replays the schedule's programs, at most `tokens_per_submit` a submit, through
+wgpu-py (no host work per token) and reads `seq` once at the end (`replay`, whose twin in the
+page is web/loops.js's generate).
 
   sample(run_dir, prompt, tokens=..., temperature=..., seed=...) -> prompt + generated text
   generate(cfg, vocab, params, prompt, ...)                       the same without a run directory
@@ -41,15 +42,16 @@ from .job import (
 
 
 def replay(plan: SamplePlan, blob: bytes, gpu: GPU | None = None) -> np.ndarray:
-    """Run a sampling plan on the GPU: its program plan["sample"]["tokens"] times,
+    """Run a sampling plan on the GPU: each run of its schedule, its program once per token,
     tokens_per_submit replays a submit; the generated token ids (u32), read from `seq` once."""
     spec = plan["sample"]
     rt = Runtime(plan, blob, gpu)
-    left = spec["tokens"]
-    while left > 0:
-        n = min(left, spec["tokens_per_submit"])
-        rt.run(spec["program"], repeat=n)
-        left -= n
+    for run in spec["schedule"]:
+        left = run["tokens"]
+        while left > 0:
+            n = min(left, spec["tokens_per_submit"])
+            rt.run(run["program"], repeat=n)
+            left -= n
     seq = np.frombuffer(rt.read(spec["seq"]), np.uint32)
     length = int(np.frombuffer(rt.read(spec["seq_len"]), np.uint32)[0])
     capacity = spec["prompt_tokens"] + spec["tokens"]
@@ -76,11 +78,13 @@ def generate_ids(
     path: str | None = None,
     tiles: TileTable | None = None,
     tokens_per_submit: int = TOKENS_PER_SUBMIT,
+    kv_cache: bool = True,
 ) -> np.ndarray:
     """The `tokens` token ids generated after `prompt_ids` on the GPU. path: the prelude (default:
     resolve_f16_path of cfg's precision and f16 choice, as the Trainer); tiles: matmul tiles
     (default: the adapter's tuned table, as the Trainer); tokens_per_submit: program replays a
-    submit (the plan's SampleSpec)."""
+    submit (the plan's SampleSpec); kv_cache=False: the window program for every token (the same
+    tokens, slower: webmp/models/net_sample.py)."""
     settings = SampleSettings.of(tokens=tokens, temperature=temperature, seed=seed)
     gpu = gpu or default_gpu()
     path = path or resolve_f16_path(cfg.precision, cfg.f16, gpu.has_f16)
@@ -88,6 +92,7 @@ def generate_ids(
     plan, blob = build_sample_plan(
         cfg, vocab, path, tiles, params=params, prompt=prompt_ids, tokens=settings.tokens,
         temperature=settings.temperature, seed=settings.seed, tokens_per_submit=tokens_per_submit,
+        kv_cache=kv_cache,
     )  # fmt: skip
     return replay(plan, blob, gpu)
 

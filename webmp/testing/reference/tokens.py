@@ -89,6 +89,19 @@ def sample_window(seq, n: int, T: int) -> np.ndarray:
     return idx
 
 
+def sample_row_take(X, n: int) -> np.ndarray:
+    """sample_row_take.wgsl's Y [1, cols]: row min(n, T) - 1 of X [T, cols] (n >= 1)."""
+    X = np.asarray(X)
+    return X[min(max(n, 1), len(X)) - 1][None].copy()
+
+
+def sample_row_put(Y, X, n: int) -> np.ndarray:
+    """sample_row_put.wgsl's Y [T, cols] after it: row min(n, T) - 1 replaced by X [1, cols]."""
+    Y = np.array(Y)
+    Y[min(max(n, 1), len(Y)) - 1] = np.asarray(X).reshape(-1)
+    return Y
+
+
 def sample_uniform(seed: int, pos) -> np.ndarray:
     """sample_next.wgsl's u for the token at position(s) `pos`, bit for bit: the top 24 bits of
     pcg_hash(seed ^ pcg_hash(pos)) times 2^-24 (float64 holding the f32 value exactly)."""
