@@ -166,7 +166,9 @@ def train_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="S",
         default=None,
-        help="seconds the first-use tuning may take (default: webmp.tune.first_use.FIRST_USE_BUDGET_S, 3)",
+        help="seconds the first-use tuning may take (default: webmp.tune.first_use.FIRST_USE_BUDGET_S, 3); "
+        "given, it tunes even an adapter whose class's shipped table was measured (lavapipe, "
+        "SwiftShader), which is otherwise not tuned",
     )
     run.add_argument(
         "--dry-run",
@@ -214,7 +216,8 @@ def cmd_train(argv: list[str]) -> int:
         print(f"webmp train: --tune-budget {budget:g}: give seconds >= 0", file=sys.stderr)
         return 2
     off = args.no_tune or budget == 0 or os.environ.get(NO_TUNE_ENV, "") not in ("", "0")
-    tuner = None if off else FirstUseTuning(budget)
+    # an explicit budget tunes even where the adapter class's shipped table was measured
+    tuner = None if off else FirstUseTuning(budget, even_measured=args.tune_budget is not None)
 
     try:
         world = detect_world()

@@ -174,11 +174,13 @@ def test_first_use_tuning_times_only_the_missing_classes_and_keeps_to_its_budget
     pinned = dict(SMALL_TILES)  # a choice no tuner would keep if it timed the class again
     update_cache(gpu.name, {classes[0]: pinned})
     table = TileTable.for_adapter(gpu.name, gpu.info)
-    same, line = FirstUseTuning(budget_s=0.0)(gpu, _tiny_plan(gpu, table), table)
+    same, line = FirstUseTuning(budget_s=0.0, even_measured=True)(gpu, _tiny_plan(gpu, table), table)
     assert load_cache() == {gpu.name: {classes[0]: pinned}}
     assert f"tuned 0 of the {len(classes) - 1} shape classes missing" in line and "later run" in line
     assert same.by_class == {classes[0]: pinned}
-    new, line = FirstUseTuning(budget_s=600.0, max_candidates=2)(gpu, _tiny_plan(gpu, table), table)
+    new, line = FirstUseTuning(budget_s=600.0, max_candidates=2, even_measured=True)(
+        gpu, _tiny_plan(gpu, table), table
+    )
     cached = load_cache()[gpu.name]
     assert set(cached) == set(classes) and cached[classes[0]] == pinned
     assert (
@@ -190,9 +192,24 @@ def test_first_use_tuning_times_only_the_missing_classes_and_keeps_to_its_budget
         assert fits(cached[cls], gpu.device.limits, gpu.has_subgroups)
         assert new.by_class[cls] == cached[cls]
     # nothing left to tune: nothing timed
-    again, line = FirstUseTuning(budget_s=600.0)(gpu, _tiny_plan(gpu, new), new)
+    again, line = FirstUseTuning(budget_s=600.0, even_measured=True)(gpu, _tiny_plan(gpu, new), new)
     assert "every one of the run's" in line and again.by_class == new.by_class
     assert untuned.by_class == {}
+
+
+def test_first_use_tuning_leaves_a_measured_class_table_alone(gpu, tmp_path, monkeypatch):
+    """Where the adapter's class has a measured shipped table (lavapipe, SwiftShader: every machine
+    the suite runs on), first-use tuning times nothing unless told to (even_measured, an explicit
+    --tune-budget), and says why; elsewhere (a heuristic or no entry) it tunes."""
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "tune.json"))
+    table = TileTable.for_adapter(gpu.name, gpu.info)
+    heuristic = TileTable({}, gpu.name, None)
+    assert table.shipped is not None and table.shipped.measured, "the suite's adapters are measured classes"
+    same, line = FirstUseTuning(budget_s=600.0)(gpu, _tiny_plan(gpu, table), table)
+    assert same is table and line.startswith("skipped: the shipped ") and "measured" in line
+    assert not (tmp_path / "tune.json").exists()
+    _, line = FirstUseTuning(budget_s=0.0)(gpu, _tiny_plan(gpu, heuristic), heuristic)
+    assert line.startswith("tuned 0 of the "), "no measured table: it tunes (here with no budget)"
 
 
 FLAGS = ["--hidden", "16", "--batch-size", "8", "--steps", "2", "--log-every", "1", "--quiet"]
@@ -213,6 +230,9 @@ def test_webmp_train_tunes_first_unless_told_not_to(tmp_path, monkeypatch, capsy
     assert cli(["train", *FLAGS, "--out", str(tmp_path / "env")]) == 0
     assert not cache.exists() and "first-use tuning" not in capsys.readouterr().out
     monkeypatch.setenv("WEBMP_NO_TUNE", "0")
+    assert cli(["train", *FLAGS, "--out", str(tmp_path / "measured")]) == 0
+    assert "webmp: first-use tuning: skipped: the shipped" in capsys.readouterr().out
+    assert not cache.exists()
     assert cli(["train", *FLAGS, "--tune-budget", "0.001", "--out", str(tmp_path / "tiny")]) == 0
     out = capsys.readouterr().out
     assert "webmp: first-use tuning: tuned " in out and "s]" in out  # at most one class: its two candidates

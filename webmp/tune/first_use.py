@@ -12,6 +12,11 @@ overrun the budget by one class's two candidates. A class is cached only where t
 were timed against each other; the rest keep the shipped tiles until a later run tunes them. The
 forms (row kernels, weights) are left to `webmp bench --tune`: the shipped table holds measured
 ones. Every tile choice gives the same bits, so tuning never changes what a run computes.
+
+An adapter whose class has a measured shipped table (lavapipe, SwiftShader: webmp.engine.adapters)
+is not tuned unless asked (`even_measured`, `webmp train --tune-budget S`): that table is the tuned
+choice of its class (on lavapipe first-use tuning kept it every time), and the 3 - 4 s of compiles
+would take the GPT's cold start past 15 s. The GPU rule is a heuristic, so GPUs are tuned.
 """
 
 from __future__ import annotations
@@ -39,8 +44,18 @@ class FirstUseTuning:
 
     budget_s: float = FIRST_USE_BUDGET_S
     max_candidates: int = FIRST_USE_CANDIDATES
+    # False: an adapter whose class has a measured shipped entry (lavapipe, SwiftShader) is not
+    # tuned: that entry is a tuned table already (first-use tuning found it best every time on
+    # lavapipe), and its compiles would take a cold start past 15 s
+    even_measured: bool = False
 
     def __call__(self, gpu, plan: Plan, table: TileTable) -> tuple[TileTable, str]:
+        shipped = table.shipped
+        if shipped is not None and shipped.measured and not self.even_measured:
+            return table, (
+                f"skipped: the {shipped.describe()} is this adapter class's tuned choice "
+                "(--tune-budget S tunes this machine's own first)"
+            )
         shapes = plan_shapes(plan)
         classes = {shape_class(*s[:6]) for s in shapes}
         missing = [s for s in shapes if shape_class(*s[:6]) not in table.by_class]
