@@ -102,7 +102,7 @@ def trainer(gpu, digits):
     from webmp.testing.probe import cached_runtime
 
     def make(path, **config):
-        precision = "fp32" if path == "fp32" else "mixed"
+        precision = path if path in ("fp32", "bf16") else "mixed"
         cfg = TrainConfig(**{**SMALL, "precision": precision, **config})
         plan, blob = build_plan(cfg, digits, path)
         return plan, cached_runtime(plan, blob, gpu)

@@ -108,9 +108,10 @@ $('controls').addEventListener('submit', async (e) => {
 });
 
 // What the server cannot know: whether this browser's adapter runs the settings. f16 'native' needs
-// shader-f16 (fp32 runs no f16 at all); said as the server's 422 lines are, beside the field.
+// shader-f16 (fp32 and bf16 run no f16 at all); said as the server's 422 lines are, beside the field.
 function adapterRefuses(cfg) {
-  if (cfg.f16 === 'native' && (cfg.precision || 'mixed') !== 'fp32' && page.hasF16 === false) {
+  const usesF16 = !['fp32', 'bf16'].includes(cfg.precision || 'mixed');  // bf16 needs no shader-f16
+  if (cfg.f16 === 'native' && usesF16 && page.hasF16 === false) {
     return "invalid f16: 'native' needs shader-f16, which this browser's WebGPU adapter lacks; choose " +
            "'auto' or 'emulated' (f16 stored as f16, computed in f32)";
   }

@@ -28,11 +28,12 @@ export const TERMS = {
   'skipped steps': 'steps whose gradients overflowed f16 (Inf/NaN or ±65504): the optimizer step is skipped and ' +
     'the loss scale halved, as PyTorch\'s GradScaler does',
   'f16': 'how f16 runs here: native (the adapter\'s shader-f16), emulated (stored as f16, computed in f32), or ' +
-    'not at all (fp32)',
+    'not at all (fp32; bf16, stored two to a word and computed in f32)',
   'f16 path': 'native: the adapter\'s shader-f16; emulated: values stored as f16 and computed in f32 (the same bits)',
   'shader-f16': 'the WebGPU feature for f16 arithmetic in shaders',
   'precision': 'mixed: f16 matmuls and activations, f32 master weights, reductions and optimizer, dynamic loss ' +
-    'scaling; fp32: f32 throughout; fp16-noscale: mixed without the loss scale (gradients may flush to zero)',
+    'scaling; fp32: f32 throughout; fp16-noscale: mixed without the loss scale (gradients may flush to zero); ' +
+    'bf16: bf16 matmul operands and activations (f32\'s range, 8 bits of precision), no loss scale, any adapter',
   'mean loss, last steps': 'the training loss averaged over the last steps (one step\'s loss is noisy)',
   'metric readbacks': 'times the page read the GPU\'s metrics ring (every log_every steps)',
   'matmul tiles': 'the tile shapes of the matrix-multiply kernels: the defaults, or those a tuning pass chose here',

@@ -15,7 +15,7 @@ from pydantic.fields import FieldInfo
 
 from .nn.network import Network
 
-Precision = Literal["mixed", "fp32", "fp16-noscale"]
+Precision = Literal["mixed", "fp32", "fp16-noscale", "bf16"]
 F16Choice = Literal["native", "emulated", "auto"]
 MLP_MODELS = ("mlp", "mlp-ln")
 GPT_ONLY = ("gpt",)
@@ -165,7 +165,8 @@ class TrainConfig(BaseModel):
     # precision
     precision: Annotated[Precision, Meta("precision", common=True, locked=True)] = "mixed"
     """mixed: f16 matmuls, fp32 master weights, dynamic loss scaling; fp32: the same kernels in f32, no
-    scaling; fp16-noscale: f16 without loss scaling"""
+    scaling; fp16-noscale: f16 without loss scaling; bf16: matmul operands and stored activations in
+    bf16 (f32's range, 8 bits of precision), no loss scaling, on any adapter (no shader-f16 needed)"""
     f16: Annotated[F16Choice, Meta("precision", label="f16 path")] = "auto"
     """f16 path: native needs the adapter's shader-f16 feature, emulated packs f16 into u32 words; auto
     picks native when the adapter has it"""
@@ -373,6 +374,12 @@ class TrainConfig(BaseModel):
     @property
     def loss_scaling(self) -> bool:
         return self.precision == "mixed"
+
+    @property
+    def skips_unscaled_overflow(self) -> bool:
+        """bf16: no loss scale, but a step whose gradients are not finite is skipped (its overflow
+        check, as mixed's, without the scale's backoff)."""
+        return self.precision == "bf16"
 
     @property
     def trains_on_text(self) -> bool:

@@ -11,6 +11,7 @@
 override NUM_PARTIALS: u32;
 override B: u32;
 override SCALING: u32 = 1u;        // 0: loss scaling off (fp32, fp16-noscale): never skip
+override SKIP_OVERFLOW: u32 = 0u;  // 1 (bf16): no loss scale, but a step with an overflow is skipped
 override GROWTH: f32 = 2.0;
 override BACKOFF: f32 = 0.5;
 override INTERVAL: u32 = 2000u;
@@ -94,7 +95,7 @@ fn scaler_step(@builtin(local_invocation_id) lid: vec3<u32>) {
   let norm = sqrt(total.x);
   let loss = total.y / f32(B);
   let overflow = found != 0u;
-  let skip = SCALING == 1u && overflow;
+  let skip = (SCALING == 1u || SKIP_OVERFLOW == 1u) && overflow;
   let lr = lr_at(it);
 
   var clip = 1.0;
@@ -112,6 +113,7 @@ fn scaler_step(@builtin(local_invocation_id) lid: vec3<u32>) {
   }
 
   var min_event = 0u;
+  if (SCALING == 0u && skip) { state.skipped_total += 1u; }
   if (SCALING == 1u) {
     if (overflow) {
       state.skipped_total += 1u;

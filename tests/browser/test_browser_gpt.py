@@ -202,3 +202,32 @@ def test_sample_form_shows_the_servers_one_line_errors(gpt_run):
     assert too_many["status"] == "failed" and "tokens must be at most 2000" in too_many["error"]
     ok = page_sample(page, prompt="x", tokens=3, temperature=0.8, seed=0)
     assert ok["status"] == "done" and len(ok["text"]) == 4
+
+
+def test_bf16_gpt_in_the_browser_equals_native(server, browser, tmp_path, monkeypatch):
+    """`precision bf16` in the page: the bf16 prelude on the page's adapter, with or without
+    shader-f16 (none needed), no loss scale (1 throughout), against the same run natively with the
+    page's default tiles. lavapipe: bit for bit (the same kernels on the same driver). SwiftShader:
+    within the reasoning of test_gpt_browser_and_native_curves_agree (its divisions differ by an
+    f32 ulp; the bounds there, 1e-5 on the first 10 losses, 1e-4 on all, hold for bf16 as the
+    operands' rounding is the same integer arithmetic on both)."""
+    from webmp.engine.tiles import TileTable
+    from webmp.train.loop import Trainer
+
+    cfg = GPT.model_copy(update={"precision": "bf16", "checkpoint_every": 0})
+    run = server.create_run(cfg, browser=browser)
+    wsum = run.wait(timeout=TIMEOUT)
+    web = on_disk(server, run)
+    run.close_page()
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
+    native = Trainer(cfg, out=tmp_path / "native", progress=False, log=None, tiles=TileTable())
+    nsum = native.run()
+    nat = native.run_dir.read_metrics()
+    assert wsum["f16_path"] == nsum["f16_path"] == "bf16" and wsum["precision"] == "bf16"
+    assert {r["scale"] for r in web} == {1.0} and not any(r["skipped"] for r in web)
+    if browser.kind == "lavapipe":
+        assert same(web, nat) and wsum["val_loss"] == nsum["val_loss"]
+        return
+    wl, nl = np.array([r["loss"] for r in web]), np.array([r["loss"] for r in nat])
+    np.testing.assert_allclose(wl[:10], nl[:10], rtol=1e-5)
+    np.testing.assert_allclose(wl, nl, rtol=1e-4)

@@ -1,6 +1,10 @@
 """The bf16, E4M3 and E5M2 casts (shaders/formats/formats.wgsl, webmp.engine.formats its numpy twin)
 bit for bit against ml_dtypes' numpy types, at every boundary and over a large sample of f32 bit
-patterns, on each path: codes (as stored, packed) and the f32 values they stand for."""
+patterns, on each path: codes (as stored, packed) and the f32 values they stand for. Then the bf16
+storage path (shaders/common/prelude_bf16.wgsl, `--precision bf16`): its rounding is ml_dtypes'
+bf16 cast bit for bit (the round_h inspection kernel; values as f32, so only finite ones: WGSL may
+assume f32 NaN away), its packed words pack_h's, and a matmul on it the float64 product of
+bf16-rounded operands within f32 accumulation."""
 
 from __future__ import annotations
 
@@ -10,8 +14,10 @@ import pytest
 
 from webmp import ops
 from webmp.engine.formats import FORMATS, NarrowFormat, f32_bits_to_narrow, narrow_to_f32, pack_codes
+from webmp.engine.plan import pack_h, unpack_h
 from webmp.engine.runtime import default_gpu
-from webmp.testing.probe import run_op
+from webmp.testing import reference as ref
+from webmp.testing.probe import run_matmul, run_op
 
 ML = {"bf16": (ml_dtypes.bfloat16, np.uint16), "e4m3": (ml_dtypes.float8_e4m3fn, np.uint8),
       "e5m2": (ml_dtypes.float8_e5m2, np.uint8)}  # fmt: skip
@@ -119,3 +125,45 @@ def test_the_formats_ranges():
     assert f32_bits_to_narrow(big, FORMATS["e5m2"], False).tolist() == [0x7C, 0xFC]
     with pytest.raises(ValueError, match="not one of"):
         run_op(ops.cast_formats, {"x": big}, {"codes": (1,), "back": (2,)}, N=2, fmt="fp4", saturate=False)
+
+
+# --- the bf16 storage path ------------------------------------------------------------------------
+
+
+def test_h_round_is_ml_dtypes_bf16():
+    """Every boundary of bf16 (ties, subnormals, the largest finite value and past it) and sampled
+    f32 bit patterns, finite ones: h_round on the bf16 path is ml_dtypes' cast and back."""
+    bits = np.concatenate([boundaries(FORMATS["bf16"]), sample(FORMATS["bf16"])])
+    x = bits.view(np.float32)
+    x = x[np.isfinite(x)]
+    got = run_op(ops.round_h, {"x": x}, {"out": x.shape}, N=len(x), path="bf16", gpu=default_gpu())["out"]
+    with np.errstate(over="ignore"):
+        want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert not len(bad), [(float(x[i]), float(got[i]), float(want[i])) for i in bad[:4]]
+    assert np.array_equal(ref.round_h(x, "bf16"), want.astype(np.float64))
+
+
+def test_pack_h_round_trips():
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((5, 7)) * 2.0 ** rng.integers(-100, 100, (5, 7))).astype(np.float32)
+    back = unpack_h(pack_h(a, "bf16"), 5, 7, "bf16")
+    assert np.array_equal(back, a.astype(ml_dtypes.bfloat16).astype(np.float32))
+    assert len(pack_h(a, "bf16")) == 5 * 4 * 4  # two a word, odd rows padded: as the f16 paths
+
+
+def test_matmul_on_the_bf16_path():
+    """C = A·W + b stored in bf16: the float64 product of the bf16 operands, then one bf16 rounding;
+    the f32 accumulation over K = 48 terms is far below bf16's half ulp (2^-9 relative), so C is
+    the rounded exact product or a neighbour (a double rounding near a tie)."""
+    rng = np.random.default_rng(11)
+    A = ref.round_h(rng.standard_normal((33, 48)), "bf16")
+    W = ref.round_h(rng.standard_normal((48, 20)), "bf16")
+    b = rng.standard_normal(20).astype(np.float32)
+    out = run_matmul("matmul_fwd", A, W, bias=b, path="bf16", gpu=default_gpu())
+    exact = A @ W + b
+    got = out["C"].astype(np.float64)
+    ulp = np.abs(ref.round_h(exact, "bf16")) * 2.0**-7
+    assert np.all(np.abs(got - exact) <= ulp), np.max(np.abs(got - exact) / ulp)
+    assert np.mean(got == ref.round_h(exact, "bf16")) > 0.95
+    assert not out["flags"].any()

@@ -180,6 +180,21 @@ def test_fp32_reports_but_never_skips(make):
     assert st["scale"] == 1.0 and st["opt_step"] == 2 and st["skipped_total"] == 0
 
 
+def test_bf16_skips_an_overflowing_step_without_a_scale(make):
+    """bf16 has no loss scale (1 throughout), but its overflow check skips the step as mixed's does:
+    no weight or moment changes, the optimizer's step counter stays, skipped_total counts it."""
+    t = make("bf16")
+    t.step(), t.step()
+    before, weights = t.state(), t.snapshot()
+    rec = t.step_with_bad_input(np.inf)
+    after = t.state()
+    assert rec["skipped"] == 1 and rec["found_inf"] == FLAG_H_STORE | FLAG_MASTER_GRAD | FLAG_LOSS
+    assert after["scale"] == before["scale"] == 1.0 and after["skipped_total"] == 1
+    assert after["opt_step"] == before["opt_step"] and t.snapshot() == weights
+    rec = t.step()
+    assert rec["skipped"] == 0 and t.state()["opt_step"] == before["opt_step"] + 1
+
+
 def test_overflowing_evaluation_leaves_training_alone(f16_path, make):
     """Program 'eval' stores f16 activations too, and an overflow there must not reach the next
     training step: its bit goes to its own word (eval_flags), not the flags the scaler reads.

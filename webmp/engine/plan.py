@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from .formats import FORMATS, f32_bits_to_narrow
 from .state import METRIC_FIELDS, STATE_FIELDS, WordKind
 from .wgsl import PRELUDES, Binding, parse_bindings, source_features
 
@@ -294,9 +295,9 @@ def required_features(path: str, kernels: Sequence[KernelSpec]) -> list[str]:
 
 
 def resolve_f16_path(precision: str, choice: str, adapter_has_f16: bool) -> str:
-    """The prelude used: 'native', 'emulated' or 'fp32'."""
-    if precision == "fp32":
-        return "fp32"
+    """The prelude used: 'native', 'emulated', 'fp32' or 'bf16' (precision bf16, on any adapter)."""
+    if precision in ("fp32", "bf16"):
+        return precision
     if choice == "native" and not adapter_has_f16:
         raise RuntimeError(
             "--f16 native was requested but this WebGPU adapter lacks the 'shader-f16' "
@@ -317,6 +318,11 @@ def describe_f16(path: str, choice: str = "auto") -> str:
             f"f16 EMULATED ({why}): values stored as f16 pairs via pack2x16float, arithmetic in f32; "
             "slower than native"
         )
+    if path == "bf16":
+        return (
+            "bf16 (two a u32 word, converted in integer arithmetic; arithmetic in f32; no loss "
+            "scaling: bf16 has f32's range)"
+        )
     return "fp32 (no f16)"
 
 
@@ -330,12 +336,20 @@ def pack_h(a: np.ndarray, path: str) -> bytes:
     if a.ndim == 1:
         a = a[None, :]
     rows, cols = a.shape
+    if path == "bf16":
+        bits = f32_bits_to_narrow(a.astype(np.float32).view(np.uint32), FORMATS["bf16"])
+        words = np.zeros((rows, cols + (cols & 1)), np.uint16)
+        words[:, :cols] = bits
+        return words.tobytes()
     padded = np.zeros((rows, cols + (cols & 1)), np.float32 if path == "fp32" else np.float16)
     padded[:, :cols] = a
     return padded.tobytes()
 
 
 def unpack_h(raw: bytes, rows: int, cols: int, path: str) -> np.ndarray:
+    if path == "bf16":
+        bits = np.frombuffer(raw, np.uint16)[: rows * (cols + (cols & 1))].reshape(rows, cols + (cols & 1))
+        return (bits[:, :cols].astype(np.uint32) << 16).view(np.float32)
     dt = np.float32 if path == "fp32" else np.float16
     a = np.frombuffer(raw, dt)[: rows * (cols + (cols & 1))].reshape(rows, cols + (cols & 1))
     return a[:, :cols].astype(np.float32)

@@ -127,7 +127,12 @@ from typing import Literal, TypedDict
 
 from ..resources import shader_path
 
-PRELUDES = {"native": "prelude_native.wgsl", "emulated": "prelude_emulated.wgsl", "fp32": "prelude_f32.wgsl"}
+PRELUDES = {
+    "native": "prelude_native.wgsl",
+    "emulated": "prelude_emulated.wgsl",
+    "fp32": "prelude_f32.wgsl",
+    "bf16": "prelude_bf16.wgsl",
+}
 # Files that use an optional WebGPU feature (its WebGPU name; the plan requires it). wgpu-py's naga
 # takes subgroup builtins without a directive (it rejects `enable subgroups;`), browsers need the
 # directive, and Tint also `diagnostic(off, subgroup_uniformity);` (matmul_reg_a_sg.wgsl broadcasts

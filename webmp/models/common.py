@@ -435,8 +435,10 @@ class ModelBuilder:
 
 def scaler_constants(cfg: TrainConfig, num_partials: int, batch: int) -> dict[str, Any]:
     """scaler.wgsl's overrides: the loss scaler (GradScaler semantics), clipping, the lr schedule,
-    Adam's betas for the bias corrections."""
+    Adam's betas for the bias corrections; bf16 skips a step that overflowed without a scale."""
+    skip = {"SKIP_OVERFLOW": 1} if cfg.skips_unscaled_overflow else {}
     return {
+        **skip,
         "NUM_PARTIALS": num_partials,
         "B": batch,
         "SCALING": int(cfg.loss_scaling),

@@ -111,7 +111,7 @@ class _Message(BaseModel):
 
 class Hello(_Message):
     type: Literal["hello"]
-    f16_path: Literal["native", "emulated", "fp32"]
+    f16_path: Literal["native", "emulated", "fp32", "bf16"]
     start_step: U32
     adapter: dict[str, Text | int | None] = Field(max_length=16)
     features: list[Annotated[str, StringConstraints(max_length=64)]] = Field(max_length=64)

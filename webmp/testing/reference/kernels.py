@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from ...data.tables import batch_rows
+from ...engine.formats import FORMATS, f32_bits_to_narrow
 
 U16 = 2.0**-11  # f16 unit roundoff
 U32 = 2.0**-24  # f32 unit roundoff
@@ -38,7 +39,10 @@ NO_LABEL = 0xFFFFFFFF  # common.wgsl's label of padding rows
 
 
 def round_h(x, path: str) -> np.ndarray:
-    """x as stored in the activation format of `path` (f16, or f32 for 'fp32'), as float64."""
+    """x as stored in the activation format of `path` (f16, bf16, or f32 for 'fp32'), as float64."""
+    if path == "bf16":
+        bits = f32_bits_to_narrow(np.asarray(x, np.float32).view(np.uint32), FORMATS["bf16"])
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     dt = np.float32 if path == "fp32" else np.float16
     return np.asarray(x, np.float64).astype(dt).astype(np.float64)
 

@@ -17,6 +17,7 @@ def f32(x) -> float:
 
 SCALER_DEFAULTS = {
     "SCALING": 1,
+    "SKIP_OVERFLOW": 0,
     "GROWTH": 2.0,
     "BACKOFF": 0.5,
     "INTERVAL": 2000,
@@ -52,7 +53,7 @@ def scaler_step(state: dict, found: int, partials, loss_rows, c: dict):
     norm = math.sqrt(float(np.sum(partials, dtype=np.float64)))
     loss = float(np.sum(loss_rows, dtype=np.float64)) / c["B"]
     overflow = found != 0
-    skip = c["SCALING"] == 1 and overflow
+    skip = (c["SCALING"] == 1 or c["SKIP_OVERFLOW"] == 1) and overflow
     lr = lr_at(it, c)
     clip = min(1.0, c["CLIP"] / (norm + 1e-6)) if c["CLIP"] > 0 else 1.0
     s.update(apply=0 if skip else 1, lr=lr, grad_mul=clip / scale, loss=loss, grad_norm=norm, found_inf=found)
@@ -62,6 +63,8 @@ def scaler_step(state: dict, found: int, partials, loss_rows, c: dict):
         s["bc1"] = -math.expm1(s["opt_step"] * c["LOG_BETA1"])
         s["bc2"] = -math.expm1(s["opt_step"] * c["LOG_BETA2"])
     min_event = 0
+    if c["SCALING"] == 0 and skip:
+        s["skipped_total"] += 1
     if c["SCALING"] == 1:
         if overflow:
             s["skipped_total"] += 1
