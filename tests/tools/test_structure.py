@@ -79,7 +79,7 @@ ALLOWED = {
     "testing": {"config", "data", "engine", "models", "nn", "ops"},
     "sample": {"config", "data", "engine", "models", "train"},
     "serve": {"config", "data", "engine", "models", "nn", "presets", "resources", "sample", "train", "tune"},
-    "bench": {"config", "data", "engine", "models", "ops", "presets", "serve", "train", "tune"},
+    "bench": {"config", "data", "engine", "models", "ops", "presets", "sample", "serve", "train", "tune"},
     "cli": {"bench", "config", "nn", "presets", "sample", "serve", "train", "tune"},
     "__main__": {"cli"},
 }

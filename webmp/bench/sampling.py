@@ -20,10 +20,8 @@ from ..engine.runtime import GPU, Runtime
 from ..engine.tiles import TileTable
 from ..models import build_sample_plan
 from ..models.gpt import gpt_init
-
-# `webmp sample`'s defaults (webmp.sample.job's, a layer above the bench's imports: tests/tools/
-# test_bench.py checks them)
-DEFAULT_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_SEED = 200, 0.8, 0
+from ..sample.job import DEFAULT_SEED, DEFAULT_TEMPERATURE, DEFAULT_TOKENS
+from ..sample.replay import run_schedule
 
 
 def replay_seconds(rt: Runtime, plan: SamplePlan, blob: bytes) -> tuple[float, list[int]]:
@@ -35,12 +33,7 @@ def replay_seconds(rt: Runtime, plan: SamplePlan, blob: bytes) -> tuple[float, l
         rt.write(name, blob[init["offset"] : init["offset"] + init["bytes"]])
     rt.read(spec["seq_len"])
     t0 = time.perf_counter()
-    for run in spec["schedule"]:
-        left = run["tokens"]
-        while left > 0:
-            n = min(left, spec["tokens_per_submit"])
-            rt.run(run["program"], repeat=n)
-            left -= n
+    run_schedule(rt, spec)
     seq = np.frombuffer(rt.read(spec["seq"]), np.uint32)
     return time.perf_counter() - t0, seq[spec["prompt_tokens"] :].tolist()
 

@@ -41,17 +41,23 @@ from .job import (
 )
 
 
-def replay(plan: SamplePlan, blob: bytes, gpu: GPU | None = None) -> np.ndarray:
-    """Run a sampling plan on the GPU: each run of its schedule, its program once per token,
-    tokens_per_submit replays a submit; the generated token ids (u32), read from `seq` once."""
-    spec = plan["sample"]
-    rt = Runtime(plan, blob, gpu)
+def run_schedule(rt: Runtime, spec) -> None:
+    """Each run of a sampling plan's schedule: its program once per token, tokens_per_submit
+    replays a submit (web/loops.js's generate is the page's twin)."""
     for run in spec["schedule"]:
         left = run["tokens"]
         while left > 0:
             n = min(left, spec["tokens_per_submit"])
             rt.run(run["program"], repeat=n)
             left -= n
+
+
+def replay(plan: SamplePlan, blob: bytes, gpu: GPU | None = None) -> np.ndarray:
+    """Run a sampling plan on the GPU: each run of its schedule, its program once per token,
+    tokens_per_submit replays a submit; the generated token ids (u32), read from `seq` once."""
+    spec = plan["sample"]
+    rt = Runtime(plan, blob, gpu)
+    run_schedule(rt, spec)
     seq = np.frombuffer(rt.read(spec["seq"]), np.uint32)
     length = int(np.frombuffer(rt.read(spec["seq_len"]), np.uint32)[0])
     capacity = spec["prompt_tokens"] + spec["tokens"]
