@@ -40,32 +40,41 @@ VIEWS = {
 }
 
 
+def range_counts(
+    counts: Sequence[int], e_min: int, e_max: int, view: float, fmt: str
+) -> tuple[int, int, int]:
+    """(underflow, subnormal, overflow) counts of a layer's buckets seen at exponent + `view` against
+    the format `fmt`'s range (RANGES; fp16 adds the overflow bucket to its overflow)."""
+    sub_min, normal_min, log2_max = RANGES[fmt]
+    exps = [e_min - 1, *range(e_min, e_max + 1), e_max + 1]  # below, each exponent, above
+    under = sub = over = 0
+    for e, n in zip(exps, counts[1:-1], strict=True):
+        e_view = e + view
+        if e_view < sub_min:
+            under += n
+        elif e_view < normal_min:
+            sub += n
+        elif e_view > math.floor(log2_max):
+            over += n
+    return under, sub, over + (counts[-1] if fmt == "fp16" else 0)
+
+
 def format_shares(counts: Sequence[int], e_min: int, e_max: int, shift: float) -> dict[str, dict[str, Any]]:
     """Per format (RANGES), its view's shares: underflow, subnormal, overflow, the view (VIEWS) and
     its exponent shift `shift_log2` from the stored values; and, once, not_finite. `shift` is the stored
     gradients' -log2(loss scale) (rundir.scale_shift)."""
     total = sum(counts)
-    exps = [e_min - 1, *range(e_min, e_max + 1), e_max + 1]  # below, each exponent, above
+    exps = [e_min - 1, *range(e_min, e_max + 1), e_max + 1]
     nonzero = [e for e, n in zip(exps, counts[1:-1], strict=True) if n]
     out: dict[str, dict[str, Any]] = {}
-    for name, (sub_min, normal_min, log2_max) in RANGES.items():
+    for name, (_, _, log2_max) in RANGES.items():
         if name == "fp16":
             view = 0.0
         elif name == "bf16" or not nonzero:
             view = shift
         else:  # the top bucket to just below the format's largest value
             view = float(math.floor(log2_max) - 1 - nonzero[-1])
-        under = sub = over = 0
-        for e, n in zip(exps, counts[1:-1], strict=True):
-            e_view = e + view
-            if e_view < sub_min:
-                under += n
-            elif e_view < normal_min:
-                sub += n
-            elif e_view > math.floor(log2_max):
-                over += n
-        if name == "fp16":
-            over += counts[-1]
+        under, sub, over = range_counts(counts, e_min, e_max, view, name)
         share = (lambda n: n / total) if total else (lambda n: 0.0)
         out[name] = {"underflow": share(under), "subnormal": share(sub), "overflow": share(over),
                      "view": VIEWS[name], "shift_log2": view}  # fmt: skip

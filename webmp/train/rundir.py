@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from ..config import TrainConfig
-from .format_lens import format_shares
+from .format_lens import format_shares, range_counts
 
 Runtime = Literal["native", "browser"]
 Record = dict[str, Any]  # one metrics record: {field of METRIC_FIELDS: value}
@@ -272,16 +272,7 @@ def histogram_shares(counts: Sequence[int], e_min: int, e_max: int, shift: float
     total = sum(counts)
     if total == 0:
         return {"zero": 0.0, "underflow": 0.0, "subnormal": 0.0, "overflow": 0.0}
-    under, sub, over = counts[1], 0, counts[-1]  # below 2^e_min: under f16's range at any scale here
-    exponents = [*range(e_min, e_max + 1), e_max + 1]  # the "above" bucket from its lower edge
-    for e, n in zip(exponents, counts[2:-1], strict=True):
-        e_view = e + shift
-        if e_view < F16_LOG2_SUBNORMAL_MIN:
-            under += n
-        elif e_view < F16_LOG2_NORMAL_MIN:
-            sub += n
-        elif e_view >= 16:
-            over += n
+    under, sub, over = range_counts(counts, e_min, e_max, shift, "fp16")
     return {
         "zero": counts[0] / total,
         "underflow": under / total,
