@@ -178,6 +178,10 @@ class Trainer:
             return None
         if self.world.size > 1:  # each rank would time its own and might choose otherwise
             return "skipped: a data-parallel run (a 1-rank run or `webmp bench --tune` fills the cache)"
+        skipped = getattr(tuner, "skipped", None)  # a tuner that can say up front that it will not tune
+        why = skipped(self.tiles) if skipped is not None else None
+        if why is not None:
+            return why
         self.log("webmp: first-use tuning of the run's matmul shapes (--no-tune skips it) ...")
         t0 = time.perf_counter()
         dry, _ = build_plan(self.cfg, self.data, self.path, self.tiles, dry=True)

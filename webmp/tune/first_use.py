@@ -49,13 +49,20 @@ class FirstUseTuning:
     # lavapipe), and its compiles would take a cold start past 15 s
     even_measured: bool = False
 
-    def __call__(self, gpu, plan: Plan, table: TileTable) -> tuple[TileTable, str]:
+    def skipped(self, table: TileTable) -> str | None:
+        """Why this table is not tuned (a measured shipped class table), or None."""
         shipped = table.shipped
         if shipped is not None and shipped.measured and not self.even_measured:
-            return table, (
+            return (
                 f"skipped: the {shipped.describe()} is this adapter class's tuned choice "
                 "(--tune-budget S tunes this machine's own first)"
             )
+        return None
+
+    def __call__(self, gpu, plan: Plan, table: TileTable) -> tuple[TileTable, str]:
+        why = self.skipped(table)
+        if why is not None:
+            return table, why
         shapes = plan_shapes(plan)
         classes = {shape_class(*s[:6]) for s in shapes}
         missing = [s for s in shapes if shape_class(*s[:6]) not in table.by_class]
