@@ -245,6 +245,14 @@ Its sections, which comments in the code cite by name: "The matmul kernels", "Ro
 with the tuned kernels (issue 10)", "Matmul kernels, second pass" to "fifth pass", "Sixth pass",
 "The page's own tuning pass", "Side by side with tinygrad", "Data-parallel step on 2 ranks", "Cold
 start", "Targets" and "Running on a GPU machine without internet".
+
+Issue 28's "before" is the page at 445ea9e (`git show 445ea9e:docs/benchmarks.md`, 2026-12-03, this
+host, Mesa 25.0.7): the GPT's shapes tuned, median 21.87 GFLOP/s native f16 and 15.36 fp32; the
+GPT's cold start 13.50 s natively and 17.50 s in the page (107 kernels, one evaluation pipeline a
+chunk); the default MLP's page cold start 8.54 s. From the issue's own measurements then:
+`webmp train --model gpt` 327 ms a step with no tune cache against 171.5 ms tuned (the old default
+tiles were the register core's 4x4 blocks), and sampling without attention caches (the "window"
+columns of "Sampling" above are that sampler, timed beside the cached one).
 """
 
 
