@@ -173,7 +173,14 @@ def _bits_case(case, path, M, N, K, seed):
     return variant, A, B, opts
 
 
-@pytest.mark.parametrize("case", ["fwd_gelu", "logits_TT_relu", "wgrad_gelu", "dgrad_gelu"])
+# the fast tier keeps fwd_gelu (every core, both stores); the other variants (3-20 s each here) are slow
+BITS_CASES = [
+    "fwd_gelu",
+    *(pytest.param(c, marks=pytest.mark.slow) for c in ("logits_TT_relu", "wgrad_gelu", "dgrad_gelu")),
+]
+
+
+@pytest.mark.parametrize("case", BITS_CASES)
 def test_matmul_cores_give_the_same_bits(case, path):
     """Every core accumulates each output in k order, one fma per k from zero (f32 operands that
     are f16 values, exact), so on one adapter each core and tile shape gives the default's bits:
@@ -191,7 +198,7 @@ def test_matmul_cores_give_the_same_bits(case, path):
         assert_same_bits(f"{case} {tiles}", got, want)
 
 
-@pytest.mark.parametrize("case", ["fwd_gelu", "logits_TT_relu", "wgrad_gelu", "dgrad_gelu"])
+@pytest.mark.parametrize("case", BITS_CASES)
 def test_matmul_c_quads_store_the_same_bits(case, path, monkeypatch):
     """Where C is in whole 4-column groups (N = 44) the matmuls store a group at once
     (matmul_f32_out4.wgsl, matmul_h_store4.wgsl); the values and places are those of the
