@@ -17,13 +17,15 @@ Tolerances, from what differs between the two:
   (measured: at most 1.5e-4 over 60 steps). At a loss scale that never overflows in either (1024,
   doubling every 10 clean steps), the scale trajectories are identical.
 - bf16: against autocast(dtype=torch.bfloat16), no GradScaler (webmp's bf16 keeps the scale at 1).
-  The rounding points agree on every matmul's operands and output (Linear, conv, SDPA's Q, K, V, O
-  and its probabilities before P V) and on LayerNorm/GELU/SiLU outputs (bf16 in, bf16 out in
-  autocast; webmp computes them in f32 from bf16 storage and stores bf16); both compute the loss
-  in f32. They differ on the residual stream (autocast: f32 embedding + bf16 branch = f32, so the
-  GPT's stream stays f32; webmp stores it in bf16 after each add), the bias (autocast rounds it to
-  bf16 inside addmm; webmp adds it in f32 before one bf16 store) and the weight and bias gradients
-  (autocast's are bf16 matmul outputs, bf16-exact in the f32 .grad; webmp's stay f32). With
+  The rounding points agree on every matmul's operands and output (Linear, conv, SDPA's Q, K, V
+  and O) and on LayerNorm/GELU/SiLU outputs (bf16 in, bf16 out in autocast; webmp computes them in
+  f32 from bf16 storage and stores bf16); both compute the loss in f32. They differ on the
+  residual stream (autocast: f32 embedding + bf16 branch = f32, so the GPT's stream stays f32;
+  webmp stores it in bf16 after each add), the bias (autocast rounds it to bf16 inside addmm;
+  webmp adds it in f32 before one bf16 store), the attention probabilities (CPU flash attention
+  rounds the unnormalised exp(s - max) to bf16 before P V and divides by the f32 sum after; webmp
+  rounds the normalised P) and the weight and bias gradients (autocast's are bf16 matmul outputs,
+  bf16-exact in the f32 .grad; webmp's stay f32). With
   a unit roundoff of 2^-8 (3.9e-3) every rounding is 8x coarser than f16's, so the bound is one
   bf16 ulp, 2^-7 = 7.8e-3 relative (measured over 60 steps, 40 for the GPTs: mlp 7.8e-4, mlp-ln
   1.2e-3, gpt 2.0e-4, layers gpt 3.9e-4, 2.9 to 38x inside). These bound the trajectories, not the
