@@ -24,11 +24,12 @@ Tolerances, from what differs between the two:
   webmp stores it in bf16 after each add), the bias (autocast rounds it to bf16 inside addmm;
   webmp adds it in f32 before one bf16 store), the attention probabilities (CPU flash attention
   rounds the unnormalised exp(s - max) to bf16 before P V and divides by the f32 sum after; webmp
-  rounds the normalised P) and the weight and bias gradients (autocast's are bf16 matmul outputs,
-  bf16-exact in the f32 .grad; webmp's stay f32). With
-  a unit roundoff of 2^-8 (3.9e-3) every rounding is 8x coarser than f16's, so the bound is one
-  bf16 ulp, 2^-7 = 7.8e-3 relative (measured over 60 steps, 40 for the GPTs: mlp 7.8e-4, mlp-ln
-  1.2e-3, gpt 2.0e-4, layers gpt 3.9e-4, 2.9 to 38x inside). These bound the trajectories, not the
+  rounds the normalised P), the activation gradients (autocast rounds dA = dY Wᵀ to bf16 before
+  the GELU/SiLU derivative and again after; webmp multiplies in f32 and rounds once) and the weight
+  and bias gradients (autocast's are bf16 matmul outputs, bf16-exact in the f32 .grad; webmp's stay
+  f32). With a unit roundoff of 2^-8 (3.9e-3) every rounding is 8x coarser than f16's, so the
+  bound is one bf16 ulp, 2^-7 = 7.8e-3 relative (measured over 60 steps, 40 for the GPTs: mlp
+  7.8e-4, mlp-ln 1.2e-3, gpt 2.0e-4, layers gpt 3.9e-4, 6.7 to 38x inside). These bound the trajectories, not the
   rounding points: after a few steps each engine's bf16 losses are as far from PyTorch's fp32
   trajectory as from each other (e.g. mlp-ln: webmp 9.3e-4, PyTorch 1.1e-3 from fp32). At step 0,
   where the shared rounding points show, mlp-ln's two bf16 losses are 5.5e-6 apart while each is
