@@ -29,11 +29,12 @@ Tolerances, from what differs between the two:
   and bias gradients (autocast's are bf16 matmul outputs, bf16-exact in the f32 .grad; webmp's stay
   f32). With a unit roundoff of 2^-8 (3.9e-3) every rounding is 8x coarser than f16's, so the
   bound is one bf16 ulp, 2^-7 = 7.8e-3 relative (measured over 60 steps, 40 for the GPTs: mlp
-  7.8e-4, mlp-ln 1.2e-3, gpt 2.0e-4, layers gpt 3.9e-4, 6.7 to 38x inside). These bound the trajectories, not the
-  rounding points: after a few steps each engine's bf16 losses are as far from PyTorch's fp32
-  trajectory as from each other (e.g. mlp-ln: webmp 9.3e-4, PyTorch 1.1e-3 from fp32). At step 0,
-  where the shared rounding points show, mlp-ln's two bf16 losses are 5.5e-6 apart while each is
-  2.3e-4 from fp32; the GPT's step-0 losses are all within 3e-6 of each other and of fp32.
+  7.8e-4, mlp-ln 1.2e-3, gpt 2.0e-4, layers gpt 3.9e-4, 6.7 to 38x inside). These bound the
+  trajectories, not the rounding points: after a few steps each engine's bf16 losses are as far
+  from PyTorch's fp32 trajectory as from each other (e.g. mlp-ln: webmp 9.3e-4, PyTorch 1.1e-3
+  from fp32). At step 0, where the shared rounding points show, mlp-ln's two bf16 losses are
+  5.5e-6 apart while each is 2.3e-4 from fp32; the GPT's step-0 losses are all within 3e-6 of
+  each other and of fp32.
 The GPT from webmp.nn layers (model net, a token input) holds to the same bounds from PyTorch's
 default initialisation (embeddings N(0, 1)): measured fp32 1.5e-7 (losses) and 2.8e-7 (weights),
 mixed 4.6e-5 over 40 steps.
