@@ -18,14 +18,19 @@ from webmp.testing import reference as ref
 from webmp.train.loop import Trainer
 
 F16_ULP = 2.0**-11
-TOL = {"fp32": 2e-6, "mixed": 4 * F16_ULP}
+BF16_ULP = 2.0**-7  # one bf16 ulp, relative (twice the unit roundoff 2^-8)
+TOL = {"fp32": 2e-6, "mixed": 4 * F16_ULP, "bf16": BF16_ULP}
+AUTOCAST = {"mixed": torch.float16, "bf16": torch.bfloat16}
 
 
 def torch_train(cfg: TrainConfig, net, decayed, batches, loss_fn) -> list[tuple[float, float]]:
     """(loss, scale) of each step of `net` trained as webmp trains `cfg`: AdamW with decay on
     `decayed` only, webmp's learning-rate schedule (reference.lr_at), GradScaler with the config's
-    scaler settings under autocast to f16 in mixed."""
+    scaler settings under autocast to f16 in mixed; autocast to bf16 without a scaler in bf16
+    (webmp's bf16 keeps the scale at 1)."""
     mixed = cfg.precision == "mixed"
+    if cfg.precision not in ("fp32", *AUTOCAST):
+        raise ValueError(f"no PyTorch twin for precision {cfg.precision!r}")
     others = [p for p in net.parameters() if all(p is not q for q in decayed)]
     groups = [{"params": decayed, "weight_decay": cfg.weight_decay}, {"params": others, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
@@ -50,7 +55,7 @@ def torch_train(cfg: TrainConfig, net, decayed, batches, loss_fn) -> list[tuple[
             g["lr"] = ref.lr_at(step, schedule)
         opt.zero_grad()
         x, y = batches(step)
-        with torch.autocast("cpu", dtype=torch.float16, enabled=mixed):
+        with torch.autocast("cpu", dtype=AUTOCAST.get(cfg.precision), enabled=cfg.precision in AUTOCAST):
             logits = net(x)
         loss = loss_fn(logits.float(), y)
         scale = scaler.get_scale() if mixed else 1.0

@@ -16,6 +16,25 @@ Tolerances, from what differs between the two:
   step's loss differs by a few f16 roundings (2^-11 = 4.9e-4 relative each): within 4 * 2^-11
   (measured: at most 1.5e-4 over 60 steps). At a loss scale that never overflows in either (1024,
   doubling every 10 clean steps), the scale trajectories are identical.
+- bf16: against autocast(dtype=torch.bfloat16), no GradScaler (webmp's bf16 keeps the scale at 1).
+  The rounding points agree on every matmul's operands and output (Linear, conv, SDPA's Q, K, V
+  and O) and on LayerNorm/GELU/SiLU outputs (bf16 in, bf16 out in autocast; webmp computes them in
+  f32 from bf16 storage and stores bf16); both compute the loss in f32. They differ on the
+  residual stream (autocast: f32 embedding + bf16 branch = f32, so the GPT's stream stays f32;
+  webmp stores it in bf16 after each add), the bias (autocast rounds it to bf16 inside addmm;
+  webmp adds it in f32 before one bf16 store), the attention probabilities (CPU flash attention
+  rounds the unnormalised exp(s - max) to bf16 before P V and divides by the f32 sum after; webmp
+  rounds the normalised P), the activation gradients (autocast rounds dA = dY Wᵀ to bf16 before
+  the GELU/SiLU derivative and again after; webmp multiplies in f32 and rounds once) and the weight
+  and bias gradients (autocast's are bf16 matmul outputs, bf16-exact in the f32 .grad; webmp's stay
+  f32). With a unit roundoff of 2^-8 (3.9e-3) every rounding is 8x coarser than f16's, so the
+  bound is one bf16 ulp, 2^-7 = 7.8e-3 relative (measured over 60 steps, 40 for the GPTs: mlp
+  7.8e-4, mlp-ln 1.2e-3, gpt 2.0e-4, layers gpt 3.9e-4, 6.7 to 38x inside). These bound the
+  trajectories, not the rounding points: after a few steps each engine's bf16 losses are as far
+  from PyTorch's fp32 trajectory as from each other (e.g. mlp-ln: webmp 9.3e-4, PyTorch 1.1e-3
+  from fp32). At step 0, where the shared rounding points show, mlp-ln's two bf16 losses are
+  5.5e-6 apart while each is 2.3e-4 from fp32; the GPT's step-0 losses are all within 3e-6 of
+  each other and of fp32.
 The GPT from webmp.nn layers (model net, a token input) holds to the same bounds from PyTorch's
 default initialisation (embeddings N(0, 1)): measured fp32 1.5e-7 (losses) and 2.8e-7 (weights),
 mixed 4.6e-5 over 40 steps.
@@ -51,7 +70,7 @@ def linear_weights(net) -> dict:
 
 
 @pytest.mark.parametrize("model", ["mlp", "mlp-ln"])
-@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+@pytest.mark.parametrize("precision", ["fp32", "mixed", "bf16"])
 def test_mlp_trains_as_pytorch_does(tmp_path, model, precision):
     cfg = TrainConfig(
         model=model, hidden=[48, 32], batch_size=32, steps=60, log_every=10, checkpoint_every=0,
@@ -138,7 +157,7 @@ class GPT(torch.nn.Module):
         return [p for p in self.parameters() if p.ndim == 2]
 
 
-@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+@pytest.mark.parametrize("precision", ["fp32", "mixed", "bf16"])
 def test_gpt_trains_as_pytorch_does(tmp_path, precision):
     rng = np.random.default_rng(3)
     words = ["the ", "quick ", "brown ", "fox ", "jumps ", "over ", "a ", "lazy ", "dog. "]
@@ -230,7 +249,7 @@ class LayersGPT(torch.nn.Module):
         return [p for p in self.parameters() if p.ndim == 2]
 
 
-@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+@pytest.mark.parametrize("precision", ["fp32", "mixed", "bf16"])
 def test_a_gpt_from_layers_trains_as_pytorch_does(tmp_path, precision):
     """A 3-block GPT of webmp.nn layers (model net, a token input) against the same network in
     PyTorch, from PyTorch's default initial weights given through --init-weights, on the gpt
