@@ -15,7 +15,7 @@ that both runtimes create without further logic.
 The contract between the files of a kernel (what a shared file owns, and what it expects the files
 after it to define):
 
-- prelude_{native,emulated,f32}.wgsl: no bindings. Defines HW, H_OVERFLOW_BITS, h_unpack,
+- prelude_{native,emulated,f32,bf16}.wgsl: no bindings. Defines HW, H_OVERFLOW_BITS, h_unpack,
   h_pack, h_round, HW4 / h_pack4 (four values stored at once: u32 words on both f16 paths), and
   HWLoad / h_load: the same words as the matmul operands read them (u32 and
   unpack2x16float on both f16 paths: lavapipe reads a vec2<f16> as two 16-bit loads, which made
