@@ -39,6 +39,7 @@ from webmp.engine.tiles import ROWS_KEY, SMALL_TILES, WEIGHT_FORMS, WEIGHTS_KEY,
 from webmp.models import build_plan
 from webmp.ops import MATMUL_CORES, ROW_FORMS, core_constants
 from webmp.presets import SIZES
+from webmp.testing.reference.kernels import round_h
 from webmp.tune import native as tune
 from webmp.tune.form_cases import FormSpec, faster_form, same_outputs
 
@@ -110,7 +111,8 @@ def test_result_is_json_with_every_section(result):
 
 @pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_matmul_rows(result, gpu):
-    paths = ["native", "emulated", "fp32"] if gpu.has_f16 else ["emulated", "fp32"]
+    paths = ["native", "emulated", "bf16", "fp32"] if gpu.has_f16 else ["emulated", "bf16", "fp32"]
+    assert list(result["matmul"][0]["error_ratio"]) == paths
     kinds = {(m["kind"], m["product"]) for m in result["matmul"]}
     assert kinds == {("square", "A.B"), ("train", "A.B"), ("train", "At.B"), ("train", "A.Bt")}
     for m in result["matmul"]:
@@ -388,11 +390,23 @@ def test_bare_replay_runs_the_real_step(gpu, digits):
     assert decode_state(rt.read("state"))["iteration"] == 4
 
 
-def test_matmul_check_detects_wrong_operands(gpu):
-    case = tune.MatmulCase(gpu, "fp32", 9, 7, 13, "matmul_fwd")
+@pytest.mark.parametrize("path", ["fp32", "bf16"])
+def test_matmul_check_detects_wrong_operands(gpu, path):
+    case = tune.MatmulCase(gpu, path, 9, 7, 13, "matmul_fwd")
     assert case.check() <= 1
-    case.rt.write("B", pack_h(case.b[::-1], "fp32"))  # the kernel now multiplies other rows
+    case.rt.write("B", pack_h(case.b[::-1], path))  # the kernel now multiplies other rows
     assert case.check() > 1
+
+
+def test_matmul_operands_are_exact_in_f16_and_bf16(gpu):
+    """The checked matmul's operands are on both grids (one reference serves every path), and a bf16
+    result is checked with bf16's ulp: a correct one passes within half of it (round to nearest)."""
+    case = tune.MatmulCase(gpu, "bf16", 33, 17, 40, "matmul_fwd")
+    for x in (case.a, case.b):
+        assert np.array_equal(x, x.astype(np.float16)) and np.array_equal(round_h(x, "bf16"), x)
+    # above 0.25: rounded to bf16 (an f16 store errs <= 2^-11, 1/16 of the tolerance); at most half
+    # an ulp (round to nearest) plus the f32 sum's error, ~2^-22 |c|: 2^-7 of slack covers it
+    assert 0.25 < case.check() <= 0.5 + 2**-7
 
 
 @pytest.mark.parametrize("variant", ["matmul_wgrad", "matmul_dgrad"])

@@ -5,7 +5,7 @@ and the host: absolute numbers only mean something next to the ratios around the
 runs the sections in turn (run_bench) and is the command line (cli_bench); each section is a module
 of its own:
 
-- matmul: GFLOP/s of our kernel on each precision path (f16 native, f16 emulated, f32) beside
+- matmul: GFLOP/s of our kernel on each precision path (f16 native, f16 emulated, bf16, f32) beside
   numpy float32 on the host and PyTorch on its best device when importable; every size is
   checked against numpy before it is timed. GPU time = many dispatches in one pass, one submit,
   one wait.
@@ -94,9 +94,7 @@ def _tune(gpu, preset, paths, plans, budget_s: float, log) -> dict:
         for path in paths
         for (_, ta, tb) in [PRODUCTS[product]]
     ]
-    # not the bf16 plans': tune.MatmulCase checks against f16-rounded operands with f16's tolerance
-    # (a bf16 matmul fails that check), so their shapes keep the tile table's choice
-    shapes += [s for (_, p), (plan, _, _) in plans.items() if p != "bf16" for s in tune.plan_shapes(plan)]
+    shapes += [s for plan, _, _ in plans.values() for s in tune.plan_shapes(plan)]
     return tune.tune_shapes(gpu, shapes, budget_s=budget_s, log=log)
 
 
@@ -150,7 +148,7 @@ def run_bench(
     t_start = time.perf_counter()
     preset = SIZES[size]
     step_models = _step_models(preset, size, models)
-    paths = paths or (["native", "emulated", "fp32"] if gpu.has_f16 else ["emulated", "fp32"])
+    paths = paths or (["native", "emulated", "bf16", "fp32"] if gpu.has_f16 else ["emulated", "bf16", "fp32"])
     log(f"webmp bench ({size}) on {gpu.name}")
     result = _header(gpu, size)
     data, data_s = {}, {}
@@ -208,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--paths",
         nargs="+",
-        choices=["native", "emulated", "fp32"],
+        choices=["native", "emulated", "bf16", "fp32"],
         help="matmul precision paths (default: all the adapter supports)",
     )
     p.add_argument(

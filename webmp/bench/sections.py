@@ -18,6 +18,7 @@ PRODUCT_NAMES = {"A.B": "A·B", "At.B": "Aᵀ·B", "A.Bt": "A·Bᵀ"}
 PATH_NAMES = {
     "native": "native f16",
     "emulated": "emulated f16",
+    "bf16": "bf16",
     "fp32": "fp32",
     "numpy_f32": "numpy f32",
     "torch_fp32": "PyTorch fp32",
