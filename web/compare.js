@@ -1,7 +1,8 @@
 // The compare view: the chosen runs' loss and loss-scale curves overlaid (uPlot, log axes), their
 // names, the settings they differ in (every config field whose value is not the same in all, marked)
 // and their summary numbers side by side, each read from the run's summary.json (GET
-// /api/runs/{id}/summary); a note says when the runs train different models or data. Long runs come
+// /api/runs/{id}/summary): its format (precision, f16 path), final loss, step time and the plan's GPU
+// memory by category (gpu_memory_bytes, each category the summaries name); a note says when the runs train different models or data. Long runs come
 // thinned by the server (?max_points=), the last record always included.
 
 const MAX_POINTS = 2000;
@@ -10,6 +11,10 @@ const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b'
 const positive = (v) => (typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : null);
 const text = (v, digits = 5) => (v === null || v === undefined ? '—'
   : typeof v === 'number' ? (Number.isInteger(v) ? String(v) : v.toPrecision(digits)) : String(v));
+// bytes in KiB under a MiB, else in MiB
+const bytes = (v) => (typeof v !== 'number' ? null
+  : v < 2 ** 20 ? `${(v / 2 ** 10).toFixed(1)} KiB` : `${(v / 2 ** 20).toFixed(2)} MiB`);
+const sum = (o) => Object.values(o).reduce((a, b) => a + b, 0);
 
 // The rows of the summary table: a label and how to read it from a run (info) and its summary.
 const ROWS = [
@@ -25,6 +30,7 @@ const ROWS = [
   ['skipped steps', (run, s) => s?.skipped_steps],
   ['final loss scale', (run, s) => s?.final_scale],
   ['steps / s', (run, s) => s?.steps_per_second],
+  ['ms / step', (run, s) => (s?.steps_per_second ? (1000 / s.steps_per_second).toFixed(2) : null)],
   ['adapter', (run, s) => s?.adapter ?? run.adapter],
 ];
 
@@ -128,7 +134,11 @@ export class CompareView {
     // model, then the settings that differ (those the summary rows show: there, marked too)
     const differs = this.differences(got), shown = new Set(ROWS.map(([label]) => label));
     const settings = [['model', (run) => run.config.model], ...differs.filter(([k]) => k !== 'model' && !shown.has(k))];
-    const rows = [...settings, ...ROWS].map(([label, read]) => {
+    // the GPU memory rows: each category any summary names, then their total
+    const cats = [...new Set(got.flatMap((g) => Object.keys(g.summary?.gpu_memory_bytes ?? {})))];
+    const memory = cats.map((c) => [`memory: ${c}`, (run, s) => bytes(s?.gpu_memory_bytes?.[c])]);
+    if (cats.length) memory.push(['memory: total', (run, s) => (s?.gpu_memory_bytes ? bytes(sum(s.gpu_memory_bytes)) : null)]);
+    const rows = [...settings, ...ROWS, ...memory].map(([label, read]) => {
       const tr = document.createElement('tr');
       if (differs.some(([k]) => k === label)) tr.className = 'differs';
       const th = document.createElement('th');

@@ -48,13 +48,6 @@ PRESETS = [
         config={**LOSS_SCALING_DEMO, "precision": "fp16-noscale"},
     ),
     Preset(
-        name="fp32",
-        title="fp32 baseline",
-        description="the default MLP in fp32: the same kernels in f32, no loss scaling; what mixed "
-        "precision is compared against",
-        config={"precision": "fp32"},
-    ),
-    Preset(
         name="gpt",
         title="GPT (character model)",
         description="a 2-layer character-level transformer on the server's Python standard library "
@@ -62,6 +55,46 @@ PRESETS = [
         config={"model": "gpt"},
     ),
 ]  # fmt: skip
+
+# The number formats side by side on one model: a preset per (model, format), each the model's settings
+# with only the precision changed, so that the runs panel's compare view puts their memory by category,
+# step time and final loss next to each other. A new format (fp8) is one more entry of FORMATS.
+FORMATS = {
+    "fp32": "fp32: the same kernels in f32, no loss scaling; what the 16-bit formats are compared against",
+    "mixed": "mixed: f16 weights and activations, f32 master weights, dynamic loss scaling",
+    "bf16": "bf16: bfloat16 weights and activations (f32's exponent range, 8-bit significand), f32 master "
+    "weights, no loss scaling; on any adapter (no shader-f16)",
+}
+FORMAT_MODELS = {
+    "digits": ("digits MLP", "the default MLP on the digits", {}),
+    "gpt-small": (
+        "small GPT",
+        "a 1-layer character transformer, 64 wide, context 32, 200 steps",
+        {"model": "gpt", "n_layer": 1, "d_model": 64, "n_head": 2, "context": 32, "steps": 200,
+         "log_every": 20},
+    ),
+}  # fmt: skip
+
+
+def format_presets() -> list[Preset]:
+    """A preset per FORMAT_MODELS model and FORMATS format; the digits MLP's fp32 one is named "fp32"
+    (the loss-scaling demo's baseline)."""
+    out = []
+    for model, (title, what, config) in FORMAT_MODELS.items():
+        for fmt, how in FORMATS.items():
+            out.append(
+                Preset(
+                    name="fp32" if (model, fmt) == ("digits", "fp32") else f"{model}-{fmt}",
+                    title=f"{title} in {fmt}",
+                    description=f"{what} in {how}; choose the other formats' presets for the same model "
+                    "and compare the runs in the runs panel",
+                    config={**config, "precision": fmt},
+                )
+            )
+    return out
+
+
+PRESETS += format_presets()
 
 
 # Preset sizes. "default" finishes in a few minutes on a 2-core CPU with lavapipe (the GPT's steps take

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 from browser_helpers import (
@@ -129,24 +130,35 @@ def test_a_failed_run_never_traps_the_page(server, browser):
     page.close()
 
 
+def kib_or_mib(n: int) -> str:
+    """Bytes as the compare view shows them (web/compare.js bytes): KiB under a MiB, else MiB, by
+    Number.toFixed, which rounds a tie up (13568 B = 13.25 KiB exactly: 13.3), not to even."""
+    value, unit, places = (
+        (Decimal(n) / 2**10, "KiB", "0.1") if n < 2**20 else (Decimal(n) / 2**20, "MiB", "0.01")
+    )
+    return f"{value.quantize(Decimal(places), rounding=ROUND_HALF_UP)} {unit}"
+
+
 def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_path, monkeypatch):
-    """Two browser runs (mixed, fp32) and a native one (fp16 without loss scaling, written by `webmp
-    train` into the server's runs directory) chosen in the runs panel: one chart each for the loss
-    and the loss scale with a series per run, and the numbers of each run's summary.json."""
+    """Three browser runs (mixed, fp32, bf16: the formats side by side on one model, as the format
+    presets put them) and a native one (fp16 without loss scaling, written by `webmp train` into the
+    server's runs directory) chosen in the runs panel: one chart each for the loss and the loss scale
+    with a series per run, and the numbers of each run's summary.json: its format, final loss, step
+    time and GPU memory by category."""
     from webmp.train.loop import Trainer
 
     cfg = dict(**SMALL, steps=40, log_every=10, checkpoint_every=0)
     mixed = server.create_run(TrainConfig(**cfg), browser=browser)
     fp32 = server.create_run(TrainConfig(**cfg, precision="fp32"), browser=browser)
-    mixed.wait(timeout=TIMEOUT)
-    fp32.wait(timeout=TIMEOUT)
-    mixed.close_page()
-    fp32.close_page()
+    bf16 = server.create_run(TrainConfig(**cfg, precision="bf16"), browser=browser)
+    for run in (mixed, fp32, bf16):
+        run.wait(timeout=TIMEOUT)
+        run.close_page()
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
     native_dir = server.app.state.store.root / f"native-fp16-noscale-{browser.kind}"
     native = Trainer(TrainConfig(**cfg, precision="fp16-noscale"), out=native_dir, progress=False, log=None)
     native_summary = native.run()
-    ids = [mixed.id, fp32.id, native_dir.name]
+    ids = [mixed.id, fp32.id, bf16.id, native_dir.name]
     server.http.post(f"/api/runs/{fp32.id}/label", json={"name": f"fp32 baseline {browser.kind}"})
 
     page = browser.open(f"{server.url}/")
@@ -156,12 +168,12 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
     for run_id in ids:
         page.locator(f'#runs-body tr[data-run="{run_id}"] input.choose').check()
     page.click("#compare-go")
-    wait_page(page, "window.webmp.compare && window.webmp.compare.runs.length === 3", timeout=60)
-    assert page.evaluate("window.webmp.compare.points") == [40, 40, 40]
+    wait_page(page, "window.webmp.compare && window.webmp.compare.runs.length === 4", timeout=60)
+    assert page.evaluate("window.webmp.compare.points") == [40, 40, 40, 40]
     for chart in ("compare-loss", "compare-scale"):
         legend = page.locator(f"#{chart} .u-legend .u-series").all_inner_texts()
-        shown_as = [mixed.id, f"fp32 baseline {browser.kind}", native_dir.name]  # a named run by its name
-        assert len(legend) == 4 and all(any(i in t for t in legend) for i in shown_as), legend
+        shown_as = [mixed.id, f"fp32 baseline {browser.kind}", bf16.id, native_dir.name]  # named: its name
+        assert len(legend) == 5 and all(any(i in t for t in legend) for i in shown_as), legend
     # the settings they differ in, marked; the same model and data: no warning
     compared = page.evaluate("window.webmp.compare")
     assert (
@@ -184,6 +196,19 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
         assert float(shown("mean loss, last steps")) == pytest.approx(summary["final_train_loss"], rel=1e-4)
         assert float(shown("final loss scale")) == summary["final_scale"]
         assert shown("test accuracy") == f"{100 * summary['test_accuracy']:.2f} %"
+        assert shown("ms / step") == f"{1000 / summary['steps_per_second']:.2f}"
+        memory = summary["gpu_memory_bytes"]
+        assert {"activations", "working_weights", "master_weights"} <= set(memory)
+        for category, n in [*memory.items(), ("total", sum(memory.values()))]:
+            assert shown(f"memory: {category}") == kib_or_mib(n), (run_id, category)
+    # the formats' memory as their plans account it: 16-bit working weights in mixed and bf16
+    summaries = {run_id: RunDir(root / run_id).read_summary() for run_id in ids}
+    weights = {summaries[i]["precision"]: summaries[i]["gpu_memory_bytes"]["working_weights"] for i in ids}
+    assert (
+        weights["mixed"] == weights["bf16"] == weights["fp16-noscale"]
+        and 2 * weights["bf16"] == weights["fp32"]
+    )
+    assert cell(bf16.id, "f16 path") == "bf16" and cell(fp32.id, "f16 path") == "none"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"browser-compare-{browser.kind}.png"), full_page=True)
     # with a GPT among them: the view says their losses are not comparable
@@ -191,7 +216,7 @@ def test_compare_overlays_runs_and_shows_their_summaries(server, browser, tmp_pa
     page.click("#runs-refresh")
     page.locator(f'#runs-body tr[data-run="{gpt.id}"] input.choose').check()
     page.click("#compare-go")
-    wait_page(page, "window.webmp.compare && window.webmp.compare.runs.length === 4", timeout=60)
+    wait_page(page, "window.webmp.compare && window.webmp.compare.runs.length === 5", timeout=60)
     warning = page.evaluate("window.webmp.compare.warning")
     assert warning.startswith("these runs train different models (") and "not comparable" in warning
     assert warning in page.locator("#compare-note").inner_text()

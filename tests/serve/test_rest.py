@@ -29,7 +29,7 @@ from webmp.config import MODEL_DEFAULTS, TrainConfig
 from webmp.data.text import load_text, unigram_bits_per_char
 from webmp.models import build_plan
 from webmp.nn import Network
-from webmp.presets import LOSS_SCALING_DEMO, PRESETS
+from webmp.presets import FORMAT_MODELS, FORMATS, LOSS_SCALING_DEMO, PRESETS
 from webmp.serve.budget import (
     MAX_BUFFER_BYTES,
     MAX_CACHED_PLANS,
@@ -138,6 +138,13 @@ def test_presets_are_browser_configs_of_their_own(client):
     by_name = {p.name: TrainConfig(**p.config) for p in PRESETS}
     assert by_name["fp16-noscale"] == TrainConfig(**LOSS_SCALING_DEMO, precision="fp16-noscale")
     assert by_name["fp32"].precision == "fp32" and by_name["gpt"].model == "gpt"
+    # the format presets: per model, one run per format, the same settings but the precision
+    for model in FORMAT_MODELS:
+        named = {fmt: "fp32" if (model, fmt) == ("digits", "fp32") else f"{model}-{fmt}" for fmt in FORMATS}
+        cfgs = {fmt: by_name[name] for fmt, name in named.items()}
+        assert [c.precision for c in cfgs.values()] == list(FORMATS) == ["fp32", "mixed", "bf16"]
+        assert all(c.model_copy(update={"precision": "fp32"}) == cfgs["fp32"] for c in cfgs.values()), model
+    assert by_name["gpt-small-bf16"].model == "gpt" and by_name["digits-bf16"].model == "mlp"
     scaling = by_name["loss-scaling"]  # overflows at first: f16's largest finite value is 65504
     assert (
         scaling.loss_scaling and scaling.init_scale > 65504 * 1e4 and scaling.growth_interval < scaling.steps

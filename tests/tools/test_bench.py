@@ -17,6 +17,7 @@ import webmp
 from webmp.bench.cli import run_bench
 from webmp.bench.machine import cpu_info
 from webmp.bench.markdown import render
+from webmp.bench.memory import REDUCED, STEP_PRECISIONS, memory_entry
 from webmp.bench.readbacks import bench_readbacks
 from webmp.bench.report import TARGETS, format_table, readback_verdict
 from webmp.bench.step import (
@@ -38,6 +39,7 @@ from webmp.engine.tiles import ROWS_KEY, SMALL_TILES, WEIGHT_FORMS, WEIGHTS_KEY,
 from webmp.models import build_plan
 from webmp.ops import MATMUL_CORES, ROW_FORMS, core_constants
 from webmp.presets import SIZES
+from webmp.testing.reference.kernels import round_h
 from webmp.tune import native as tune
 from webmp.tune.form_cases import FormSpec, faster_form, same_outputs
 
@@ -68,7 +70,7 @@ def plans(gpu, tune_cache):
     for m in TINY["step_models"]:
         data = model_data(m, TINY)
         log_every = model_settings(TINY, m)["log_every"]
-        for precision in ("mixed", "fp32"):
+        for precision in STEP_PRECISIONS:
             out[m["name"], precision] = step_plan(gpu, m, data, precision, log_every)[0]
     return out
 
@@ -109,7 +111,8 @@ def test_result_is_json_with_every_section(result):
 
 @pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
 def test_matmul_rows(result, gpu):
-    paths = ["native", "emulated", "fp32"] if gpu.has_f16 else ["emulated", "fp32"]
+    paths = ["native", "emulated", "bf16", "fp32"] if gpu.has_f16 else ["emulated", "bf16", "fp32"]
+    assert list(result["matmul"][0]["error_ratio"]) == paths
     kinds = {(m["kind"], m["product"]) for m in result["matmul"]}
     assert kinds == {("square", "A.B"), ("train", "A.B"), ("train", "At.B"), ("train", "A.Bt")}
     for m in result["matmul"]:
@@ -153,7 +156,8 @@ def test_model_matmul_shapes(result, plans, gpu):
 def test_train_step_rows(result, plans):
     rows = result["train_step"]
     assert MODELS == ["digits", "wide", "gpt", "cnn"]
-    want = {(m, p) for m in MODELS for p in ("mixed", "fp32")}
+    assert STEP_PRECISIONS == ("mixed", "bf16", "fp32")
+    want = {(m, p) for m in MODELS for p in STEP_PRECISIONS}
     assert {(r["model"], r["precision"]) for r in rows} == want
     for r in rows:
         for key in (
@@ -171,6 +175,7 @@ def test_train_step_rows(result, plans):
         assert r["steps_timed"] >= 2 and r["host_steps_timed"] >= TINY["host_pairs"]
         assert 0 < r["host_pairs_in_median"] <= r["host_steps_timed"]
         assert r["shape"] == model_shape(plan)
+        assert r["f16_path"] == (r["precision"] if r["precision"] != "mixed" else plan["f16_path"])
         if r["model"] == "gpt":
             cfg = plan["config"]
             assert r["tokens_per_step"] == cfg["batch_size"] * cfg["context"] == 4 * 8
@@ -179,7 +184,8 @@ def test_train_step_rows(result, plans):
             assert r["tokens_per_step"] is None and r["tokens_per_s"] is None
     s = result["summary"]
     for m in MODELS:
-        assert positive(s[f"mixed_over_fp32_step_{m}"])
+        for p in REDUCED:
+            assert positive(s[f"{p}_over_fp32_step_{m}"])
     assert positive(s["f16_over_f32_matmul"])
     assert s["targets"]["submits_per_step"] == {
         "value": 1.0,
@@ -220,8 +226,10 @@ def test_cache_warm_from_this_process_writes():
 def test_memory_from_plan_accounting(result, plans):
     assert list(result["memory"]) == MODELS
     for name, m in result["memory"].items():
-        assert m["mixed"]["master_weights"] == m["fp32"]["master_weights"] > 0
-        assert m["mixed"]["working_weights"] * 2 == m["fp32"]["working_weights"]
+        assert set(m["activation_ratios"]) == set(m["total_ratios"]) == {"mixed", "bf16"}
+        for p in REDUCED:  # f32 masters, 16-bit working weights (f16 or bf16)
+            assert m[p]["master_weights"] == m["fp32"]["master_weights"] > 0
+            assert m[p]["working_weights"] * 2 == m["fp32"]["working_weights"]
         # f16 activations: half the bytes, except the f32 logits, loss rows and labels
         assert 0.5 <= m["activation_ratio"] <= TARGETS["activation_ratio"], name
         # the reported ratio is the plans' buffer list summed, and what halving every h buffer gives
@@ -240,7 +248,39 @@ def test_memory_from_plan_accounting(result, plans):
         h32 = sum(b["bytes"] for b in acts["fp32"] if b["dtype"] == "h")
         assert mixed == h32 // 2 + sum(wide.values())
         assert m["expected_activation_ratio"] == pytest.approx(m["activation_ratio"], rel=1e-12)
-    assert result["summary"]["targets"]["activation_ratio"]["met"]
+        # bf16: the same buffers 16-bit (two bf16 a word, as f16 pairs), so the same bytes as mixed
+        bf16 = [b for b in plans[name, "bf16"]["buffers"] if b["category"] == "activations"]
+        assert [(b["name"], b["dtype"]) for b in bf16] == [(b["name"], b["dtype"]) for b in acts["mixed"]]
+        assert m["activation_ratios"]["bf16"] == sum(b["bytes"] for b in bf16) / fp32
+        assert m["activation_ratios"]["bf16"] == pytest.approx(m["expected_activation_ratio"], rel=1e-12)
+        assert m["activation_ratios"]["mixed"] == m["activation_ratio"]
+        assert m["total_ratios"]["bf16"] == sum(m["bf16"].values()) / sum(m["fp32"].values()) < 1
+    t = result["summary"]["targets"]["activation_ratio"]
+    worst = max(
+        (r, f"{n} {p}") for n, m in result["memory"].items() for p, r in m["activation_ratios"].items()
+    )
+    assert (t["value"], t["worst"]) == worst and t["met"]
+
+
+def test_memory_entry_takes_any_number_of_formats():
+    """A format more (fp8, one day) is one more key: its ratios come out beside the others', the
+    expected ratio and the 32-bit activations come from the fp32 plan."""
+
+    def plan(acts_h: int, weights: int) -> dict:
+        buffers = [
+            {"name": "x", "category": "activations", "dtype": "h", "bytes": acts_h},
+            {"name": "logits", "category": "activations", "dtype": "f32", "bytes": 100},
+        ]
+        return {"buffers": buffers, "memory": {"activations": acts_h + 100, "working_weights": weights}}
+
+    e = memory_entry({"mixed": plan(200, 50), "fp8": plan(100, 25), "fp32": plan(400, 100)})
+    assert e["activation_ratios"] == {"mixed": 300 / 500, "fp8": 200 / 500}
+    assert e["total_ratios"] == {"mixed": 350 / 600, "fp8": 225 / 600}
+    assert e["activation_ratio"] == 300 / 500 and e["expected_activation_ratio"] == 300 / 500
+    assert e["activations_not_h"] == {"logits": 100} and e["fp8"] == {
+        "activations": 200,
+        "working_weights": 25,
+    }
 
 
 @pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
@@ -320,13 +360,14 @@ def test_table_prints_every_section(result):
         "sampling (the gpt's shape",
         "time to the first step",
         "profile digits/mixed",
+        "profile digits/bf16",
         "profile gpt/mixed",
         "targets",
     ):
         assert needle in text
     lines = text.splitlines()
     gpt_rows = [line for line in lines if line.startswith("gpt L1 H2 D16 T8 V11 b4 ")]
-    assert len(gpt_rows) == 2 and all(
+    assert len(gpt_rows) == len(STEP_PRECISIONS) and all(
         " tok " in line and line.endswith(("pass", "FAIL")) for line in gpt_rows
     )
     assert any(line.startswith("gpt      activations ") and line.endswith(" pass") for line in lines)
@@ -343,11 +384,23 @@ def test_bare_replay_runs_the_real_step(gpu, digits):
     assert decode_state(rt.read("state"))["iteration"] == 4
 
 
-def test_matmul_check_detects_wrong_operands(gpu):
-    case = tune.MatmulCase(gpu, "fp32", 9, 7, 13, "matmul_fwd")
+@pytest.mark.parametrize("path", ["fp32", "bf16"])
+def test_matmul_check_detects_wrong_operands(gpu, path):
+    case = tune.MatmulCase(gpu, path, 9, 7, 13, "matmul_fwd")
     assert case.check() <= 1
-    case.rt.write("B", pack_h(case.b[::-1], "fp32"))  # the kernel now multiplies other rows
+    case.rt.write("B", pack_h(case.b[::-1], path))  # the kernel now multiplies other rows
     assert case.check() > 1
+
+
+def test_matmul_operands_are_exact_in_f16_and_bf16(gpu):
+    """The checked matmul's operands are on both grids (one reference serves every path), and a bf16
+    result is checked with bf16's ulp: a correct one passes within half of it (round to nearest)."""
+    case = tune.MatmulCase(gpu, "bf16", 33, 17, 40, "matmul_fwd")
+    for x in (case.a, case.b):
+        assert np.array_equal(x, x.astype(np.float16)) and np.array_equal(round_h(x, "bf16"), x)
+    # above 0.25: rounded to bf16 (an f16 store errs <= 2^-11, 1/16 of the tolerance); at most half
+    # an ulp (round to nearest) plus the f32 sum's error, ~2^-22 |c|: 2^-7 of slack covers it
+    assert 0.25 < case.check() <= 0.5 + 2**-7
 
 
 @pytest.mark.parametrize("variant", ["matmul_wgrad", "matmul_dgrad"])
@@ -514,7 +567,13 @@ def test_markdown_from_the_tiny_bench(result, tmp_path):
     assert f"**{result['model_matmuls']['gpt']['median_gflops']['native']:.2f}**" in text
     for s in result["train_step"]:
         assert f"| {s['model']} | {s['shape']} | {s['batch']} | {s['precision']} |" in text
-    assert "| activations |" in text and "| 0.109 | 1.440 (1.630) | **0.076** |" in text
+    for name, m in result["memory"].items():
+        row = f"| {name} | activations | {m['mixed']['activations']} | {m['bf16']['activations']} | "
+        row += f"{m['fp32']['activations']} | **{m['activation_ratios']['mixed']:.3f}** | "
+        assert row + f"**{m['activation_ratios']['bf16']:.3f}** |" in text, name
+    for p in REDUCED:
+        assert f"`{p}` / `fp32` wall per step: digits " in text
+    assert "| 0.109 | 1.440 (1.630) | **0.076** |" in text
     assert "Not recorded" not in text
 
 

@@ -5,12 +5,13 @@ and the host: absolute numbers only mean something next to the ratios around the
 runs the sections in turn (run_bench) and is the command line (cli_bench); each section is a module
 of its own:
 
-- matmul: GFLOP/s of our kernel on each precision path (f16 native, f16 emulated, f32) beside
+- matmul: GFLOP/s of our kernel on each precision path (f16 native, f16 emulated, bf16, f32) beside
   numpy float32 on the host and PyTorch on its best device when importable; every size is
   checked against numpy before it is timed. GPU time = many dispatches in one pass, one submit,
   one wait.
 - step: per model of the preset (the MLPs, and the character GPT at TrainConfig(model="gpt")'s
-  shape), wall and host-CPU time per step for `mixed` and `fp32` (headline: mixed / fp32), tokens
+  shape), wall and host-CPU time per step for `mixed`, `bf16` and `fp32` (memory.STEP_PRECISIONS;
+  headlines: mixed / fp32, bf16 / fp32), tokens
   or examples per second, dispatches and submits per step, and the host-overhead floor: the same
   dispatch list replayed with bare wgpu-py calls; and the time to the first step (plan build,
   runtime creation with its pipelines, the first step submitted and finished), and whether Mesa's
@@ -40,7 +41,7 @@ from ..presets import SIZES
 from ..tune import native as tune
 from .machine import adapter_info, run_info
 from .matmul import PRODUCTS, bench_matmul, bench_model_matmuls, matmul_shapes
-from .memory import memory_entry
+from .memory import STEP_PRECISIONS, memory_entry
 from .profile import profile_program
 from .readbacks import bench_readbacks, readback_line
 from .report import format_table, summarize
@@ -81,7 +82,7 @@ def _build_plans(gpu, step_models, preset, data) -> dict[tuple[str, str], tuple[
             gpu, m, data[m["name"]], precision, model_settings(preset, m)["log_every"]
         )
         for m in step_models
-        for precision in ("mixed", "fp32")
+        for precision in STEP_PRECISIONS
     }
 
 
@@ -98,10 +99,11 @@ def _tune(gpu, preset, paths, plans, budget_s: float, log) -> dict:
 
 
 def _bench_steps(gpu, step_models, preset, plans, data_s, profile: bool, log) -> dict:
-    """Each model's step in both precisions: the train_step and first_step rows, and the profiles."""
+    """Each model's step in each of STEP_PRECISIONS: the train_step and first_step rows, and the
+    profiles."""
     steps, firsts, profiles = [], [], {}
     for m in step_models:
-        for precision in ("mixed", "fp32"):
+        for precision in STEP_PRECISIONS:
             plan, blob, plan_s = plans[(m["name"], precision)]
             row, first, rt = bench_step(gpu, m["name"], plan, blob, model_settings(preset, m), log, plan_s)
             first["data_s"] = data_s[m["name"]]  # loading the data, once per model (not in total_s)
@@ -146,7 +148,7 @@ def run_bench(
     t_start = time.perf_counter()
     preset = SIZES[size]
     step_models = _step_models(preset, size, models)
-    paths = paths or (["native", "emulated", "fp32"] if gpu.has_f16 else ["emulated", "fp32"])
+    paths = paths or (["native", "emulated", "bf16", "fp32"] if gpu.has_f16 else ["emulated", "bf16", "fp32"])
     log(f"webmp bench ({size}) on {gpu.name}")
     result = _header(gpu, size)
     data, data_s = {}, {}
@@ -168,8 +170,7 @@ def run_bench(
     log("training step:")
     result.update(_bench_steps(gpu, step_models, preset, plans, data_s, profile, log))
     result["memory"] = {
-        m["name"]: memory_entry(plans[(m["name"], "mixed")][0], plans[(m["name"], "fp32")][0])
-        for m in step_models
+        m["name"]: memory_entry({p: plans[(m["name"], p)][0] for p in STEP_PRECISIONS}) for m in step_models
     }
     log("readbacks:")
     result["readbacks"] = _bench_readbacks(gpu, step_models, preset, data, log)
@@ -205,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--paths",
         nargs="+",
-        choices=["native", "emulated", "fp32"],
+        choices=["native", "emulated", "bf16", "fp32"],
         help="matmul precision paths (default: all the adapter supports)",
     )
     p.add_argument(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .cold import PAGE_TARGET_S
+from .memory import REDUCED
 from .report import LAVAPIPE_TARGETS, TARGETS
 from .sections import (
     PATH_NAMES,
@@ -48,7 +49,8 @@ NOTEBOOK_COMMIT = "68a93d65141a598739a262aab22c955e33d50fe5"  # the last noteboo
 TARGET_NAMES = {
     "host_over_floor": "host CPU per step ≤ {}x the bare replay's (the worst model)",
     "submits_per_step": "one submit per step (the worst model)",
-    "activation_ratio": "`mixed` activation memory ≤ {}x `fp32`'s (the worst model)",
+    "activation_ratio": " and ".join(f"`{p}`" for p in REDUCED)
+    + " activation memory ≤ {}x `fp32`'s (the worst model and format)",
     "readbacks_per_log_interval": "readbacks in the loop: exactly steps / log_every",
     "readbacks_between_logs": "readbacks between log intervals: {}",
     "f16_over_f32_matmul": "f16 matmul ≥ {}x our fp32 at the largest square (a GPU at `--size gpu`)",

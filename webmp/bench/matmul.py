@@ -1,5 +1,5 @@
 """`webmp bench`'s matmul section: GFLOP/s of our kernel on each precision path (f16 native, f16
-emulated, f32) at the size's square and training shapes, each matmul core at a fixed tile choice
+emulated, bf16, f32) at the size's square and training shapes, each matmul core at a fixed tile choice
 beside the tuned one, numpy float32 on the host and PyTorch on its best device when importable; and
 every distinct matmul shape of the GPT's plan with the plan's own tiles, and their median. Every
 shape is checked against numpy before it is timed; GPU time = many dispatches in one pass, one

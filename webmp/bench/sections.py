@@ -10,6 +10,7 @@ import statistics
 from typing import Any
 
 from .matmul import CORE_TILES
+from .memory import REDUCED
 from .report import readback_verdict
 from .step import cache_word
 
@@ -17,6 +18,7 @@ PRODUCT_NAMES = {"A.B": "A·B", "At.B": "Aᵀ·B", "A.Bt": "A·Bᵀ"}
 PATH_NAMES = {
     "native": "native f16",
     "emulated": "emulated f16",
+    "bf16": "bf16",
     "fp32": "fp32",
     "numpy_f32": "numpy f32",
     "torch_fp32": "PyTorch fp32",
@@ -204,16 +206,17 @@ def step_section(r: dict) -> list[str]:
     header = ["model", "shape", "batch", "precision", "path", "dispatches", "submits", "wall ms/step"]
     header += ["per second", "host CPU ms/step", "floor ms/step", "host / floor"]
     out += table(header, body, set(range(5, 12)))
-    ratios = [
-        f"{k.removeprefix('mixed_over_fp32_step_')} {v:.2f}"
-        for k, v in (r.get("summary") or {}).items()
-        if k.startswith("mixed_over_fp32_step_")
-    ]
-    out += [
-        f"`mixed` / `fp32` wall per step: {', '.join(ratios) or 'not in the summary'}. "
-        f"Tiles: {tiles_word(r)}.",
-        "",
-    ]
+    summary = r.get("summary") or {}
+    for p in REDUCED:
+        ratios = [
+            f"{k.removeprefix(f'{p}_over_fp32_step_')} {v:.2f}"
+            for k, v in summary.items()
+            if k.startswith(f"{p}_over_fp32_step_")
+        ]
+        if ratios or p == "mixed":
+            out.append(f"`{p}` / `fp32` wall per step: {', '.join(ratios) or 'not in the summary'}.")
+            out.append("")
+    out += [f"Tiles: {tiles_word(r)}.", ""]
     data = r.get("data") or {}
     return out + [f"- {name}: {what}" for name, what in data.items()] + ([""] if data else [])
 
@@ -242,24 +245,26 @@ def memory_section(r: dict) -> list[str]:
     mem = r.get("memory")
     if not mem:
         return out + missing("memory (`memory`)", "`webmp bench` writes it.")
-    names = list(mem)
-    cats = list(dict.fromkeys(c for m in mem.values() for c in m["mixed"]))
+    formats = [p for p in (*REDUCED, "fp32") if any(p in m for m in mem.values())]
+    reduced = [p for p in formats if p != "fp32"]
+    cats = list(dict.fromkeys(c for m in mem.values() for c in m["fp32"]))
+    header = ["model", "bytes (the plans' accounting)", *(f"`{p}`" for p in formats)]
+    header += [f"`{p}` / `fp32`" for p in reduced]
     body = []
-    for cat in cats:
-        cells = [cat]
-        for n in names:
-            a, b = mem[n]["mixed"].get(cat), mem[n]["fp32"].get(cat)
-            ratio = num(a / b, ".3f") if a is not None and b else "-"
-            cells += [num(a, "d"), num(b, "d"), f"**{ratio}**" if cat == "activations" else ratio]
-        body.append(cells)
-    header = ["bytes (the plans' accounting)"] + [
-        f"{n} {c}" for n in names for c in ("mixed", "fp32", "ratio")
-    ]
-    out += table(header, body, set(range(1, len(header))))
-    for n in names:
+    for n, m in mem.items():
+        for cat in cats:
+            b = m["fp32"].get(cat)
+            cells = [n, cat] + [num(m[p].get(cat), "d") if p in m else "-" for p in formats]
+            for p in reduced:
+                a = m[p].get(cat) if p in m else None
+                ratio = num(a / b, ".3f") if a is not None and b else "-"
+                cells.append(f"**{ratio}**" if cat == "activations" else ratio)
+            body.append(cells)
+    out += table(header, body, set(range(2, len(header))))
+    for n in mem:
         wide = ", ".join(f"`{k}` {v}" for k, v in mem[n].get("activations_not_h", {}).items())
         out.append(
-            f"- {n}: activations 32-bit on both paths: {wide or 'none'}; every other one halved gives "
+            f"- {n}: activations 32-bit in every format: {wide or 'none'}; every other one 16-bit gives "
             f"{num(mem[n].get('expected_activation_ratio'), '.4f')}."
         )
     return out + [""]

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..engine.formats import FORMATS, f32_bits_to_narrow
 from ..engine.plan import PlanBuilder, pack_h, unpack_h
 from ..engine.tiles import DEFAULT_TILES, Tiles
 from ..ops import H_OUT_VARIANTS, Layout, matmul
@@ -93,12 +94,16 @@ def candidates(limits: Mapping[str, float], has_subgroups: bool = False) -> list
 
 @lru_cache(maxsize=2)
 def _operands(M, N, K, trans_a, trans_b, seed):
-    """Uniform in [-1, 1] (random, never an all-zero buffer) and rounded to f16, so that every
-    path, fp32 included, reads exactly these values and one float64 reference serves them all."""
+    """Uniform in [-1, 1] (random, never an all-zero buffer), rounded to f16 and then to bf16's 8
+    significant bits (a value on f16's grid rounded to 8 bits stays on it: exact in both), so that
+    every path, fp32 and bf16 included, reads exactly these values and one float64 reference serves
+    them all."""
     rng = np.random.default_rng(seed)
 
     def f16(shape: tuple[int, int]) -> np.ndarray:
-        return rng.uniform(-1, 1, shape).astype(np.float16).astype(np.float64)
+        x = rng.uniform(-1, 1, shape).astype(np.float16).astype(np.float32)
+        bits = f32_bits_to_narrow(x.view(np.uint32), FORMATS["bf16"])
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
     return (
         f16((K, M) if trans_a else (M, K)),
@@ -227,14 +232,14 @@ class MatmulSpec:
 
         Tolerance per element: f32 accumulation of K exact products, K * 2^-24 * sum|a*b|
         (the standard gamma_K bound), plus one f16 ulp of the result when the output is stored
-        in f16 (2^-10 |c|, and 2^-24 absolute: the spacing of f16 subnormals), plus 2^-24 |c|
-        for an f32 store and the bias addition."""
+        in f16 (2^-10 |c|, and 2^-24 absolute: the spacing of f16 subnormals) or one bf16 ulp
+        in bf16 (2^-7 |c|: 7 fraction bits), plus 2^-24 |c| for an f32 store and the bias addition."""
         ref = self.reference()
         abs_ab = _products(self.M, self.N, self.K, self.trans_a, self.trans_b, self.seed)[1]
         f16_store = self.out_h and self.path != "fp32"
         tol = (
             self.K * 2.0**-24 * abs_ab
-            + (2.0**-10 if f16_store else 2.0**-24) * np.abs(ref)
+            + ({"bf16": 2.0**-7}.get(self.path, 2.0**-10) if f16_store else 2.0**-24) * np.abs(ref)
             + 2.0**-24 * (np.abs(self.bias) + f16_store)
         )
         err = np.abs(np.asarray(result, np.float64) - ref)
