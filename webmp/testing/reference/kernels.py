@@ -48,13 +48,15 @@ def round_h(x, path: str) -> np.ndarray:
 
 
 def store_error(path: str) -> float:
-    """Relative error bound of one store into the activation format (see the module docstring)."""
-    return 2 * U32 if path == "fp32" else 2 * U16
+    """Relative error bound of one store into the activation format (see the module docstring);
+    bf16's unit roundoff is 2^-8."""
+    return {"fp32": 2 * U32, "bf16": 2 * 2.0**-8}.get(path, 2 * U16)
 
 
 def store_tiny(path: str) -> float:
-    """Absolute error bound of a store in the subnormal range (f32 subnormals may flush to 0)."""
-    return 2.0**-126 if path == "fp32" else F16_TINY
+    """Absolute error bound of a store in the subnormal range (f32 subnormals may flush to 0, and
+    bf16's are f32's)."""
+    return 2.0**-126 if path in ("fp32", "bf16") else F16_TINY
 
 
 def dot_error(k: int) -> float:
