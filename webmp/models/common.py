@@ -31,7 +31,7 @@ from ..engine.plan import (
     required_limits,
 )
 from ..engine.state import METRIC_FIELDS, NO_STEP, STATE_BYTES, STATE_FIELDS, initial_state
-from ..engine.tiles import TileTable
+from ..engine.tiles import TileTable, default_tiles
 
 TRAIN_STEP = "train_step"
 TRAIN_GRADS = "train_grads"  # data-parallel: train_step up to complete gradients ...
@@ -209,8 +209,13 @@ class ModelBuilder:
         a_image: dict[str, int] | None = None,
     ) -> None:
         """ops.matmul of one (unbatched) product, with the tile shape the table gives its shape (a
-        convolution's, A an image read as its patches with a_image, as any other of that shape)."""
+        convolution's, A an image read as its patches with a_image, as any other of that shape that
+        was tuned; the shipped class tables were measured on plain products only, and the page on
+        SwiftShader lost its GPU instance creating the implicit convolution's pipeline with them:
+        such products take the default tiles unless the tune cache has their class)."""
         tiles = self.tiles.for_shape(self.path, M, N, K, trans_a, trans_b)
+        if a_image is not None and self.tiles.source(self.path, M, N, K, trans_a, trans_b) == "shipped":
+            tiles = default_tiles(M, N, K)
         ops.matmul(
             self.pb, program, variant, A=A, B=B, C=C, M=M, N=N, K=K, a_act=a_act, trans_a=trans_a,
             trans_b=trans_b, bias=bias, Zprev=Zprev, out_act=out_act, flags=flags, tiles=tiles,
