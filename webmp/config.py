@@ -15,7 +15,7 @@ from pydantic.fields import FieldInfo
 
 from .nn.network import Network
 
-Precision = Literal["mixed", "fp32", "fp16-noscale", "bf16"]
+Precision = Literal["mixed", "fp32", "fp16-noscale", "bf16", "fp8"]
 F16Choice = Literal["native", "emulated", "auto"]
 MLP_MODELS = ("mlp", "mlp-ln")
 GPT_ONLY = ("gpt",)
@@ -166,10 +166,33 @@ class TrainConfig(BaseModel):
     precision: Annotated[Precision, Meta("precision", common=True, locked=True)] = "mixed"
     """mixed: f16 matmuls, fp32 master weights, dynamic loss scaling; fp32: the same kernels in f32, no
     scaling; fp16-noscale: f16 without loss scaling; bf16: matmul operands and stored activations in
-    bf16 (f32's range, 8 bits of precision), no loss scaling, on any adapter (no shader-f16 needed)"""
+    bf16 (f32's range, 8 bits of precision), no loss scaling, on any adapter (no shader-f16 needed); fp8:
+    bf16 storage, and the hidden Linear layers' matmuls on fp8 operands (inputs and weights E4M3,
+    output gradients E5M2) with per-tensor delayed scaling (the --fp8-* flags), no loss scaling unless
+    --fp8-loss-scale dynamic"""
     f16: Annotated[F16Choice, Meta("precision", label="f16 path")] = "auto"
     """f16 path: native needs the adapter's shader-f16 feature, emulated packs f16 into u32 words; auto
     picks native when the adapter has it"""
+    fp8_margin: Annotated[int, Meta("precision", label="fp8 margin", locked=True)] = 0
+    """fp8: scale = fp8_max / amax / 2^margin, rounded down to a power of two (Transformer Engine's
+    DelayedScaling margin)"""
+    fp8_amax_history: Annotated[
+        int,
+        Meta("precision", label="fp8 amax history", locked=True, size=Size(1 << 16, "steps of amax kept")),
+    ] = 1024
+    """fp8: steps of each tensor's amax kept (DelayedScaling's amax_history_len)"""
+    fp8_amax_algo: Annotated[
+        Literal["max", "most_recent"], Meta("precision", label="fp8 amax", locked=True)
+    ] = "max"
+    """fp8: the amax a scale is computed from: the history's max, or the last step's (amax_compute_algo)"""
+    fp8_keep_ends: Annotated[bool, Meta("precision", label="fp8 keeps ends in bf16", locked=True)] = True
+    """fp8: the first and last Linear layers of an MLP or network stay in bf16 (the usual recipe; the gpt's
+    embedding and head are never fp8); --no-fp8-keep-ends quantises every Linear layer"""
+    fp8_loss_scale: Annotated[
+        Literal["off", "dynamic"], Meta("precision", label="fp8 loss scale", locked=True)
+    ] = "off"
+    """fp8: dynamic: the loss scaler (init_scale, growth and backoff as in mixed) on top of the per-tensor
+    scales; off: none, and a step whose gradients are not finite is skipped, as in bf16"""
     # optimisation
     steps: Annotated[int, Meta("optimizer", common=True, u32=True)] = 1000
     """training steps, overflow-skipped ones included"""
@@ -246,7 +269,7 @@ class TrainConfig(BaseModel):
 
     @field_validator(
         "steps", "batch_size", "log_every", "growth_interval", "hysteresis", "n_layer", "n_head", "d_model",
-        "context",
+        "context", "fp8_amax_history",
     )  # fmt: skip
     @classmethod
     def _positive_int(cls, v, info):
@@ -287,6 +310,13 @@ class TrainConfig(BaseModel):
     def _non_negative(cls, v, info):
         if v < 0:
             raise ValueError(f"{info.field_name} must be >= 0, got {v}")
+        return v
+
+    @field_validator("fp8_margin")
+    @classmethod
+    def _fp8_margin(cls, v):
+        if not 0 <= v <= 64:
+            raise ValueError(f"fp8_margin must be between 0 and 64 (powers of two of headroom), got {v}")
         return v
 
     @field_validator("seed")
@@ -373,13 +403,13 @@ class TrainConfig(BaseModel):
 
     @property
     def loss_scaling(self) -> bool:
-        return self.precision == "mixed"
+        return self.precision == "mixed" or (self.precision == "fp8" and self.fp8_loss_scale == "dynamic")
 
     @property
     def skips_unscaled_overflow(self) -> bool:
-        """bf16: no loss scale, but a step whose gradients are not finite is skipped (its overflow
-        check, as mixed's, without the scale's backoff)."""
-        return self.precision == "bf16"
+        """bf16 (and fp8 with --fp8-loss-scale off): no loss scale, but a step whose gradients are not
+        finite is skipped (its overflow check, as mixed's, without the scale's backoff)."""
+        return self.precision == "bf16" or (self.precision == "fp8" and self.fp8_loss_scale == "off")
 
     @property
     def trains_on_text(self) -> bool:

@@ -213,7 +213,7 @@ def test_python_dash_m_webmp() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"webmp {webmp.__version__}"
     bad = subprocess.run(
-        [sys.executable, "-m", "webmp", "train", "--precision", "fp8"],
+        [sys.executable, "-m", "webmp", "train", "--precision", "fp4"],
         capture_output=True,
         text=True,
         env=env,

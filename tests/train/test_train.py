@@ -35,7 +35,10 @@ def run(tmp_path, name, **kw):
         ("backoff_factor", 1.0),
         ("backoff_factor", 1.5),
         ("growth_factor", 1.0),
-        ("precision", "fp8"),  # not (yet) a format; bf16 is one
+        ("precision", "fp4"),  # not a format (bf16 and fp8 are)
+        ("fp8_margin", -1),
+        ("fp8_amax_history", 0),
+        ("fp8_amax_algo", "mean"),
         ("hysteresis", 0),
         ("init_scale", float("nan")),
         ("log_every", 0),

@@ -213,9 +213,11 @@ class TrainPlan(KernelPlan):
 class Plan(TrainPlan, total=False):
     """A training plan: programs 'train_step', 'eval' and 'histograms' (the gradient-range lens); a
     data-parallel rank's has 'train_grads' and 'train_update' instead of 'train_step', and
-    `data_parallel` says how to run them."""
+    `data_parallel` says how to run them. `fp8`: precision fp8's recipe and quantised layers
+    (webmp.engine.fp8.Fp8Recipe.describe)."""
 
     data_parallel: DataParallelSpec
+    fp8: dict[str, Any]
 
 
 class SampleRun(TypedDict):
@@ -295,9 +297,12 @@ def required_features(path: str, kernels: Sequence[KernelSpec]) -> list[str]:
 
 
 def resolve_f16_path(precision: str, choice: str, adapter_has_f16: bool) -> str:
-    """The prelude used: 'native', 'emulated', 'fp32' or 'bf16' (precision bf16, on any adapter)."""
+    """The prelude used: 'native', 'emulated', 'fp32' or 'bf16' (precision bf16, and fp8, whose
+    storage is bf16: on any adapter)."""
     if precision in ("fp32", "bf16"):
         return precision
+    if precision == "fp8":
+        return "bf16"
     if choice == "native" and not adapter_has_f16:
         raise RuntimeError(
             "--f16 native was requested but this WebGPU adapter lacks the 'shader-f16' "
@@ -308,8 +313,13 @@ def resolve_f16_path(precision: str, choice: str, adapter_has_f16: bool) -> str:
     return choice
 
 
-def describe_f16(path: str, choice: str = "auto") -> str:
-    """How a run's f16 values are handled, for logs and summaries; says so when f16 is emulated."""
+def describe_f16(path: str, choice: str = "auto", precision: str | None = None) -> str:
+    """How a run's f16 values are handled, for logs and summaries; says so when f16 is emulated.
+    precision fp8 stores in bf16 and says its scaling apart (webmp.engine.fp8.describe_fp8)."""
+    if precision == "fp8":
+        return (
+            "bf16 storage (two a u32 word, converted in integer arithmetic; arithmetic in f32), fp8 matmuls"
+        )
     if path == "native":
         return "f16 native (shader-f16)"
     if path == "emulated":

@@ -32,6 +32,7 @@ from ..engine.plan import (
 )
 from ..engine.state import METRIC_FIELDS, NO_STEP, STATE_BYTES, STATE_FIELDS, initial_state
 from ..engine.tiles import TileTable, default_tiles
+from .fp8 import Fp8Layers, fp8_recipe
 
 TRAIN_STEP = "train_step"
 TRAIN_GRADS = "train_grads"  # data-parallel: train_step up to complete gradients ...
@@ -107,6 +108,8 @@ class ModelBuilder:
     attn_softmax_fwd/bwd) take its form as `rows=mb.rows`. With dry=True the builder is dry
     (PlanBuilder): parameters are declared without drawing their initial values."""
 
+    quantises = True  # precision fp8 places its casts (SampleBuilder: not yet)
+
     def __init__(
         self,
         cfg: TrainConfig,
@@ -131,6 +134,13 @@ class ModelBuilder:
         # (dispatch index in grads_program, lens layers counted there): see lens_point
         self.lens_points: list[tuple[int, list[tuple[str, str]]]] = []
         self.histogram_spec: HistogramSpec | None = None  # set by histograms, which finish requires
+        recipe = fp8_recipe(cfg) if self.quantises else None
+        self.fp8 = None if recipe is None else Fp8Layers(self.pb, recipe)  # the fp8 layers (models/fp8.py)
+        if self.fp8 is not None and world > 1:
+            raise ValueError(
+                "--precision fp8 does not run data-parallel yet: each rank's amax would set different "
+                "scales (the ranks' amax must be reduced first); train fp8 on one rank"
+            )
 
     @property
     def rows(self) -> str:
@@ -297,6 +307,8 @@ class ModelBuilder:
             else:
                 N = math.prod(p["shape"])
                 ops.adamw(pb, program, P=P, G=G, Mo=Mo, V=V, N=N, WD=wd, BETA1=b1, BETA2=b2, EPS=eps)
+        if self.fp8 is not None:
+            self.fp8.update(program)
 
     def lens_point(self, layers: list[tuple[str, str]]) -> None:
         """Here, in the backward pass of grads_program, the (label, buffer) activation gradients
@@ -392,7 +404,8 @@ class ModelBuilder:
             ],
             "state": {"buffer": "state", "fields": STATE_FIELDS},
             "checkpoint_buffers": [n for p in params for n in (p["master"], p["m"], p["v"], p["copy"]) if n]
-            + ["state"],
+            + ["state"]
+            + (list(ops.FP8_BUFFERS) if self.fp8 else []),
             "schedule": {
                 "steps": cfg.steps,
                 "log_every": cfg.log_every,
@@ -404,6 +417,8 @@ class ModelBuilder:
             "histograms": self.histogram_spec,
             "required_limits": required_limits(list(pb.buffers.values()), list(pb.kernels.values())),
         }
+        if self.fp8 is not None:
+            plan["fp8"] = self.fp8.describe()
         if self.world > 1:
             plan["data_parallel"] = self.data_parallel_spec()
         return plan, bytes(pb.blob)

@@ -90,30 +90,56 @@ class LinearNode(Node):
     nothing) is applied as the matmuls load x, and its gradient as the input gradient is stored
     (matmul_dgrad): the MLP's dispatches, one rounding of dx fewer than a separate layer's."""
 
+    @property
+    def fp8(self) -> bool:
+        """Whether this layer's matmuls read fp8 operands (--precision fp8: models/fp8.py): every Linear
+        but, with fp8_keep_ends, the network's first layer and its last."""
+        fp8 = self.mb.fp8
+        return fp8 is not None and not (fp8.recipe.keep_ends and (self.last or self.path == "layers.0"))
+
+    def fp8_input(self, x, program, training) -> tuple[str, int]:
+        """The matmul's A (and its fused activation code): x as it is, or with fp8 x cast to E4M3 (the
+        activation applied by the cast) after the weight's copy is cast from its master."""
+        if not self.fp8:
+            return x.buffer, _code(x)
+        W, fp8 = self.params["weight"], self.mb.fp8
+        n_in, n_out = W["shape"]
+        fp8.weight(program, self.path, W["master"], str(W["copy"]), n_in, n_out, record=training)
+        return fp8.input(program, self.path, x.buffer, x.rows, x.cols, _code(x), record=training), 0
+
     def forward(self, x, program, flags, training):
         W, b = self.params["weight"], self.params.get("bias")
         n_out, n_in = self.out_shape[-1], self.in_shape[-1]
-        common = dict(A=x.buffer, B=str(W["copy"]), M=x.rows, N=n_out, K=n_in, a_act=_code(x), flags=flags)
+        a, act = self.fp8_input(x, program, training)
+        common = dict(A=a, B=str(W["copy"]), M=x.rows, N=n_out, K=n_in, a_act=act, flags=flags)
         if self.last:
             bias = b["master"] if b else self.g.zeros(n_out)
             logits = self.g.named("logits")
             if logits not in self.pb.buffers:
                 self.pb.f32(logits, (x.rows, n_out), "activations")
             self.mb.matmul(program, "matmul_logits", C=logits, bias=bias, **common)
-            return Value(logits, self.out_shape, x.rows, n_out), None
+            return Value(logits, self.out_shape, x.rows, n_out), a
         y = self.out(x)
         if b:
             self.mb.matmul(program, "matmul_fwd", C=y.buffer, bias=b["master"], **common)
         else:
             self.mb.matmul(program, "matmul_plain", C=y.buffer, **common)
-        return y, None
+        return y, a
 
     def backward(self, x, y, saved, dy, program, need_dx):
+        """dW = A^T dY, db = the column sums of dY, dX = dY W^T; with fp8, A is the forward's E4M3 input
+        (`saved`) and dY in both products its E5M2 cast (the bias from dY itself, as in
+        Transformer Engine)."""
         W, b = self.params["weight"], self.params.get("bias")
         n_out, n_in = self.out_shape[-1], self.in_shape[-1]
+        g = (
+            self.mb.fp8.grad_output(program, self.path, dy.buffer, dy.rows, dy.cols)
+            if self.fp8
+            else dy.buffer
+        )
         self.mb.matmul(
-            program, "matmul_wgrad", A=x.buffer, B=dy.buffer, C=W["grad"], M=n_in, N=n_out, K=x.rows,
-            a_act=_code(x), trans_a=1,
+            program, "matmul_wgrad", A=saved, B=g, C=W["grad"], M=n_in, N=n_out, K=x.rows,
+            a_act=0 if self.fp8 else _code(x), trans_a=1,
         )  # fmt: skip
         if b:
             ops.colsum(self.pb, program, G=dy.buffer, out=b["grad"], M=x.rows, N=n_out)
@@ -121,7 +147,7 @@ class LinearNode(Node):
             return None
         dx = self.g.grad(Value(x.buffer, x.shape, x.rows, x.cols))  # of the pre-activation, if fused
         Wt, tb = self.g.transposed(program, W)
-        common = dict(A=dy.buffer, B=Wt, C=dx.buffer, M=x.rows, N=n_in, K=n_out, trans_b=tb)
+        common = dict(A=g, B=Wt, C=dx.buffer, M=x.rows, N=n_in, K=n_out, trans_b=tb)
         if x.act is None:
             self.mb.matmul(program, "matmul_plain", **common)
         else:

@@ -139,6 +139,7 @@ class SampleBuilder(ModelBuilder):
     order)."""
 
     one_row = False
+    quantises = False  # an fp8 run samples with its weights in bf16 (SampleJob says so)
     window_rows = 1  # T: the rows of the window's products
 
     def param(

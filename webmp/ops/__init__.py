@@ -36,7 +36,7 @@ from .data import gather_eval, gather_train, gather_windows, gather_windows_eval
 from .elementwise import act_bwd, act_fwd, dropout_bwd, dropout_fwd
 from .embed import add_h, embed_fwd, embed_wgrad, round_h, token_rows, transpose_h
 from .eval import eval_count, eval_loss_chunk, eval_loss_total, eval_next_chunk, eval_reset
-from .formats import cast_formats, decode_formats
+from .formats import FP8_BUFFERS, cast_formats, decode_formats, fp8_cast, fp8_cast_weights, fp8_scales
 from .matmuls import (
     H_OUT_VARIANTS,
     MATMUL_CORES,
@@ -126,6 +126,10 @@ __all__ = [
     "embed_wgrad",
     "cast_formats",
     "decode_formats",
+    "FP8_BUFFERS",
+    "fp8_cast",
+    "fp8_cast_weights",
+    "fp8_scales",
     "eval_count",
     "eval_loss_chunk",
     "eval_loss_total",

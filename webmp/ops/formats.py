@@ -42,3 +42,50 @@ def decode_formats(pb: PlanBuilder, program: str, *, x: str, codes: str, back: s
         {"x": x, "codes": codes, "back": back},
         grid(N),
     )
+
+
+FP8_SOURCES = ["formats.wgsl", "fp8.wgsl"]
+FP8_BUFFERS = ("fp8_scale", "fp8_amax", "fp8_history", "fp8_cursor")  # webmp.models.common declares them
+
+
+def fp8_cast(
+    pb: PlanBuilder, program: str, *, X: str, Y: str, rows: int, cols: int, slot: int, act: int, record: bool
+) -> None:
+    """Y = X (h [rows, cols], activation `act` applied first) quantised at slot's scale to its
+    format (webmp.engine.fp8), in the activation format; with `record` its amax into fp8_amax."""
+    words = rows * cdiv(cols, 2)
+    pb.dispatch(
+        program,
+        [*FP8_SOURCES, "fp8_cast.wgsl"],
+        "fp8_cast",
+        {"WORDS": words, "COLS": cols, "ACT": act, "SLOT": slot, "RECORD": int(record)},
+        {"X": X, "Y": Y, "scale": "fp8_scale", "amax": "fp8_amax"},
+        grid(words),
+    )
+
+
+def fp8_cast_weights(
+    pb: PlanBuilder, program: str, *, P: str, Wh: str, rows: int, cols: int, slot: int, record: bool
+) -> None:
+    """Wh (h [rows, cols]) = the f32 master P quantised at slot's scale (E4M3); `record`: its amax."""
+    words = rows * cdiv(cols, 2)
+    pb.dispatch(
+        program,
+        [*FP8_SOURCES, "fp8_cast_weights.wgsl"],
+        "fp8_cast_weights",
+        {"WORDS": words, "COLS": cols, "SLOT": slot, "RECORD": int(record)},
+        {"P": P, "Wh": Wh, "scale": "fp8_scale", "amax": "fp8_amax"},
+        grid(words),
+    )
+
+
+def fp8_scales(pb: PlanBuilder, program: str, *, slots: int, length: int, algo: int, margin: int) -> None:
+    """Each slot's amax into its history, the next scales (delayed scaling), amax reset: one workgroup."""
+    pb.dispatch(
+        program,
+        [*FP8_SOURCES, "fp8_scales.wgsl"],
+        "fp8_scales",
+        {"SLOTS": slots, "LEN": length, "ALGO": algo, "MARGIN": margin},
+        {"amax": "fp8_amax", "history": "fp8_history", "scale": "fp8_scale", "cursor": "fp8_cursor"},
+        [1],
+    )

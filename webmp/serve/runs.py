@@ -312,7 +312,7 @@ class PageRun:
             val_loss_sum=msg.val_loss_sum,
             unigram_bits=unigram,
             f16_path=self.f16_path,
-            f16_description=describe_f16(self.f16_path),
+            f16_description=describe_f16(self.f16_path, precision=self.cfg.precision),
             adapter=self.adapter or "unknown adapter",
             runtime="browser",
             matmul_tiles=self.matmul_tiles,
@@ -321,6 +321,7 @@ class PageRun:
             steps_run=msg.steps_run,
             readbacks=msg.readbacks,
             run_dir=self.dir.path,
+            fp8=plan.get("fp8"),
         )
         self.dir.write_summary(summary)
         title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — {result_line(summary)}"

@@ -19,6 +19,7 @@ import numpy as np
 from ..config import FIELD_META, TrainConfig, resumed_config
 from ..data.tables import Dataset
 from ..data.text import TextCorpus, checkpoint_facts, describe_data, load_training_data, run_baseline_bits
+from ..engine.fp8 import describe_fp8
 from ..engine.plan import Plan, describe_f16, resolve_f16_path
 from ..engine.runtime import GPU, Runtime, default_gpu, gpu_for_rank
 from ..engine.state import decode_records
@@ -154,7 +155,7 @@ class Trainer:
         # the tune cache's choices, else the adapter class's shipped ones, else the defaults
         self.tiles = tiles or TileTable.for_adapter(self.gpu.name, self.gpu.info)
         self.tuning = self._first_use_tuning(tuner)
-        self.f16_description = describe_f16(self.path, cfg.f16)
+        self.f16_description = describe_f16(self.path, cfg.f16, cfg.precision)
         self.plan, blob = self._build_plan()
         self.step = self.resume.step if self.resume is not None else 0
         # the evaluation's and the lens's own kernels are made at their first use
@@ -334,6 +335,8 @@ class Trainer:
     def _log_start(self) -> None:
         cfg = self.cfg
         self.log(f"webmp: {cfg.precision}, {self.f16_description}, adapter {self.gpu.name}")
+        if "fp8" in self.plan:
+            self.log(f"webmp: {describe_fp8(self.plan['fp8'], cfg.loss_scaling)}")
         if self.gpu.driver_note:
             self.log(f"webmp: note: {self.gpu.driver_note}")
         self.log(f"webmp: run directory {self.run_path}")
@@ -389,6 +392,7 @@ class Trainer:
             steps_run=len(self.records),
             readbacks=self.runtime.readbacks,
             run_dir=self.run_path,
+            fp8=self.plan.get("fp8"),
         )
         if self.data_parallel is not None:
             summary["data_parallel"] = self.data_parallel.summary()

@@ -65,9 +65,11 @@ class RunFacts(TypedDict):
 
 class RunSummary(RunFacts, total=False):
     """summary.json: RunFacts, and for data-parallel runs `data_parallel` (DataParallelStep.summary:
-    the ranks, the fused buffer's bytes, milliseconds per step of readback, all-reduce, upload)."""
+    the ranks, the fused buffer's bytes, milliseconds per step of readback, all-reduce, upload);
+    for precision fp8 `fp8`, its recipe and quantised layers (the plan's "fp8")."""
 
     data_parallel: dict[str, Any]
+    fp8: dict[str, Any]
 
 
 def run_summary(
@@ -89,6 +91,7 @@ def run_summary(
     steps_run: int,
     readbacks: int,
     run_dir: Path,
+    fp8: dict[str, Any] | None = None,
 ) -> RunSummary:
     """The summary of a finished run from its records and final GPU state (webmp.engine.state names).
     Language models also pass val_loss_sum (program 'eval''s summed loss over test_count
@@ -99,7 +102,7 @@ def run_summary(
     or backed off by the last step's outcome: the checkpoint keeps that one)."""
     tail = records[-min(len(records), cfg.log_every) :] if records else []
     val_loss = val_loss_sum / test_count if val_loss_sum is not None and test_count else None
-    return {
+    summary: RunSummary = {
         "final_train_loss": math.fsum(r["loss"] for r in tail) / len(tail) if tail else None,
         "last_loss": records[-1]["loss"] if records else None,
         "test_accuracy": test_correct / max(1, test_count),
@@ -125,6 +128,9 @@ def run_summary(
         "readbacks": int(readbacks),
         "run_dir": str(run_dir),
     }
+    if fp8 is not None:
+        summary["fp8"] = fp8
+    return summary
 
 
 NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
