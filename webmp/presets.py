@@ -58,12 +58,15 @@ PRESETS = [
 
 # The number formats side by side on one model: a preset per (model, format), each the model's settings
 # with only the precision changed, so that the runs panel's compare view puts their memory by category,
-# step time and final loss next to each other. A new format (fp8) is one more entry of FORMATS.
+# step time and final loss next to each other.
 FORMATS = {
     "fp32": "fp32: the same kernels in f32, no loss scaling; what the 16-bit formats are compared against",
     "mixed": "mixed: f16 weights and activations, f32 master weights, dynamic loss scaling",
     "bf16": "bf16: bfloat16 weights and activations (f32's exponent range, 8-bit significand), f32 master "
     "weights, no loss scaling; on any adapter (no shader-f16)",
+    "fp8": "fp8: bf16 storage, and the hidden Linear layers' matmuls on fp8 operands (E4M3 inputs and "
+    "weights, E5M2 gradients) at per-tensor scales from an amax history (delayed scaling), f32 master "
+    "weights, no loss scaling",
 }
 FORMAT_MODELS = {
     "digits": ("digits MLP", "the default MLP on the digits", {}),

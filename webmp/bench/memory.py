@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from ..engine.plan import Plan
 
-# The precisions the bench's step and memory sections run, fp32 (the reference) last. A new format
-# (fp8) is one more entry here: the step rows, the memory ratios and the activation target follow.
-STEP_PRECISIONS = ("mixed", "bf16", "fp32")
+# The precisions the bench's step and memory sections run, fp32 (the reference) last: the step rows,
+# the memory ratios and the activation target follow.
+STEP_PRECISIONS = ("mixed", "bf16", "fp8", "fp32")
 REDUCED = tuple(p for p in STEP_PRECISIONS if p != "fp32")
+SIXTEEN_BIT = ("mixed", "bf16")  # judged by TARGETS["activation_ratio"]; fp8 by its own
 
 
 def activations_not_h(plan: Plan) -> dict[str, int]:

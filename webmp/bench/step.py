@@ -88,9 +88,14 @@ def network_shape(layers: list[dict]) -> str:
 
 
 def step_plan(gpu, model: dict, data, precision: str, log_every: int) -> tuple[Plan, bytes, float]:
-    """A step model's plan and blob for `precision`, and the seconds building them took."""
+    """A step model's plan and blob for `precision`, and the seconds building them took. fp8 quantises
+    every Linear layer (fp8_keep_ends off: the bench's small models have no hidden Linear to keep
+    the ends around, and the row shows fp8's whole cost)."""
     t0 = time.perf_counter()
-    cfg = TrainConfig(**{"steps": 10**6, **model["config"], "precision": precision, "log_every": log_every})
+    fp8 = {"fp8_keep_ends": False} if precision == "fp8" else {}
+    cfg = TrainConfig(
+        **{"steps": 10**6, **model["config"], "precision": precision, "log_every": log_every, **fp8}
+    )
     plan, blob = build_plan(
         cfg, data, resolve_f16_path(precision, "auto", gpu.has_f16), TileTable.for_adapter(gpu.name, gpu.info)
     )

@@ -3,10 +3,13 @@ slots each (input E4M3, weight E4M3, output gradient E5M2: webmp.engine.fp8), th
 right before those matmuls, and the delayed scaling's update after each step's optimizer.
 
 The casts write the quantised values (exact in the bf16 storage) into buffers of their own, so a
-value other kernels read is never changed: <layer>.fp8_input (kept for the weight gradient, as the
-matmul's input is in every precision), <layer>.fp8_grad_output (transient), and the weight's working
-copy h_<name>, cast from its f32 master before each forward pass that reads it (training and
-evaluation alike; only a training step records amax, so an evaluation changes no later step). The
+value other kernels read is never changed, and those are transient, shared by every layer of the
+same shape: fp8_input_<rows>x<cols> and fp8_grad_output_<rows>x<cols>. The backward pass casts the
+layer's (kept) input again for the weight gradient rather than keeping a second copy of it: the
+same kernel at the same scale on the same values gives the same bits. The weight's working copy
+h_<name> is cast from its f32 master before each forward pass that reads it (training and
+evaluation alike; only a training step's forward records amax, so an evaluation, or the backward
+pass's second cast, changes no later step). The
 scales live on the GPU (fp8_scale, fp8_amax, fp8_history, fp8_cursor: ops.FP8_BUFFERS), sized once
 every layer has its slots, and go into checkpoints."""
 
@@ -48,7 +51,7 @@ class Fp8Layers:
 
     def input(self, program: str, layer: str, x: str, rows: int, cols: int, act: int, record: bool) -> str:
         """The layer's input x (the activation `act` fused before the layer applied) cast to E4M3."""
-        y = f"{layer}.fp8_input"
+        y = f"fp8_input_{rows}x{cols}"
         if y not in self.pb.buffers:
             self.pb.h(y, rows, cols)
         ops.fp8_cast(self.pb, program, X=x, Y=y, rows=rows, cols=cols, slot=self.first_slot(layer), act=act,
@@ -66,7 +69,7 @@ class Fp8Layers:
 
     def grad_output(self, program: str, layer: str, dy: str, rows: int, cols: int) -> str:
         """The gradient of the layer's output cast to E5M2 (a training step's: recorded)."""
-        y = f"{layer}.fp8_grad_output"
+        y = f"fp8_grad_output_{rows}x{cols}"
         if y not in self.pb.buffers:
             self.pb.h(y, rows, cols)
         slot = self.first_slot(layer) + 2

@@ -97,20 +97,22 @@ class LinearNode(Node):
         fp8 = self.mb.fp8
         return fp8 is not None and not (fp8.recipe.keep_ends and (self.last or self.path == "layers.0"))
 
-    def fp8_input(self, x, program, training) -> tuple[str, int]:
+    def fp8_input(self, x, program, record: bool, weight: bool = True) -> tuple[str, int]:
         """The matmul's A (and its fused activation code): x as it is, or with fp8 x cast to E4M3 (the
-        activation applied by the cast) after the weight's copy is cast from its master."""
+        activation applied by the cast), after the weight's copy is cast from its master (`weight`:
+        the forward pass)."""
         if not self.fp8:
             return x.buffer, _code(x)
         W, fp8 = self.params["weight"], self.mb.fp8
         n_in, n_out = W["shape"]
-        fp8.weight(program, self.path, W["master"], str(W["copy"]), n_in, n_out, record=training)
-        return fp8.input(program, self.path, x.buffer, x.rows, x.cols, _code(x), record=training), 0
+        if weight:
+            fp8.weight(program, self.path, W["master"], str(W["copy"]), n_in, n_out, record=record)
+        return fp8.input(program, self.path, x.buffer, x.rows, x.cols, _code(x), record=record), 0
 
     def forward(self, x, program, flags, training):
         W, b = self.params["weight"], self.params.get("bias")
         n_out, n_in = self.out_shape[-1], self.in_shape[-1]
-        a, act = self.fp8_input(x, program, training)
+        a, act = self.fp8_input(x, program, record=training)
         common = dict(A=a, B=str(W["copy"]), M=x.rows, N=n_out, K=n_in, a_act=act, flags=flags)
         if self.last:
             bias = b["master"] if b else self.g.zeros(n_out)
@@ -118,29 +120,27 @@ class LinearNode(Node):
             if logits not in self.pb.buffers:
                 self.pb.f32(logits, (x.rows, n_out), "activations")
             self.mb.matmul(program, "matmul_logits", C=logits, bias=bias, **common)
-            return Value(logits, self.out_shape, x.rows, n_out), a
+            return Value(logits, self.out_shape, x.rows, n_out), None
         y = self.out(x)
         if b:
             self.mb.matmul(program, "matmul_fwd", C=y.buffer, bias=b["master"], **common)
         else:
             self.mb.matmul(program, "matmul_plain", C=y.buffer, **common)
-        return y, a
+        return y, None
 
     def backward(self, x, y, saved, dy, program, need_dx):
-        """dW = A^T dY, db = the column sums of dY, dX = dY W^T; with fp8, A is the forward's E4M3 input
-        (`saved`) and dY in both products its E5M2 cast (the bias from dY itself, as in
-        Transformer Engine)."""
+        """dW = A^T dY, db = the column sums of dY, dX = dY W^T; with fp8, A is x cast to E4M3 again (as
+        the forward pass cast it) and dY in both products its E5M2 cast (the bias from dY itself, as
+        in Transformer Engine)."""
         W, b = self.params["weight"], self.params.get("bias")
         n_out, n_in = self.out_shape[-1], self.in_shape[-1]
-        g = (
-            self.mb.fp8.grad_output(program, self.path, dy.buffer, dy.rows, dy.cols)
-            if self.fp8
-            else dy.buffer
-        )
+        fp8, g = self.mb.fp8, dy.buffer
+        if fp8 is not None and self.fp8:
+            g = fp8.grad_output(program, self.path, dy.buffer, dy.rows, dy.cols)
+        a, act = self.fp8_input(x, program, record=False, weight=False)
         self.mb.matmul(
-            program, "matmul_wgrad", A=saved, B=g, C=W["grad"], M=n_in, N=n_out, K=x.rows,
-            a_act=0 if self.fp8 else _code(x), trans_a=1,
-        )  # fmt: skip
+            program, "matmul_wgrad", A=a, B=g, C=W["grad"], M=n_in, N=n_out, K=x.rows, a_act=act, trans_a=1
+        )
         if b:
             ops.colsum(self.pb, program, G=dy.buffer, out=b["grad"], M=x.rows, N=n_out)
         if not need_dx:
