@@ -204,17 +204,18 @@ def test_sample_form_shows_the_servers_one_line_errors(gpt_run):
     assert ok["status"] == "done" and len(ok["text"]) == 4
 
 
-def test_bf16_gpt_in_the_browser_equals_native(server, browser, tmp_path, monkeypatch):
-    """`precision bf16` in the page: the bf16 prelude on the page's adapter, with or without
-    shader-f16 (none needed), no loss scale (1 throughout), against the same run natively with the
-    page's default tiles. lavapipe: bit for bit (the same kernels on the same driver). SwiftShader:
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_bf16_and_fp8_gpt_in_the_browser_equal_native(server, browser, tmp_path, monkeypatch, precision):
+    """`precision bf16` (and fp8, on bf16 storage, its casts and scales on the GPU) in the page: the
+    bf16 prelude on the page's adapter, with or without shader-f16 (none needed), no loss scale (1
+    throughout), against the same run natively with the page's default tiles. lavapipe: bit for bit (the same kernels on the same driver). SwiftShader:
     within the reasoning of test_gpt_browser_and_native_curves_agree (its divisions differ by an
     f32 ulp; the bounds there, 1e-5 on the first 10 losses, 1e-4 on all, hold for bf16 as the
     operands' rounding is the same integer arithmetic on both)."""
     from webmp.engine.tiles import TileTable
     from webmp.train.loop import Trainer
 
-    cfg = GPT.model_copy(update={"precision": "bf16", "checkpoint_every": 0})
+    cfg = GPT.model_copy(update={"precision": precision, "checkpoint_every": 0})
     run = server.create_run(cfg, browser=browser)
     wsum = run.wait(timeout=TIMEOUT)
     web = on_disk(server, run)
@@ -223,7 +224,8 @@ def test_bf16_gpt_in_the_browser_equals_native(server, browser, tmp_path, monkey
     native = Trainer(cfg, out=tmp_path / "native", progress=False, log=None, tiles=TileTable())
     nsum = native.run()
     nat = native.run_dir.read_metrics()
-    assert wsum["f16_path"] == nsum["f16_path"] == "bf16" and wsum["precision"] == "bf16"
+    assert wsum["f16_path"] == nsum["f16_path"] == "bf16" and wsum["precision"] == precision
+    assert wsum.get("fp8") == nsum.get("fp8") and (precision == "fp8") == ("fp8" in wsum)
     assert {r["scale"] for r in web} == {1.0} and not any(r["skipped"] for r in web)
     if browser.kind == "lavapipe":
         assert same(web, nat) and wsum["val_loss"] == nsum["val_loss"]
