@@ -208,7 +208,8 @@ def test_sample_form_shows_the_servers_one_line_errors(gpt_run):
 def test_bf16_and_fp8_gpt_in_the_browser_equal_native(server, browser, tmp_path, monkeypatch, precision):
     """`precision bf16` (and fp8, on bf16 storage, its casts and scales on the GPU) in the page: the
     bf16 prelude on the page's adapter, with or without shader-f16 (none needed), no loss scale (1
-    throughout), against the same run natively with the page's default tiles. lavapipe: bit for bit (the same kernels on the same driver). SwiftShader:
+    throughout), against the same run natively with the page's default tiles. lavapipe: bit for
+    bit (the same kernels on the same driver). SwiftShader:
     within the reasoning of test_gpt_browser_and_native_curves_agree (its divisions differ by an
     f32 ulp; the bounds there, 1e-5 on the first 10 losses, 1e-4 on all, hold for bf16 as the
     operands' rounding is the same integer arithmetic on both)."""

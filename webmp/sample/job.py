@@ -181,6 +181,16 @@ class SampleJob:
             cfg, list(vocab), params, prompt, ids, settings.tokens, settings.temperature, settings.seed
         )
 
+    @property
+    def note(self) -> str | None:
+        """What a user should know of how this run's model is sampled, where it is not as trained."""
+        if self.cfg.precision == "fp8":
+            return (
+                "an fp8 run: sampling runs its layers in bf16 without the fp8 casts (the sampling plan "
+                "does not quantise yet), so the logits differ slightly from the trained fp8 model's"
+            )
+        return None
+
     def path(self, has_f16: bool, f16: str | None = None) -> str:
         """The prelude for an adapter with or without shader-f16: the run's precision, and its f16
         choice unless `f16` ('native', 'emulated', 'auto') overrides it (as the Trainer resolves it)."""

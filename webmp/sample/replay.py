@@ -142,6 +142,8 @@ def sample(
     matmul tiles (default: the adapter's tuned table, as the Trainer; a browser page's plans use
     TileTable(), the defaults)."""
     job = prepare(run_dir, prompt, tokens=tokens, temperature=temperature, seed=seed)  # before the GPU
+    if job.note:
+        warnings.warn(f"webmp: {job.note}", stacklevel=2)
     gpu = gpu or default_gpu()
     ids = generate_ids(
         job.cfg, job.vocab, job.params, job.prompt_ids, tokens=job.tokens, temperature=job.temperature,
