@@ -66,3 +66,14 @@ def test_evaluation_records_no_amax(trainer):
     after = [rt.read(n) for n in ("fp8_amax", "fp8_history", "fp8_scale", "fp8_cursor")]
     assert before == after
     assert not np.frombuffer(before[0], np.uint32).any(), "amax is reset after each step's update"
+
+
+def test_fp8_refuses_what_it_cannot_quantise(digits):
+    """A model with no Linear layer to quantise, and a data-parallel fp8 plan, are clear errors."""
+    from webmp.config import TrainConfig
+    from webmp.models import build_plan
+
+    with pytest.raises(ValueError, match="found no layer to quantise"):
+        build_plan(TrainConfig(precision="fp8", hidden=[16]), digits, "bf16")
+    with pytest.raises(ValueError, match="does not run data-parallel"):
+        build_plan(TrainConfig(precision="fp8", batch_size=8), digits, "bf16", rank=0, world=2)

@@ -81,8 +81,9 @@ class Fp8Layers:
         slots, length = 3 * len(self.layers), self.recipe.amax_history_len
         if not slots:
             raise ValueError(
-                "--precision fp8 found no layer to quantise: this model's only Linear layers are its "
-                "first and last (kept in bf16; --no-fp8-keep-ends quantises them too)"
+                "--precision fp8 found no layer to quantise: fp8 quantises Linear layers (and the gpt's "
+                "attention projections), not convolutions, and keeps a network's first and last layer in "
+                "bf16 (--no-fp8-keep-ends quantises those too)"
             )
         for name, n in zip(ops.FP8_BUFFERS, (slots, slots, slots * length, 1), strict=True):
             buf = self.pb.buffers[name]
