@@ -199,3 +199,40 @@ def adamw_copy(
         {"state": state, "P": P, "G": G, "Mo": Mo, "V": V, "Wh": Wh},
         grid(ROWS * cdiv(COLS, 2)),
     )
+
+
+# Gradient accumulation (--grad-accum N): run at the end of each micro-batch, in this order.
+def grad_accum(
+    pb: PlanBuilder, program: str, *, G: str, A: str, state: str = "state", flags: str = "flags"
+) -> None:
+    """A = G on micro-batch 0 (state.micro), else A + G (f32); G's non-finite values raise the
+    master-gradient flag. The kernel reads the length as G's: A must hold as many values."""
+    n = pb.buffers[G]["bytes"] // 4
+    pb.require_bytes("grad_accum", A, 4 * n, f"{n} f32 values, as G")
+    pb.dispatch(
+        program,
+        ["grad_accum.wgsl"],
+        "grad_accum",
+        {},
+        {"G": G, "state": state, "A": A, "flags": flags},
+        grid(n),
+    )
+
+
+def accum_rows(
+    pb: PlanBuilder, program: str, *, src: str, dst: str, micro_batches: int, state: str = "state"
+) -> None:
+    """dst[micro * n : (micro + 1) * n] = src (n f32 values, micro = state.micro): the micro-batch's
+    loss rows at their place among the step's."""
+    n = pb.buffers[src]["bytes"] // 4
+    pb.require_bytes("accum_rows", dst, 4 * n * micro_batches, f"{micro_batches} x {n} f32 values")
+    pb.dispatch(
+        program, ["accum_rows.wgsl"], "accum_rows", {}, {"src": src, "state": state, "dst": dst}, grid(n)
+    )
+
+
+def micro_next(pb: PlanBuilder, program: str, *, micro_batches: int, state: str = "state") -> None:
+    """state.micro = (state.micro + 1) % micro_batches: the next micro-batch (0 after the last)."""
+    pb.dispatch(
+        program, ["micro_next.wgsl"], "micro_next", {"MICRO_BATCHES": micro_batches}, {"state": state}, [1]
+    )
