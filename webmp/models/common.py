@@ -300,8 +300,9 @@ class ModelBuilder:
         for p in self.params:
             acc = pb.f32("acc_" + p["grad"], p["shape"], "gradients")
             self.accumulators[p["grad"]] = acc
-            ops.grad_accum(pb, program, G=p["grad"], A=acc)
-        ops.accum_rows(pb, program, src="loss_rows", dst=LOSS_ROWS_STEP, micro_batches=n)
+            ops.grad_accum(pb, program, G=p["grad"], A=acc, N=math.prod(p["shape"]))
+        rows = self.global_rows // self.world
+        ops.accum_rows(pb, program, src="loss_rows", dst=LOSS_ROWS_STEP, rows=rows, micro_batches=n)
         ops.micro_next(pb, program, micro_batches=n)
         one = pb.programs[program]
         pb.programs[program] = one * n

@@ -203,31 +203,31 @@ def adamw_copy(
 
 # Gradient accumulation (--grad-accum N): run at the end of each micro-batch, in this order.
 def grad_accum(
-    pb: PlanBuilder, program: str, *, G: str, A: str, state: str = "state", flags: str = "flags"
+    pb: PlanBuilder, program: str, *, G: str, A: str, N: int, state: str = "state", flags: str = "flags"
 ) -> None:
-    """A = G on micro-batch 0 (state.micro), else A + G (f32); G's non-finite values raise the
-    master-gradient flag. The kernel reads the length as G's: A must hold as many values."""
-    n = pb.buffers[G]["bytes"] // 4
-    pb.require_bytes("grad_accum", A, 4 * n, f"{n} f32 values, as G")
+    """A = G on micro-batch 0 (state.micro), else A + G (N f32 values); G's non-finite values raise
+    the master-gradient flag. The kernel reads N as G's length: G and A must hold exactly N."""
+    for buf in (G, A):
+        pb.require_bytes("grad_accum", buf, 4 * N, f"N = {N} f32 values")
     pb.dispatch(
         program,
         ["grad_accum.wgsl"],
         "grad_accum",
         {},
         {"G": G, "state": state, "A": A, "flags": flags},
-        grid(n),
+        grid(N),
     )
 
 
 def accum_rows(
-    pb: PlanBuilder, program: str, *, src: str, dst: str, micro_batches: int, state: str = "state"
+    pb: PlanBuilder, program: str, *, src: str, dst: str, rows: int, micro_batches: int, state: str = "state"
 ) -> None:
-    """dst[micro * n : (micro + 1) * n] = src (n f32 values, micro = state.micro): the micro-batch's
-    loss rows at their place among the step's."""
-    n = pb.buffers[src]["bytes"] // 4
-    pb.require_bytes("accum_rows", dst, 4 * n * micro_batches, f"{micro_batches} x {n} f32 values")
+    """dst[micro * rows : (micro + 1) * rows] = src (micro = state.micro): the micro-batch's loss
+    rows at their place among the step's. The kernel reads `rows` as src's length."""
+    pb.require_bytes("accum_rows", src, 4 * rows, f"rows = {rows} f32 values")
+    pb.require_bytes("accum_rows", dst, 4 * rows * micro_batches, f"{micro_batches} x {rows} f32 values")
     pb.dispatch(
-        program, ["accum_rows.wgsl"], "accum_rows", {}, {"src": src, "state": state, "dst": dst}, grid(n)
+        program, ["accum_rows.wgsl"], "accum_rows", {}, {"src": src, "state": state, "dst": dst}, grid(rows)
     )
 
 
