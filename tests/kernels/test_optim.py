@@ -530,23 +530,27 @@ def test_grad_accum_sums_the_micro_batches_gradients(micro, path):
 
 
 def test_accum_rows_and_micro_next_place_the_micro_batches(path):
-    """accum_rows copies the rows into slot state.micro of the step's; micro_next counts the
-    micro-batches modulo N, so the step's last leaves 0."""
+    """accum_rows copies the rows into slot state.micro of the step's (one rank's: slots of its
+    rows; a data-parallel rank's: its shard's place in each slot of the global rows, 50 here);
+    micro_next counts the micro-batches modulo N, so the step's last leaves 0."""
     rows, n = 37, 4
     src = np.arange(rows, dtype=np.float32) + 0.5
     for micro in range(n):
-        out = run_op(
-            ops.accum_rows,
-            {"src": src, "state": {"micro": micro}, "dst": np.full(rows * n, -1.0, np.float32)},
-            ["dst"],
-            rows=rows,
-            micro_batches=n,
-            path=path,
-            gpu=default_gpu(),
-        )
-        want = np.full(rows * n, -1.0, np.float32)
-        want[micro * rows : (micro + 1) * rows] = src
-        assert out["dst"].tobytes() == want.tobytes()
+        for stride, offset in ((rows, 0), (50, 13)):
+            out = run_op(
+                ops.accum_rows,
+                {"src": src, "state": {"micro": micro}, "dst": np.full(stride * n, -1.0, np.float32)},
+                ["dst"],
+                rows=rows,
+                micro_batches=n,
+                stride=stride,
+                offset=offset,
+                path=path,
+                gpu=default_gpu(),
+            )
+            want = np.full(stride * n, -1.0, np.float32)
+            want[micro * stride + offset : micro * stride + offset + rows] = src
+            assert out["dst"].tobytes() == want.tobytes()
         state = run_op(
             ops.micro_next, {"state": {"micro": micro, "data_pos": 7}}, ["state"], micro_batches=n, path=path
         )["state"]

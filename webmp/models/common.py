@@ -38,7 +38,7 @@ TRAIN_GRADS = "train_grads"  # data-parallel: train_step up to complete gradient
 TRAIN_UPDATE = "train_update"  # ... and from there, after the ranks' gradients are summed
 EVAL = "eval"
 LOSS_ROWS_ALL = "loss_rows_all"  # data-parallel: the global batch's loss rows, summed over the ranks
-LOSS_ROWS_STEP = "loss_rows_step"  # gradient accumulation: this rank's loss rows of every micro-batch
+LOSS_ROWS_STEP = "loss_rows_step"  # gradient accumulation: the step's loss rows (a rank's: its own)
 FLAG_BITS = 3  # common.wgsl's FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS
 HISTOGRAMS = "histograms"  # the gradient-range lens's program and its counts buffer
 LENS_SCRATCH = "lens_scratch"  # where ModelBuilder.histograms builds dispatches before splicing them
@@ -182,8 +182,8 @@ class ModelBuilder:
         pb.u32(EVAL_FLAGS, (4,), "other")
         pb.f32("loss_rows", (batch,), "activations")
         self.global_rows = batch * self.world
-        if self.micro_batches > 1:
-            pb.f32(LOSS_ROWS_STEP, (batch * self.micro_batches,), "activations")
+        if self.micro_batches > 1:  # in the global order; a data-parallel rank's other slots stay 0
+            pb.f32(LOSS_ROWS_STEP, (self.step_rows,), "activations")
         if self.world > 1:
             pb.f32(LOSS_ROWS_ALL, (self.step_rows,), "activations")
         # unwritten ring slots hold step 0xFFFFFFFF, so readers can tell them from step 0
@@ -302,7 +302,10 @@ class ModelBuilder:
             self.accumulators[p["grad"]] = acc
             ops.grad_accum(pb, program, G=p["grad"], A=acc, N=math.prod(p["shape"]))
         rows = self.global_rows // self.world
-        ops.accum_rows(pb, program, src="loss_rows", dst=LOSS_ROWS_STEP, rows=rows, micro_batches=n)
+        ops.accum_rows(
+            pb, program, src="loss_rows", dst=LOSS_ROWS_STEP, rows=rows, micro_batches=n,
+            stride=self.global_rows, offset=self.rank * rows,
+        )  # fmt: skip
         ops.micro_next(pb, program, micro_batches=n)
         one = pb.programs[program]
         pb.programs[program] = one * n
@@ -458,16 +461,18 @@ class ModelBuilder:
 
     def data_parallel_spec(self) -> DataParallelSpec:
         """The fused all-reduce buffer's layout: every step gradient, then the step's loss rows
-        (this rank's at its place, zeros elsewhere: the sum assembles them; with accumulation a
-        rank's rows of all its micro-batches in one block), then the flag bits."""
+        (this rank's at its place, zeros elsewhere: the sum assembles them; with accumulation the
+        whole LOSS_ROWS_STEP, which has this rank's rows of every micro-batch at their places),
+        then the flag bits."""
         gradients: list[FusedRegion] = []
         offset = 0
         for p in self.params:
             n = math.prod(p["shape"])
             gradients.append({"buffer": self.step_grad(p), "offset": offset, "floats": n})
             offset += n
-        local = self.step_rows // self.world
+        local = self.global_rows // self.world
         loss_base = offset
+        accumulated = self.micro_batches > 1
         return {
             "rank": self.rank,
             "world": self.world,
@@ -477,8 +482,8 @@ class ModelBuilder:
             "gradients": gradients,
             "loss": {
                 "buffer": self.step_loss_rows,
-                "offset": loss_base + self.rank * local,
-                "floats": local,
+                "offset": loss_base + (0 if accumulated else self.rank * local),
+                "floats": self.step_rows if accumulated else local,
                 "all": LOSS_ROWS_ALL,
                 "all_offset": loss_base,
                 "rows": self.step_rows,

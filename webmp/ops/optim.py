@@ -220,15 +220,29 @@ def grad_accum(
 
 
 def accum_rows(
-    pb: PlanBuilder, program: str, *, src: str, dst: str, rows: int, micro_batches: int, state: str = "state"
+    pb: PlanBuilder,
+    program: str,
+    *,
+    src: str,
+    dst: str,
+    rows: int,
+    micro_batches: int,
+    stride: int | None = None,
+    offset: int = 0,
+    state: str = "state",
 ) -> None:
-    """dst[micro * rows : (micro + 1) * rows] = src (micro = state.micro): the micro-batch's loss
-    rows at their place among the step's. The kernel reads `rows` as src's length."""
+    """dst[micro * stride + offset + i] = src[i], i < rows (micro = state.micro; stride defaults to
+    rows): the micro-batch's loss rows at their place among the step's (a data-parallel rank's:
+    stride the global micro-batch's rows, offset its shard's first). The kernel reads `rows` as
+    src's length; dst holds micro_batches * stride values."""
+    stride = rows if stride is None else stride
+    if not 0 <= offset <= stride - rows:
+        raise ValueError(f"accum_rows: {rows} rows at offset {offset} do not fit a slot of {stride}")
     pb.require_bytes("accum_rows", src, 4 * rows, f"rows = {rows} f32 values")
-    pb.require_bytes("accum_rows", dst, 4 * rows * micro_batches, f"{micro_batches} x {rows} f32 values")
-    pb.dispatch(
-        program, ["accum_rows.wgsl"], "accum_rows", {}, {"src": src, "state": state, "dst": dst}, grid(rows)
-    )
+    pb.require_bytes("accum_rows", dst, 4 * stride * micro_batches, f"{micro_batches} x {stride} f32 values")
+    consts = {"STRIDE": stride, **({"OFFSET": offset} if offset else {})}
+    binds = {"src": src, "state": state, "dst": dst}
+    pb.dispatch(program, ["accum_rows.wgsl"], "accum_rows", consts, binds, grid(rows))
 
 
 def micro_next(pb: PlanBuilder, program: str, *, micro_batches: int, state: str = "state") -> None:
