@@ -16,9 +16,12 @@ within 1e-4.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from webmp.cli import main as cli
 from webmp.config import TrainConfig
 from webmp.data.tables import batch_rows
 from webmp.engine.state import decode_records, decode_state
@@ -107,3 +110,34 @@ def test_resume_with_accumulation_is_exact(tmp_path):
     for n in names:
         assert whole.runtime.read(n) == resumed.runtime.read(n), f"buffer {n} differs after resume"
     assert resumed.run_dir.read_metrics() == ma
+
+
+def test_memory_is_one_micro_batchs_activations():
+    """The default GPT's plan at 4 x 16 windows keeps the activations of 16 (plus the step's f32
+    loss rows) and one more f32 copy of the gradients (the step's sums), against 1 x 64."""
+    from webmp.data.text import load_text
+    from webmp.models import build_plan
+
+    corpus = load_text(None)
+    mem = {
+        (b, n): build_plan(TrainConfig(model="gpt", batch_size=b, grad_accum=n), corpus, "native", dry=True)[
+            0
+        ]["memory"]
+        for b, n in ((16, 1), (16, 4), (64, 1))
+    }
+    loss_rows = 4 * 64 * 64  # f32 [4 x 16 windows x context 64]
+    assert mem[16, 4]["activations"] == mem[16, 1]["activations"] + loss_rows
+    assert mem[16, 4]["gradients"] == 2 * mem[16, 1]["gradients"] == 2 * mem[64, 1]["gradients"]
+    assert mem[64, 1]["activations"] > 3.5 * mem[16, 4]["activations"]
+    print({k: (v["activations"], v["gradients"]) for k, v in mem.items()})
+
+
+def test_cli_names_the_accumulation_in_the_log_and_summary(tmp_path, capsys):
+    out = tmp_path / "cli"
+    flags = ["--steps", "4", "--hidden", "16", "--batch-size", "8", "--grad-accum", "2", "--log-every", "2"]
+    assert cli(["train", *flags, "--out", str(out)]) == 0
+    assert "gradient accumulation: 2 micro-batches of 8 an optimizer step (effective batch 16)" in (
+        capsys.readouterr().out
+    )
+    s = json.loads((out / "summary.json").read_text())
+    assert s["micro_batches"] == 2 and s["effective_batch"] == 16 and s["steps"] == 4
