@@ -409,3 +409,23 @@ def test_page_tunes_its_matmuls_and_runs_on_the_choice(server, browser, tmp_path
     web = on_disk(server, run)
     nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
     assert_like_native(web, nat, browser)
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_in_the_page_trains_as_natively(server, browser, tmp_path, monkeypatch):
+    """--grad-accum 2 in the page: the plan's train_step holds both micro-batches and the update,
+    which the page replays as any other program (one submit a step); the curve is the native
+    run's (assert_like_native), through a loss scale that backs off and grows."""
+    cfg = TrainConfig(
+        **{**SMALL, "batch_size": 16}, grad_accum=2, steps=16, log_every=4, checkpoint_every=0,
+        init_scale=2.0**24, growth_interval=3,
+    )  # fmt: skip
+    run = server.create_run(cfg, browser=browser)
+    summary = run.wait(timeout=TIMEOUT)
+    recs = on_disk(server, run)
+    assert [r["step"] for r in recs] == list(range(16))
+    assert summary["micro_batches"] == 2 and summary["effective_batch"] == 32
+    assert any(r["skipped"] for r in recs) and len({r["scale"] for r in recs}) > 2
+    nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
+    assert_like_native(recs, nat, browser)
+    run.close_page()
