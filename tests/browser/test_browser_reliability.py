@@ -425,6 +425,8 @@ def test_gradient_accumulation_in_the_page_trains_as_natively(server, browser, t
     recs = on_disk(server, run)
     assert [r["step"] for r in recs] == list(range(16))
     assert summary["micro_batches"] == 2 and summary["effective_batch"] == 32
+    log = run.page.evaluate("document.getElementById('log').innerText")
+    assert "gradient accumulation: 2 micro-batches of 16 an optimizer step (effective batch 32)" in log
     assert any(r["skipped"] for r in recs) and len({r["scale"] for r in recs}) > 2
     nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
     assert_like_native(recs, nat, browser)
