@@ -186,6 +186,13 @@ class TrainConfig(BaseModel):
     GPU (f32) and applied once, as one batch of N x batch_size would be (its rows in order, the loss
     divided by N x batch_size, one overflow verdict and loss-scale update a step); activations are
     those of one micro-batch"""
+    recompute: Annotated[
+        Literal["none", "blocks"], Meta("optimizer", label="recompute activations", models=GPT_ONLY)
+    ] = "none"
+    """gpt: blocks keeps only the residual stream between blocks and recomputes a block's other
+    activations (LayerNorm outputs, qkv, attention probabilities, MLP hidden) right before its backward
+    pass, with the same kernels in the same order: the same curve bit for bit, the activations of one
+    block instead of all, one more forward pass of the blocks (but the last) a step"""
     lr: Annotated[float, Meta("optimizer", label="learning rate", common=True)] = 1e-3
     """peak learning rate (AdamW)"""
     schedule: Annotated[Literal["cosine", "constant"], Meta("optimizer")] = "cosine"
