@@ -20,12 +20,14 @@ GPT = dict(model="gpt", n_layer=3, n_head=2, d_model=16, context=8, batch_size=4
            checkpoint_every=0, warmup=2, val_tokens=64, init_scale=2.0**24, growth_interval=3)  # fmt: skip
 
 
-@pytest.mark.parametrize("tie_head", [True, False], ids=["tied", "untied"])
-def test_recomputed_blocks_train_the_same_bits(tmp_path, tie_head):
+@pytest.mark.parametrize(
+    "tie_head, grad_accum", [(True, 1), (False, 1), (True, 2)], ids=["tied", "untied", "tied-accumulating"]
+)
+def test_recomputed_blocks_train_the_same_bits(tmp_path, tie_head, grad_accum):
     runs = {}
     for recompute in ("none", "blocks"):
-        t = Trainer(TrainConfig(**GPT, tie_head=tie_head, recompute=recompute), out=tmp_path / recompute,
-                    progress=False, log=None)  # fmt: skip
+        cfg = TrainConfig(**GPT, tie_head=tie_head, recompute=recompute, grad_accum=grad_accum)
+        t = Trainer(cfg, out=tmp_path / recompute, progress=False, log=None)
         runs[recompute] = (t, t.run(), t.run_dir.read_metrics())
     (a, sa, ra), (b, sb, rb) = runs["none"], runs["blocks"]
     assert any(r["skipped"] for r in ra), "the scale backs off: the flags are the same too"

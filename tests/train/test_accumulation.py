@@ -20,6 +20,7 @@ import json
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from webmp.cli import main as cli
 from webmp.config import TrainConfig
@@ -141,3 +142,14 @@ def test_cli_names_the_accumulation_in_the_log_and_summary(tmp_path, capsys):
     )
     s = json.loads((out / "summary.json").read_text())
     assert s["micro_batches"] == 2 and s["effective_batch"] == 16 and s["steps"] == 4
+
+
+def test_the_steps_rows_must_fit_the_gpus_data_position():
+    """data_pos advances by the step's rows (all its micro-batches'): a 32-bit counter."""
+    TrainConfig(steps=2**16 - 1, batch_size=2**10, grad_accum=2**6)
+    with pytest.raises(ValidationError, match=r"steps x rows a step \(65536 x 65536\) must stay below 2\^32"):
+        TrainConfig(steps=2**16, batch_size=2**10, grad_accum=2**6)
+    with pytest.raises(ValidationError, match="grad_accum must be positive"):
+        TrainConfig(grad_accum=0)
+    with pytest.raises(ValidationError, match="grad_accum must be at most 256"):
+        TrainConfig(grad_accum=257)
