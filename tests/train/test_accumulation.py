@@ -61,6 +61,21 @@ def test_four_micro_batches_of_16_train_as_one_batch_of_64(tmp_path, model):
     assert state["data_pos"] == 12 * 64 * (8 if model == "gpt" else 1), "a step consumes 4 x 16 examples"
 
 
+def test_dropout_draws_the_large_batchs_masks(tmp_path):
+    """A network with dropout: micro-batch k's rows draw the masks of rows 16k .. 16k + 15 of the
+    batch of 64 (dropout.wgsl's MICRO_ELEMS), so step 1's loss is the same bits as 1 x 64's (with
+    every micro-batch drawing rows 0 .. 15's masks it is not) and the curves agree as above."""
+    layers = [{"type": "linear", "out": 32}, {"type": "relu"}, {"type": "dropout", "p": 0.3}]
+    spec = {"input": [64], "layers": [*layers, {"type": "linear", "out": 10}]}
+    base = {**MLP, "model_spec": spec, "steps": 8}
+    del base["hidden"]
+    _, one = trained(tmp_path, "one", **base, batch_size=64)
+    _, four = trained(tmp_path, "four", **base, batch_size=16, grad_accum=4)
+    assert four[0]["loss"] == one[0]["loss"]
+    assert [r["scale"] for r in four] == [r["scale"] for r in one]
+    assert max(abs(a["loss"] - b["loss"]) for a, b in zip(one, four, strict=True)) <= LOSS_TOLERANCE
+
+
 def snapshot(plan, rt) -> dict:
     """Bytes of every master weight, working copy and both moments."""
     names = [p[k] for p in plan["params"] for k in ("master", "copy", "m", "v") if p[k]]
