@@ -108,7 +108,9 @@ def test_an_overflow_in_one_micro_batch_skips_the_whole_step(micro, trainer, dig
     assert after["iteration"] == before["iteration"] + 1 and after["data_pos"] == before["data_pos"] + 32
     assert after["micro"] == 0
     assert snapshot(plan, rt) == weights, "master weights, f16 copies and moments keep every bit"
+    submits, readbacks = rt.submits, rt.readbacks
     rec = step()
+    assert (rt.submits, rt.readbacks) == (submits + 1, readbacks + 1), "one submit, one read a step"
     assert rec["skipped"] == 0 and rec["found_inf"] == 0 and state()["scale"] == after["scale"]
     assert state()["opt_step"] == before["opt_step"] + 1
 
