@@ -83,6 +83,11 @@ export async function trainRun(runId) {
       await api(`/api/runs/${runId}/plan?f16=${offer}${tiles}`);
     generatesText = text;
     log(`matmul tiles: ${matmulTiles}`);
+    const {grad_accum: micro, batch_size: batch} = plan.config;
+    if (micro > 1) {
+      log(`gradient accumulation: ${micro} micro-batches of ${batch} an optimizer step (effective batch ` +
+          `${micro * batch}), activations of one micro-batch`);
+    }
     page.f16Path = f16Path;
     showPath(f16Path, plan);
     checkPlan(plan, gpu);  // before downloading the blob

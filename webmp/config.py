@@ -199,7 +199,23 @@ class TrainConfig(BaseModel):
     batch_size: Annotated[
         int, Meta("optimizer", common=True, locked=True, size=Size(1 << 20, "rows a step"))
     ] = 64
-    """examples per step (gpt: context windows per step)"""
+    """examples per step (gpt: context windows per step); with grad_accum N, per micro-batch"""
+    grad_accum: Annotated[
+        int,
+        Meta("optimizer", label="gradient accumulation", form_after="batch_size", locked=True,
+             size=Size(1 << 8, "micro-batches a step: the plan holds the step's dispatches once for each")),
+    ] = 1  # fmt: skip
+    """micro-batches per optimizer step: the gradients of N batches of batch_size are summed on the
+    GPU (f32) and applied once, as one batch of N x batch_size would be (its rows in order, the loss
+    divided by N x batch_size, one overflow verdict and loss-scale update a step); activations are
+    those of one micro-batch"""
+    recompute: Annotated[
+        Literal["none", "blocks"], Meta("optimizer", label="recompute activations", models=GPT_ONLY)
+    ] = "none"
+    """gpt: blocks keeps only the residual stream between blocks and recomputes a block's other
+    activations (LayerNorm outputs, qkv, attention probabilities, MLP hidden) right before its backward
+    pass, with the same kernels in the same order: the same curve bit for bit, the activations of one
+    block instead of all, one more forward pass of the blocks (but the last) a step"""
     lr: Annotated[float, Meta("optimizer", label="learning rate", common=True)] = 1e-3
     """peak learning rate (AdamW)"""
     schedule: Annotated[Literal["cosine", "constant"], Meta("optimizer")] = "cosine"
@@ -268,8 +284,8 @@ class TrainConfig(BaseModel):
         return self
 
     @field_validator(
-        "steps", "batch_size", "log_every", "growth_interval", "hysteresis", "n_layer", "n_head", "d_model",
-        "context", "fp8_amax_history",
+        "steps", "batch_size", "grad_accum", "log_every", "growth_interval", "hysteresis", "n_layer",
+        "n_head", "d_model", "context", "fp8_amax_history",
     )  # fmt: skip
     @classmethod
     def _positive_int(cls, v, info):
@@ -389,7 +405,7 @@ class TrainConfig(BaseModel):
             raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         if self.min_scale > self.init_scale:
             raise ValueError(f"min_scale ({self.min_scale}) must not exceed init_scale ({self.init_scale})")
-        rows = self.batch_size * self.window
+        rows = self.batch_size * self.grad_accum * self.window
         if self.steps * rows >= 2**32:
             raise ValueError(
                 f"steps x rows a step ({self.steps} x {rows}) must stay below 2^32: the data position "
@@ -415,6 +431,11 @@ class TrainConfig(BaseModel):
     def trains_on_text(self) -> bool:
         """Whether the model trains on a text corpus: the gpt, or a network with a token input."""
         return self.model == "gpt" or (self.model_spec is not None and self.model_spec.is_tokens)
+
+    @property
+    def effective_batch(self) -> int:
+        """Examples an optimizer step: batch_size x grad_accum."""
+        return self.batch_size * self.grad_accum
 
     @property
     def window(self) -> int:

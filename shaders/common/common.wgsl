@@ -22,7 +22,8 @@ struct State {
   loss: f32,                 // this step's mean loss
   grad_norm: f32,            // this step's global gradient norm (unscaled)
   found_inf: u32,            // this step's overflow flags (bit 1: f16 store, 2: master grad, 4: loss)
-  pad0: u32, pad1: u32, pad2: u32,
+  micro: u32,                // the micro-batch being computed (gradient accumulation), 0 between steps
+  pad1: u32, pad2: u32,
 }
 
 const FLAG_H_STORE: u32 = 1u;

@@ -10,6 +10,7 @@
 override SEED: u32 = 0u;
 override PERM_BITS: u32 = 1u;  // smallest b >= 1 with 2^b >= N_ROWS
 override SHARD: u32 = 0u;      // this rank's first row of the global batch (data-parallel)
+override MICRO: u32 = 0u;      // rows of one micro-batch over all ranks (gradient accumulation)
 
 // Row of stream position j (< N_ROWS) in the given epoch (common.wgsl's seeded order).
 fn permute(j: u32, epoch: u32) -> u32 { return seeded_permute(j, epoch, N_ROWS, PERM_BITS, SEED); }
@@ -18,7 +19,7 @@ fn permute(j: u32, epoch: u32) -> u32 { return seeded_permute(j, epoch, N_ROWS, 
 fn gather_train(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let fw = (F + 1u) / 2u;
   for (var i = gid.x; i < B * fw; i += nwg.x * 64u) {
-    let pos = state.data_pos + SHARD + i / fw;
+    let pos = state.data_pos + state.micro * MICRO + SHARD + i / fw;
     copy_row(i / fw, permute(pos % N_ROWS, pos / N_ROWS), i % fw, true);
   }
 }

@@ -18,12 +18,13 @@ override PERM_BITS: u32 = 1u;      // smallest b >= 1 with 2^b >= N_TOKENS - T
 // rows, which is B * T here: then POS_PER_WINDOW = T and a step takes the next B windows.
 override POS_PER_WINDOW: u32 = 1u;
 override SHARD: u32 = 0u;          // gather_windows: this rank's first window of the global batch
+override MICRO: u32 = 0u;          // windows of one micro-batch over all ranks (gradient accumulation)
 
 @compute @workgroup_size(64)
 fn gather_windows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let starts = N_TOKENS - T;
   for (var r = gid.x; r < B * T; r += nwg.x * 64u) {
-    let pos = state.data_pos / POS_PER_WINDOW + SHARD + r / T;  // this window's place in the stream
+    let pos = state.data_pos / POS_PER_WINDOW + state.micro * MICRO + SHARD + r / T;  // its place in the stream
     let p = seeded_permute(pos % starts, pos / starts, starts, PERM_BITS, SEED) + r % T;
     idx[r] = tokens[p];
     targets[r] = tokens[p + 1u];

@@ -3,6 +3,8 @@
 // a step is kept iff dropout_bits(e, key) >= THRESHOLD (= ceil(p * 2^32)), the key mixing SEED,
 // STREAM (a layer's index) and the step's state.iteration, so the backward pass of the step
 // recomputes the forward's mask and each step draws a new one; nothing is written from the host.
+// With gradient accumulation, micro-batch k's elements are numbered from k * MICRO_ELEMS on: the
+// step's micro-batches draw the masks one matrix of all their rows would.
 // Kept values are multiplied by SCALE (1 / (1 - p) in f32) and stored once, an overflow flagged;
 // dropped ones are 0, as is the padding half of each odd row. One thread per word, grid-stride.
 // numpy twin of the mask: webmp.testing.reference.dropout_keep (u32 arithmetic only).
@@ -17,6 +19,7 @@ override THRESHOLD: u32;  // ceil(p * 2^32): 0 keeps everything
 override SCALE: f32;      // 1 / (1 - p)
 override SEED: u32;
 override STREAM: u32;
+override MICRO_ELEMS: u32 = 0u;  // gradient accumulation: micro-batch state.micro's first element
 
 // Chris Wellons' "lowbias32" integer hash (hash-prospector): a bijection of u32 with low bias
 // (every input bit flips each output bit with probability ~1/2).
@@ -49,7 +52,7 @@ fn dropout(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
   let nw = (COLS + 1u) / 2u;
   var bad = false;
   for (var i = gid.x; i < WORDS; i += nwg.x * 64u) {
-    let e = (i / nw) * COLS + 2u * (i % nw);
+    let e = state.micro * MICRO_ELEMS + (i / nw) * COLS + 2u * (i % nw);
     let pad = 2u * (i % nw) + 1u >= COLS;
     let k = vec2<bool>(kept(e, key), !pad && kept(e + 1u, key));
     let v = select(vec2<f32>(0.0), h_unpack(X[i]) * SCALE, k);

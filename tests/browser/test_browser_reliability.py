@@ -409,3 +409,51 @@ def test_page_tunes_its_matmuls_and_runs_on_the_choice(server, browser, tmp_path
     web = on_disk(server, run)
     nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
     assert_like_native(web, nat, browser)
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_in_the_page_trains_as_natively(server, browser, tmp_path, monkeypatch):
+    """--grad-accum 2 in the page: the plan's train_step holds both micro-batches and the update,
+    which the page replays as any other program (one submit a step); the curve is the native
+    run's (assert_like_native), through a loss scale that backs off and grows."""
+    cfg = TrainConfig(
+        **{**SMALL, "batch_size": 16}, grad_accum=2, steps=16, log_every=4, checkpoint_every=0,
+        init_scale=2.0**24, growth_interval=3,
+    )  # fmt: skip
+    run = server.create_run(cfg, browser=browser)
+    summary = run.wait(timeout=TIMEOUT)
+    recs = on_disk(server, run)
+    assert [r["step"] for r in recs] == list(range(16))
+    assert summary["micro_batches"] == 2 and summary["effective_batch"] == 32
+    log = run.page.evaluate("document.getElementById('log').innerText")
+    assert "gradient accumulation: 2 micro-batches of 16 an optimizer step (effective batch 32)" in log
+    assert any(r["skipped"] for r in recs) and len({r["scale"] for r in recs}) > 2
+    nat, _ = native_run(cfg, browser, tmp_path / "native", monkeypatch)
+    assert_like_native(recs, nat, browser)
+    run.close_page()
+
+
+@pytest.mark.slow
+def test_the_memory_levers_in_the_page_train_as_natively(server, browser, tmp_path, monkeypatch):
+    """A tiny 2-block GPT with --grad-accum 2 and --recompute blocks in the page against the same run
+    natively: lavapipe in Chromium and in wgpu-py the same bits; SwiftShader within the tolerances
+    test_browser_gpt.py derives for the GPT (its divisions an ulp apart), scale and skips exact."""
+    cfg = TrainConfig(
+        model="gpt", n_layer=2, d_model=32, n_head=2, context=16, batch_size=2, grad_accum=2,
+        recompute="blocks", steps=12, log_every=4, checkpoint_every=0, val_tokens=256,
+    )  # fmt: skip
+    run = server.create_run(cfg, browser=browser)
+    summary = run.wait(timeout=TIMEOUT)
+    web = on_disk(server, run)
+    assert summary["micro_batches"] == 2 and summary["effective_batch"] == 4
+    nat, nsum = native_run(cfg, browser, tmp_path / "native", monkeypatch)
+    assert [r["step"] for r in web] == [r["step"] for r in nat] == list(range(12))
+    if browser.kind == "lavapipe":
+        assert same(web, nat) and summary["val_loss"] == nsum["val_loss"]
+    else:
+        wl, nl = np.array([r["loss"] for r in web]), np.array([r["loss"] for r in nat])
+        np.testing.assert_allclose(wl[:10], nl[:10], rtol=1e-5)
+        np.testing.assert_allclose(wl, nl, rtol=1e-4)
+        for k in ("scale", "skipped", "found_inf"):
+            assert [r[k] for r in web] == [r[k] for r in nat], k
+    run.close_page()

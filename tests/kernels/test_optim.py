@@ -491,3 +491,67 @@ def test_grad_hist_counts_f32_subnormals_by_their_exponent(path):
 # --- native and emulated f16 agree bit for bit ---------------------------------------------------
 
 test_native_matches_emulated = CASES.native_matches_emulated()
+
+
+# --- gradient accumulation ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("micro", [0, 1, 3])
+def test_grad_accum_sums_the_micro_batches_gradients(micro, path):
+    """A = G on micro-batch 0 (every bit copied, A's old values ignored, NaN included), else A + G
+    within one f32 ulp; a non-finite G raises the master-gradient flag in whichever micro-batch it
+    appears, whatever the sum makes of it."""
+    rng = np.random.default_rng(micro)
+    n = 1000
+    G = (rng.standard_normal(n) * 300).astype(np.float32)
+    A = (rng.standard_normal(n) * 300).astype(np.float32)
+    A[5] = np.nan  # a stale sum from an earlier step: the first micro-batch overwrites it
+    for bad in (None, np.inf):
+        g = G.copy()
+        if bad is not None:
+            g[700] = bad
+        out = run_op(
+            ops.grad_accum,
+            {"G": g, "A": A, "state": {"micro": micro}, "flags": np.zeros(4, np.uint32)},
+            ["A", "flags"],
+            N=n,
+            path=path,
+            gpu=default_gpu(),
+        )
+        want = ref.grad_accum(A, g, micro)
+        got = out["A"].astype(np.float64)
+        finite = np.isfinite(want)
+        if micro == 0:
+            assert got.tobytes() == want.tobytes()
+        else:
+            check_close(got[finite], want[finite], np.abs(want[finite]) * 2.0**-23, "A + G")
+            assert np.array_equal(np.isfinite(got), finite)
+        assert out["flags"][0] == (0 if bad is None else FLAG_MASTER_GRAD)
+
+
+def test_accum_rows_and_micro_next_place_the_micro_batches(path):
+    """accum_rows copies the rows into slot state.micro of the step's (one rank's: slots of its
+    rows; a data-parallel rank's: its shard's place in each slot of the global rows, 50 here);
+    micro_next counts the micro-batches modulo N, so the step's last leaves 0."""
+    rows, n = 37, 4
+    src = np.arange(rows, dtype=np.float32) + 0.5
+    for micro in range(n):
+        for stride, offset in ((rows, 0), (50, 13)):
+            out = run_op(
+                ops.accum_rows,
+                {"src": src, "state": {"micro": micro}, "dst": np.full(stride * n, -1.0, np.float32)},
+                ["dst"],
+                rows=rows,
+                micro_batches=n,
+                stride=stride,
+                offset=offset,
+                path=path,
+                gpu=default_gpu(),
+            )
+            want = np.full(stride * n, -1.0, np.float32)
+            want[micro * stride + offset : micro * stride + offset + rows] = src
+            assert out["dst"].tobytes() == want.tobytes()
+        state = run_op(
+            ops.micro_next, {"state": {"micro": micro, "data_pos": 7}}, ["state"], micro_batches=n, path=path
+        )["state"]
+        assert state["micro"] == (micro + 1) % n and state["data_pos"] == 7

@@ -89,7 +89,9 @@ def test_form_is_made_from_the_config_and_its_model_defaults(client):
     assert fields["f16"]["choices"] == ["native", "emulated", "auto"]
     for name in ("n_layer", "n_head", "d_model", "context", "tie_head"):
         assert fields[name]["models"] == ["gpt"] and fields[name]["help"].startswith("gpt: ")
-    assert fields["batch_size"]["help"] == "examples per step (gpt: context windows per step)"
+    assert fields["batch_size"]["help"] == (
+        "examples per step (gpt: context windows per step); with grad_accum N, per micro-batch"
+    )
     # groups in order, each field in one; the common ones first
     assert [g["name"] for g in form["groups"]] == ["model", "precision", "optimizer", "run"]
     assert {f["group"] for f in form["fields"]} == {g["name"] for g in form["groups"]}

@@ -57,8 +57,9 @@ def test_derived_sets_are_the_expected_ones() -> None:
     any of them is a change of what a user can do, so it should show in this test's diff."""
     assert set(RESUME_LOCKED) == {
         "model", "hidden", "act", "dataset", "data", "init_weights", "input_scale", "precision",
-        "batch_size", "seed", "init_gain", "n_layer", "n_head", "d_model", "context", "tie_head",
-        "model_spec", "fp8_margin", "fp8_amax_history", "fp8_amax_algo", "fp8_keep_ends", "fp8_loss_scale",
+        "batch_size", "grad_accum", "seed", "init_gain", "n_layer", "n_head", "d_model", "context",
+        "tie_head", "model_spec", "fp8_margin", "fp8_amax_history", "fp8_amax_algo", "fp8_keep_ends",
+        "fp8_loss_scale",
     }  # fmt: skip
     assert set(NOT_IN_BROWSER) == {"init_weights"}
     assert {n for n, m in FIELD_META.items() if m.u32} == {
@@ -66,13 +67,15 @@ def test_derived_sets_are_the_expected_ones() -> None:
     }  # fmt: skip
     assert {n: m.size.limit for n, m in FIELD_META.items() if m.size is not None} == {
         "hidden": 1 << 16, "d_model": 1 << 14, "n_head": 1 << 10, "n_layer": 1 << 10, "context": 1 << 13,
-        "batch_size": 1 << 20, "log_every": 1 << 16, "fp8_amax_history": 1 << 16,
+        "batch_size": 1 << 20, "grad_accum": 1 << 8, "log_every": 1 << 16, "fp8_amax_history": 1 << 16,
     }  # fmt: skip
     assert {n: m.models for n, m in FIELD_META.items() if m.models is not None} == {
         **dict.fromkeys(("hidden", "act", "init_gain"), MLP_MODELS),
         **dict.fromkeys(("dataset", "input_scale"), (*MLP_MODELS, "net")),
         "model_spec": ("net",),
-        **dict.fromkeys(("n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens"), GPT),
+        **dict.fromkeys(
+            ("n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens", "recompute"), GPT
+        ),
     }
     metavars = {n: m.metavar for n, m in FIELD_META.items() if m.metavar}
     assert metavars == {"data": "PATH", "init_weights": "PATH", "model_spec": "FILE.json"}

@@ -165,6 +165,20 @@ def test_mlp_two_ranks_match_one_rank(mlp_two_ranks, mlp_one_rank, tmp):
     print("MLP 2 ranks, ms per step:", dp)
 
 
+def test_two_ranks_accumulating_match_one_rank_without(tmp, mlp_one_rank):
+    """2 ranks x 4 micro-batches of 16 (8 rows a rank) against 1 rank x 64: the same rows in the
+    same order (micro-batch k, rank r: rows 16k + 8r ..), the step's loss rows assembled in the
+    global order (the first loss the same bits), within the 1-vs-2-rank tolerance after."""
+    ranks = two_rank_run(tmp, {**MLP, "batch_size": 16, "grad_accum": 4}, "accum2")
+    assert_same_across_ranks(ranks)
+    assert_matches_one_rank(ranks[0]["records"], mlp_one_rank["records"])
+    assert ranks[0]["state"]["data_pos"] == MLP["steps"] * 64 and ranks[0]["state"]["micro"] == 0
+    print(
+        "MLP 1 rank x 64 vs 2 ranks x 4 x 16, max |loss diff|:",
+        np.max(np.abs(losses(ranks[0]["records"]) - losses(mlp_one_rank["records"]))),
+    )
+
+
 def test_overflow_on_one_rank_skips_every_rank(tmp):
     """Rank 1 alone sees an Inf in a gradient (step 3) and an activation overflow (step 6, its flag
     only: nothing in the gradients shows it): every rank skips both steps and halves the scale."""

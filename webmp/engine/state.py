@@ -36,7 +36,7 @@ STATE_FIELDS: list[tuple[str, WordKind]] = [
     ("loss", "f32"),
     ("grad_norm", "f32"),
     ("found_inf", "u32"),
-    ("pad0", "u32"),
+    ("micro", "u32"),
     ("pad1", "u32"),
     ("pad2", "u32"),
 ]

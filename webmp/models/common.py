@@ -39,6 +39,7 @@ TRAIN_GRADS = "train_grads"  # data-parallel: train_step up to complete gradient
 TRAIN_UPDATE = "train_update"  # ... and from there, after the ranks' gradients are summed
 EVAL = "eval"
 LOSS_ROWS_ALL = "loss_rows_all"  # data-parallel: the global batch's loss rows, summed over the ranks
+LOSS_ROWS_STEP = "loss_rows_step"  # gradient accumulation: the step's loss rows (a rank's: its own)
 FLAG_BITS = 3  # common.wgsl's FLAG_H_STORE, FLAG_MASTER_GRAD, FLAG_LOSS
 HISTOGRAMS = "histograms"  # the gradient-range lens's program and its counts buffer
 LENS_SCRATCH = "lens_scratch"  # where ModelBuilder.histograms builds dispatches before splicing them
@@ -103,6 +104,12 @@ class ModelBuilder:
     batch_size / world of every global batch, rows from rank * local_batch on, and its training
     step is two programs, `grads_program` and `update_program` (else both are train_step).
 
+    With cfg.grad_accum N > 1 a step is N micro-batches of batch_size (rows k * batch_size on of the
+    step's N * batch_size for micro-batch k, state.micro on the GPU): the model emits one
+    micro-batch's dispatches into grads_program and `optimizer` repeats them N times, each ending
+    in the sum of its gradients into the step's (`step_grad`, f32) and its loss rows into their slot;
+    softmax_xent divides by the step's rows, so the sum is the gradient of the step's mean loss.
+
     The tile table picks how some launchers run: `matmul` and `attention_matmul` are ops' launchers
     with the tile shape it gives the product's shape; the row kernels (layernorm_fwd/bwd,
     attn_softmax_fwd/bwd) take its form as `rows=mb.rows`. With dry=True the builder is dry
@@ -130,7 +137,11 @@ class ModelBuilder:
         self.local_batch = cfg.batch_size // world
         self.grads_program = TRAIN_STEP if world == 1 else TRAIN_GRADS
         self.update_program = TRAIN_STEP if world == 1 else TRAIN_UPDATE
-        self.global_rows = 0  # loss rows of the global batch, set by bookkeeping
+        self.global_rows = 0  # loss rows of the global batch (one micro-batch's), set by bookkeeping
+        self.micro_batches = cfg.grad_accum
+        # gathers: a micro-batch's rows (windows) over all ranks, 0 without accumulation
+        self.micro_stride = cfg.batch_size if cfg.grad_accum > 1 else 0
+        self.accumulators: dict[str, str] = {}  # gradient -> the step's sum of it, set by optimizer
         # (dispatch index in grads_program, lens layers counted there): see lens_point
         self.lens_points: list[tuple[int, list[tuple[str, str]]]] = []
         self.histogram_spec: HistogramSpec | None = None  # set by histograms, which finish requires
@@ -148,10 +159,25 @@ class ModelBuilder:
         return self.tiles.row_kernels
 
     @property
+    def step_rows(self) -> int:
+        """Loss rows of an optimizer step: every micro-batch's over every rank."""
+        return self.global_rows * self.micro_batches
+
+    @property
     def counted_rows(self) -> int | None:
-        """softmax_xent's `counted` in the training step: the global batch's rows on a data-parallel
-        rank (so the ranks' gradients sum to the global mean's), else None (this batch's)."""
-        return self.global_rows if self.world > 1 else None
+        """softmax_xent's `counted` in the training step: the step's rows on a data-parallel rank or
+        with accumulation (so the ranks' and micro-batches' gradients sum to the step's mean), else
+        None (this batch's)."""
+        return self.step_rows if self.world > 1 or self.micro_batches > 1 else None
+
+    def step_grad(self, p: Param) -> str:
+        """The step's gradient of p: the backward pass's own, or with accumulation their sum."""
+        return self.accumulators.get(p["grad"], p["grad"])
+
+    @property
+    def step_loss_rows(self) -> str:
+        """This rank's loss rows of the whole step (all its micro-batches)."""
+        return LOSS_ROWS_STEP if self.micro_batches > 1 else "loss_rows"
 
     def bookkeeping(self, batch: int) -> None:
         """The GPU state, the overflow flags, per-row losses (`batch` of this rank's, and a
@@ -166,8 +192,10 @@ class ModelBuilder:
         pb.u32(EVAL_FLAGS, (4,), "other")
         pb.f32("loss_rows", (batch,), "activations")
         self.global_rows = batch * self.world
+        if self.micro_batches > 1:  # in the global order; a data-parallel rank's other slots stay 0
+            pb.f32(LOSS_ROWS_STEP, (self.step_rows,), "activations")
         if self.world > 1:
-            pb.f32(LOSS_ROWS_ALL, (self.global_rows,), "activations")
+            pb.f32(LOSS_ROWS_ALL, (self.step_rows,), "activations")
         # unwritten ring slots hold step 0xFFFFFFFF, so readers can tell them from step 0
         ring = (cfg.log_every, len(METRIC_FIELDS))
         pb.u32("metrics", ring, "other", np.full(ring, NO_STEP))
@@ -272,11 +300,34 @@ class ModelBuilder:
         ops.transpose_h(self.pb, program, X=str(p["copy"]), Y=t, rows=rows, cols=cols)
         return t, 0
 
+    def accumulate(self) -> None:
+        """Gradient accumulation: grads_program (one micro-batch) ends in adding its gradients into
+        the step's sums (acc_g_*, gradients) and its loss rows into LOSS_ROWS_STEP, then advances
+        state.micro, and is repeated micro_batches times: one submit for the step, no host work
+        between micro-batches. The lens's points move to the last micro-batch (its values are the
+        ones left in the buffers when the step ends)."""
+        pb, program, n = self.pb, self.grads_program, self.micro_batches
+        for p in self.params:
+            acc = pb.f32("acc_" + p["grad"], p["shape"], "gradients")
+            self.accumulators[p["grad"]] = acc
+            ops.grad_accum(pb, program, G=p["grad"], A=acc, N=math.prod(p["shape"]))
+        rows = self.global_rows // self.world
+        ops.accum_rows(
+            pb, program, src="loss_rows", dst=LOSS_ROWS_STEP, rows=rows, micro_batches=n,
+            stride=self.global_rows, offset=self.rank * rows,
+        )  # fmt: skip
+        ops.micro_next(pb, program, micro_batches=n)
+        one = pb.programs[program]
+        pb.programs[program] = one * n
+        self.lens_points = [(at + (n - 1) * len(one), lays) for at, lays in self.lens_points]
+
     def optimizer(self) -> None:
-        """After the backward pass (in update_program): overflow check and norm partials over every
-        master gradient, the scaler's verdict and metrics record (over the global batch's loss
-        rows), then AdamW on every parameter."""
-        cfg, pb, program, batch = self.cfg, self.pb, self.update_program, self.global_rows
+        """After the backward pass (in update_program; with accumulation after the micro-batches,
+        `accumulate`): overflow check and norm partials over every step gradient, the scaler's
+        verdict and metrics record (over the step's loss rows), then AdamW on every parameter."""
+        if self.micro_batches > 1:
+            self.accumulate()
+        cfg, pb, program, batch = self.cfg, self.pb, self.update_program, self.step_rows
         bases, total = [], 0
         for p in self.params:
             bases.append(total)
@@ -284,20 +335,20 @@ class ModelBuilder:
         pb.f32("norm_partials", (total,), "other")
         for p, base in zip(self.params, bases, strict=True):
             ops.grad_stats(
-                pb, program, G=p["grad"], partials="norm_partials", N=math.prod(p["shape"]), BASE=base
+                pb, program, G=self.step_grad(p), partials="norm_partials", N=math.prod(p["shape"]), BASE=base
             )
         ops.scaler_step(
             pb,
             program,
             scaler_constants(cfg, total, batch),
             partials="norm_partials",
-            loss_rows=LOSS_ROWS_ALL if self.world > 1 else "loss_rows",
+            loss_rows=LOSS_ROWS_ALL if self.world > 1 else self.step_loss_rows,
             metrics="metrics",
         )
         b1, b2, eps = cfg.beta1, cfg.beta2, cfg.eps
         for p in self.params:
             wd = cfg.weight_decay if p["decay"] else 0.0
-            P, G, Mo, V = p["master"], p["grad"], p["m"], p["v"]
+            P, G, Mo, V = p["master"], self.step_grad(p), p["m"], p["v"]
             if p["copy"]:
                 rows, cols = p["shape"]
                 ops.adamw_copy(
@@ -424,32 +475,35 @@ class ModelBuilder:
         return plan, bytes(pb.blob)
 
     def data_parallel_spec(self) -> DataParallelSpec:
-        """The fused all-reduce buffer's layout: every gradient, then the global batch's loss rows
-        (this rank's at its place, zeros elsewhere: the sum assembles them), then the flag bits."""
+        """The fused all-reduce buffer's layout: every step gradient, then the step's loss rows
+        (this rank's at its place, zeros elsewhere: the sum assembles them; with accumulation the
+        whole LOSS_ROWS_STEP, which has this rank's rows of every micro-batch at their places),
+        then the flag bits."""
         gradients: list[FusedRegion] = []
         offset = 0
         for p in self.params:
             n = math.prod(p["shape"])
-            gradients.append({"buffer": p["grad"], "offset": offset, "floats": n})
+            gradients.append({"buffer": self.step_grad(p), "offset": offset, "floats": n})
             offset += n
         local = self.global_rows // self.world
         loss_base = offset
+        accumulated = self.micro_batches > 1
         return {
             "rank": self.rank,
             "world": self.world,
             "grads_program": self.grads_program,
             "update_program": self.update_program,
-            "floats": loss_base + self.global_rows + FLAG_BITS,
+            "floats": loss_base + self.step_rows + FLAG_BITS,
             "gradients": gradients,
             "loss": {
-                "buffer": "loss_rows",
-                "offset": loss_base + self.rank * local,
-                "floats": local,
+                "buffer": self.step_loss_rows,
+                "offset": loss_base + (0 if accumulated else self.rank * local),
+                "floats": self.step_rows if accumulated else local,
                 "all": LOSS_ROWS_ALL,
                 "all_offset": loss_base,
-                "rows": self.global_rows,
+                "rows": self.step_rows,
             },
-            "flags": {"buffer": "flags", "offset": loss_base + self.global_rows, "bits": FLAG_BITS},
+            "flags": {"buffer": "flags", "offset": loss_base + self.step_rows, "bits": FLAG_BITS},
         }
 
 

@@ -145,20 +145,22 @@ def build_gpt_plan(
     return mb.finish([gpt.V, *([gpt.D] * gpt.L), gpt.V], evaluation)
 
 
-def gpt_buffers(n_layer: int, n_head: int) -> dict[str, str]:
+def gpt_buffers(n_layer: int, n_head: int, shared_blocks: bool = False) -> dict[str, str]:
     """{a buffer of gpt_network's nodes (by its layer's path): the GPT's name}: the values, the
     attention scores, and the backward deltas, which the blocks share (module docstring). A value's
-    gradient is d_<its buffer>, named here by the layer that writes it."""
+    gradient is d_<its buffer>, named here by the layer that writes it. shared_blocks (recompute
+    "blocks"): every block's values but the residual stream (x_mid, x) are block 0's buffers."""
     L = n_layer
     names = {"layers.0.y": "X0", "d_X0": "dln"}
     names |= {f"attention_S_h{n_head}": "S", f"attention_dS_h{n_head}": "dS"}
     for l in range(L):
         att, mlp = f"layers.{1 + 2 * l}.layers", f"layers.{2 + 2 * l}.layers"
+        b = 0 if shared_blocks else l  # the block whose buffers hold block l's values
         names |= {
-            f"{att}.0.y": f"a{l}", f"{att}.0.stats": f"ln1_stats{l}", f"{att}.1.qkv": f"qkv{l}",
-            f"{att}.1.P": f"P{l}", f"{att}.1.O": f"O{l}", f"{att}.1.y": f"x_mid{l}",
+            f"{att}.0.y": f"a{b}", f"{att}.0.stats": f"ln1_stats{b}", f"{att}.1.qkv": f"qkv{b}",
+            f"{att}.1.P": f"P{b}", f"{att}.1.O": f"O{b}", f"{att}.1.y": f"x_mid{l}",
             f"d_{att}.1.O": "dO", f"d_{att}.1.qkv": "dqkv",
-            f"{mlp}.0.y": f"m{l}", f"{mlp}.0.stats": f"ln2_stats{l}", f"{mlp}.1.y": f"z{l}",
+            f"{mlp}.0.y": f"m{b}", f"{mlp}.0.stats": f"ln2_stats{b}", f"{mlp}.1.y": f"z{b}",
             f"{mlp}.3.y": f"x{l}",
             f"d_a{l}": "dY", f"d_m{l}": "dY", f"d_z{l}": "dz", f"d_x_mid{l}": "dln",
             f"d_x{l}": "dx" if l == L - 1 else "dln",  # the last block's output: the final LN's input
@@ -173,7 +175,9 @@ class GPTNet(TokenNet):
     its buffers declared in the GPT's order (data, bookkeeping, parameters in gpt_param_shapes'
     order, then `declare`'s activations and deltas), the weights its backward reads transposed in
     the table's form (ModelBuilder.weight_transposed), and its residual blocks adding their
-    branch's input gradient into the stream's, dx, in place (StreamResidualNode)."""
+    branch's input gradient into the stream's, dx, in place (StreamResidualNode). With recompute
+    "blocks" the blocks share block 0's buffers but the stream's, and each block but the last
+    runs its forward pass again right before its backward (StreamResidualNode)."""
 
     def __init__(self, mb: ModelBuilder, corpus: TextCorpus, params: dict[str, np.ndarray] | None):
         cfg = mb.cfg
@@ -182,7 +186,8 @@ class GPTNet(TokenNet):
         if params is not None:
             check_params(params, gpt_param_shapes(V, D, L, cfg.context, cfg.tie_head))
         self.given = params
-        self.names = gpt_names(L, cfg.tie_head) | gpt_buffers(L, H)
+        self.recompute = cfg.recompute == "blocks"
+        self.names = gpt_names(L, cfg.tie_head) | gpt_buffers(L, H, self.recompute)
         super().__init__(mb, gpt_network(V, D, L, H, cfg.context, cfg.tie_head), corpus)
         self.declare()
 
@@ -192,14 +197,18 @@ class GPTNet(TokenNet):
         scores = (self.Bt * self.H * T, T)
         pb.h("X0", R, D)
         for l in range(L):
-            pb.h(f"a{l}", R, D)
-            pb.f32(f"ln1_stats{l}", (R, 2), "activations")
-            pb.h(f"qkv{l}", R, 3 * D)
-            pb.h(f"P{l}", *scores)
-            for name in (f"O{l}", f"x_mid{l}", f"m{l}"):
-                pb.h(name, R, D)
-            pb.f32(f"ln2_stats{l}", (R, 2), "activations")
-            pb.h(f"z{l}", R, 4 * D)
+            own = l == 0 or not self.recompute  # with recompute, the blocks share block 0's values
+            if own:
+                pb.h(f"a{l}", R, D)
+                pb.f32(f"ln1_stats{l}", (R, 2), "activations")
+                pb.h(f"qkv{l}", R, 3 * D)
+                pb.h(f"P{l}", *scores)
+                pb.h(f"O{l}", R, D)
+            pb.h(f"x_mid{l}", R, D)
+            if own:
+                pb.h(f"m{l}", R, D)
+                pb.f32(f"ln2_stats{l}", (R, 2), "activations")
+                pb.h(f"z{l}", R, 4 * D)
             pb.h(f"x{l}", R, D)
         pb.f32("S", scores, "activations")  # scores; dP in the backward pass
         pb.h("xf", R, D)
@@ -251,11 +260,16 @@ class StreamResidualNode(ResidualNode):
 
     def backward(self, x, y, saved, dy, program, need_dx):
         layers = cast(Residual, self.layer).layers
+        block = (int(self.path.removeprefix("layers.")) - 1) // 2
+        if self.g.recompute and block < self.g.L - 1:
+            # block 0's buffers hold a later block's values by now: this half's forward again, from
+            # its input (the stream, kept), the same dispatches as in the forward pass
+            self.forward(x, program, "flags", True)
         df = self.g._backward_layers(layers, f"{self.path}.", dy, program, first=False)
         assert df is not None and df.buffer != dy.buffer
         ops.add_h(self.pb, program, A=df.buffer, Y=dy.buffer, M=x.rows, N=x.cols)
         if isinstance(layers[-1], CausalSelfAttention):  # block l is layers.{1 + 2 l} and .{2 + 2 l}
-            self.mb.lens_point(self.g.block_deltas((int(self.path.removeprefix("layers.")) - 1) // 2))
+            self.mb.lens_point(self.g.block_deltas(block))
         return dy
 
 

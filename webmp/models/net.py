@@ -198,6 +198,7 @@ class Net:
         ops.gather_train(
             pb, T, xs="train_x", ys="train_y", X="X", y="y", n_rows=n_train, features=self.data.features,
             batch=Bt, seed=mb.cfg.seed, perm_bits=perm_bits(n_train), shard=mb.rank * Bt,
+            micro=mb.micro_stride,
         )  # fmt: skip
         self.kept: dict[str, Any] = {}
         self.forward(T, "flags", True, self.kept)

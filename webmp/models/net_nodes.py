@@ -301,11 +301,15 @@ class ActNode(Node):
 
 
 class DropoutNode(Node):
-    """A draw per step and value from (seed, the layer's index, the GPU's iteration word): the backward
-    pass draws the same mask; evaluation and p = 0 pass the input through."""
+    """A draw per step and value from (seed, the layer's index, the GPU's iteration word; with
+    accumulation the value's place among the step's rows): the backward pass draws the same mask;
+    evaluation and p = 0 pass the input through."""
 
-    def settings(self) -> dict[str, Any]:
-        return {"p": self.layer.p, "seed": self.mb.cfg.seed % (1 << 32), "stream": self.index}  # type: ignore[attr-defined]
+    def settings(self, x: Value) -> dict[str, Any]:
+        mb = self.mb
+        micro = x.rows * x.cols * mb.world if mb.micro_batches > 1 else 0  # a micro-batch's elements
+        p = self.layer.p  # type: ignore[attr-defined]
+        return {"p": p, "seed": mb.cfg.seed % (1 << 32), "stream": self.index, "micro_elems": micro}
 
     def forward(self, x, program, flags, training):
         if not training or self.layer.p == 0:  # type: ignore[attr-defined]
@@ -313,7 +317,7 @@ class DropoutNode(Node):
         y = self.out(x)
         ops.dropout_fwd(
             self.pb, program, X=x.buffer, Y=y.buffer, state="state", rows=x.rows, cols=x.cols, flags=flags,
-            **self.settings(),
+            **self.settings(x),
         )  # fmt: skip
         return y, True
 
@@ -325,7 +329,7 @@ class DropoutNode(Node):
         dx = self.g.grad(x)
         ops.dropout_bwd(
             self.pb, program, dY=dy.buffer, dX=dx.buffer, state="state", rows=x.rows, cols=x.cols,
-            **self.settings(),
+            **self.settings(x),
         )  # fmt: skip
         return dx
 

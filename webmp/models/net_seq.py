@@ -119,6 +119,7 @@ class TokenNet(Net):
         ops.gather_windows(
             pb, S, tokens="tokens", idx="idx", targets="targets", n_tokens=n_train, T=T, batch=self.Bt,
             seed=mb.cfg.seed, perm_bits=perm_bits(n_train - T), pos_per_window=T, shard=mb.rank * self.Bt,
+            micro=mb.micro_stride,
         )  # fmt: skip
         self.kept: dict[str, Any] = {}
         self.forward(S, "flags", True, self.kept)

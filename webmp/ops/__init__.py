@@ -11,9 +11,9 @@ only.
 The modules follow the shader folders (shaders/<module>/): common (workgroup counts, activation
 codes), matmuls, attention, rows (softmax cross-entropy, column sums, LayerNorm, RMSNorm),
 elementwise (standalone activations, dropout), optim (grad_stats,
-the gradient-range lens, the scaler, AdamW), data (batches and token windows), embed (the token
-model's embedding, adds and transposes; round_h), eval, formats (the bf16/fp8 casts), sample,
-conv (im2col and col2im, the pools, repack_h). Callers use the names below as
+the gradient-range lens, the scaler, AdamW, gradient accumulation), data (batches and token
+windows), embed (the token model's embedding, adds and transposes; round_h), eval, formats (the
+bf16/fp8 casts), sample, conv (im2col and col2im, the pools, repack_h). Callers use the names below as
 `ops.name`; the rest (grid, the workgroup sizes) stay in their modules.
 """
 
@@ -54,14 +54,17 @@ from .optim import (
     GRAD_HIST_E_MAX,
     GRAD_HIST_E_MIN,
     GRAD_HIST_MAX_BUCKETS,
+    accum_rows,
     adam_log_beta,
     adamw,
     adamw_copy,
+    grad_accum,
     grad_hist,
     grad_hist_buckets,
     grad_hist_clear,
     grad_stats,
     grad_stats_workgroups,
+    micro_next,
     scaler_step,
 )
 from .rows import (
@@ -97,6 +100,7 @@ __all__ = [
     "ROW_FORMS",
     "SAMPLE_CUTOFF",
     "Layout",
+    "accum_rows",
     "act_bwd",
     "act_fwd",
     "adam_log_beta",
@@ -139,6 +143,7 @@ __all__ = [
     "gather_train",
     "gather_windows",
     "gather_windows_eval",
+    "grad_accum",
     "grad_hist",
     "grad_hist_buckets",
     "grad_hist_clear",
@@ -163,6 +168,7 @@ __all__ = [
     "sample_row_take",
     "sample_temperature",
     "sample_window",
+    "micro_next",
     "scaler_step",
     "softmax_xent",
     "token_rows",

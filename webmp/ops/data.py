@@ -21,14 +21,19 @@ def gather_train(
     seed: int,
     perm_bits: int,
     shard: int = 0,
+    micro: int = 0,
     state: str = "state",
 ) -> None:
     """The next batch of the seeded per-epoch permutation (at state.data_pos) into X (h) and y;
     a data-parallel rank's `batch` rows start `shard` rows into the global batch (the constant is
-    left out for 0, as before it existed)."""
+    left out for 0, as before it existed); with gradient accumulation, micro-batch state.micro's
+    rows start state.micro * `micro` rows into the step's (`micro`: a micro-batch's rows over all
+    ranks; 0 without accumulation)."""
     consts = {"N_ROWS": n_rows, "F": features, "B": batch, "SEED": seed, "PERM_BITS": perm_bits}
     if shard:
         consts["SHARD"] = shard
+    if micro:
+        consts["MICRO"] = micro
     pb.dispatch(
         program,
         ["gather_rows.wgsl", "gather.wgsl"],
@@ -78,6 +83,7 @@ def gather_windows(
     perm_bits: int,
     pos_per_window: int,
     shard: int = 0,
+    micro: int = 0,
     state: str = "state",
 ) -> None:
     """The next `batch` training windows of T tokens: idx [batch * T] the inputs, targets the next
@@ -85,7 +91,8 @@ def gather_windows(
     state.data_pos / pos_per_window + b, in the seeded per-epoch order over the n_tokens - T start
     positions (perm_bits = webmp.data.tables.perm_bits(n_tokens - T)). The scaler advances data_pos by
     its B, the number of loss rows: with batch * T loss rows, pass pos_per_window = T. A
-    data-parallel rank's `batch` windows start `shard` windows into the global batch."""
+    data-parallel rank's `batch` windows start `shard` windows into the global batch, and micro-batch
+    state.micro's (gradient accumulation) state.micro * `micro` windows into the step's."""
     if n_tokens <= T:
         raise ValueError(f"a stream of {n_tokens} tokens has no window of {T} tokens plus a target")
     consts = {
@@ -98,6 +105,8 @@ def gather_windows(
     }
     if shard:
         consts["SHARD"] = shard
+    if micro:
+        consts["MICRO"] = micro
     pb.dispatch(
         program,
         ["windows.wgsl"],

@@ -72,9 +72,12 @@ def act_bwd(
     pb.dispatch(program, ["act.wgsl"], "act_bwd_h", consts, binds, grid(words))
 
 
-def dropout_constants(launcher: str, rows: int, cols: int, p: float, seed: int, stream: int) -> dict:
+def dropout_constants(
+    launcher: str, rows: int, cols: int, p: float, seed: int, stream: int, micro_elems: int = 0
+) -> dict:
     """dropout.wgsl's override constants: sizes, THRESHOLD = ceil(p * 2^32) (exact: p * 2^32 is a
-    float64 product by a power of two), SCALE = 1 / (1 - p), SEED and STREAM (u32)."""
+    float64 product by a power of two), SCALE = 1 / (1 - p), SEED and STREAM (u32); MICRO_ELEMS
+    with gradient accumulation (left out for 0)."""
     words = _words(launcher, rows, cols)
     if not 0.0 <= p < 1.0:
         raise ValueError(f"{launcher}: p = {p!r} must be in [0, 1)")
@@ -91,6 +94,7 @@ def dropout_constants(launcher: str, rows: int, cols: int, p: float, seed: int, 
         "SCALE": 1.0 / (1.0 - p),
         "SEED": int(seed),
         "STREAM": int(stream),
+        **({"MICRO_ELEMS": micro_elems} if micro_elems else {}),
     }
 
 
@@ -106,14 +110,17 @@ def dropout_fwd(
     p: float,
     seed: int,
     stream: int,
+    micro_elems: int = 0,
     flags: str = "flags",
 ) -> None:
     """Y = X * keep / (1 - p) on h matrices [rows, cols] (training only). Element e = row * cols +
     col is kept iff a hash of (seed, stream, state.iteration, e) is >= p * 2^32 (dropout.wgsl;
     numpy twin webmp.testing.reference.dropout_keep): a new mask each step with no mask buffer
     and no host write; `stream` (a layer's index) makes layers differ. p in [0, 1); p = 0 is the
-    identity (callers may skip the dispatch then)."""
-    consts = dropout_constants("dropout_fwd", rows, cols, p, seed, stream)
+    identity (callers may skip the dispatch then). With gradient accumulation, micro_elems (the
+    elements of one micro-batch's matrix) numbers micro-batch state.micro's elements after the
+    earlier micro-batches', as one matrix of the step's rows would."""
+    consts = dropout_constants("dropout_fwd", rows, cols, p, seed, stream, micro_elems)
     _require_h(pb, "dropout_fwd", {"X": X, "Y": Y}, rows, cols)
     binds = {"X": X, "Y": Y, "state": state, "flags": flags}
     pb.dispatch(program, ["dropout.wgsl"], "dropout", consts, binds, grid(consts["WORDS"]))
@@ -131,10 +138,12 @@ def dropout_bwd(
     p: float,
     seed: int,
     stream: int,
+    micro_elems: int = 0,
     flags: str = "flags",
 ) -> None:
-    """dX = dY * keep / (1 - p): the forward's kernel and mask (the same p, seed, stream and step)."""
-    consts = dropout_constants("dropout_bwd", rows, cols, p, seed, stream)
+    """dX = dY * keep / (1 - p): the forward's kernel and mask (the same p, seed, stream, step and
+    micro-batch)."""
+    consts = dropout_constants("dropout_bwd", rows, cols, p, seed, stream, micro_elems)
     _require_h(pb, "dropout_bwd", {"dY": dY, "dX": dX}, rows, cols)
     binds = {"X": dY, "Y": dX, "state": state, "flags": flags}
     pb.dispatch(program, ["dropout.wgsl"], "dropout", consts, binds, grid(consts["WORDS"]))

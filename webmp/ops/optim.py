@@ -199,3 +199,54 @@ def adamw_copy(
         {"state": state, "P": P, "G": G, "Mo": Mo, "V": V, "Wh": Wh},
         grid(ROWS * cdiv(COLS, 2)),
     )
+
+
+# Gradient accumulation (--grad-accum N): run at the end of each micro-batch, in this order.
+def grad_accum(
+    pb: PlanBuilder, program: str, *, G: str, A: str, N: int, state: str = "state", flags: str = "flags"
+) -> None:
+    """A = G on micro-batch 0 (state.micro), else A + G (N f32 values); G's non-finite values raise
+    the master-gradient flag. The kernel reads N as G's length: G and A must hold exactly N."""
+    for buf in (G, A):
+        pb.require_bytes("grad_accum", buf, 4 * N, f"N = {N} f32 values")
+    pb.dispatch(
+        program,
+        ["grad_accum.wgsl"],
+        "grad_accum",
+        {},
+        {"G": G, "state": state, "A": A, "flags": flags},
+        grid(N),
+    )
+
+
+def accum_rows(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    src: str,
+    dst: str,
+    rows: int,
+    micro_batches: int,
+    stride: int | None = None,
+    offset: int = 0,
+    state: str = "state",
+) -> None:
+    """dst[micro * stride + offset + i] = src[i], i < rows (micro = state.micro; stride defaults to
+    rows): the micro-batch's loss rows at their place among the step's (a data-parallel rank's:
+    stride the global micro-batch's rows, offset its shard's first). The kernel reads `rows` as
+    src's length; dst holds micro_batches * stride values."""
+    stride = rows if stride is None else stride
+    if not 0 <= offset <= stride - rows:
+        raise ValueError(f"accum_rows: {rows} rows at offset {offset} do not fit a slot of {stride}")
+    pb.require_bytes("accum_rows", src, 4 * rows, f"rows = {rows} f32 values")
+    pb.require_bytes("accum_rows", dst, 4 * stride * micro_batches, f"{micro_batches} x {stride} f32 values")
+    consts = {"STRIDE": stride, **({"OFFSET": offset} if offset else {})}
+    binds = {"src": src, "state": state, "dst": dst}
+    pb.dispatch(program, ["accum_rows.wgsl"], "accum_rows", consts, binds, grid(rows))
+
+
+def micro_next(pb: PlanBuilder, program: str, *, micro_batches: int, state: str = "state") -> None:
+    """state.micro = (state.micro + 1) % micro_batches: the next micro-batch (0 after the last)."""
+    pb.dispatch(
+        program, ["micro_next.wgsl"], "micro_next", {"MICRO_BATCHES": micro_batches}, {"state": state}, [1]
+    )

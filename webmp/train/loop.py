@@ -349,6 +349,11 @@ class Trainer:
                 f"webmp: data-parallel over {n} ranks, each {cfg.batch_size // n} of every batch of "
                 f"{cfg.batch_size}"
             )
+        if cfg.grad_accum > 1:
+            self.log(
+                f"webmp: gradient accumulation: {cfg.grad_accum} micro-batches of {cfg.batch_size} an "
+                f"optimizer step (effective batch {cfg.effective_batch}), activations of one micro-batch"
+            )
         for change in self.resume_changes:
             self.log(f"webmp: resuming at step {self.step} with {change}")
         if cfg.data is not None or isinstance(self.data, TextCorpus):

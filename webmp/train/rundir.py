@@ -45,7 +45,9 @@ class RunFacts(TypedDict):
     val_loss: float | None  # gpt: mean cross-entropy (nats) on the evaluated validation characters
     val_bits_per_char: float | None  # val_loss / ln 2
     unigram_bits_per_char: float | None  # the baseline (webmp.data.text.unigram_bits_per_char)
-    steps: int  # steps attempted, skipped ones included
+    steps: int  # optimizer steps attempted, skipped ones included
+    micro_batches: int  # micro-batches an optimizer step (grad_accum; 1 without accumulation)
+    effective_batch: int  # examples an optimizer step: batch_size x micro_batches
     optimizer_steps: int
     skipped_steps: int
     final_scale: float  # the loss scale of the last step (its record's: the curve's last point)
@@ -112,6 +114,8 @@ def run_summary(
         "val_bits_per_char": val_loss / math.log(2) if val_loss is not None else None,
         "unigram_bits_per_char": unigram_bits,
         "steps": int(state["iteration"]),
+        "micro_batches": cfg.grad_accum,
+        "effective_batch": cfg.effective_batch,
         "optimizer_steps": int(state["opt_step"]),
         "skipped_steps": int(state["skipped_total"]),
         "final_scale": float(records[-1]["scale"] if records else state["scale"]),

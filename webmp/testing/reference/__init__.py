@@ -63,7 +63,15 @@ from .layers import (
     rmsnorm_wgrad,
 )
 from .mlp import mlp_loss_and_grads
-from .optim import BIAS_CORRECTION_ERROR, adam_bias_correction, adamw, adamw_error, lr_at, scaler_step
+from .optim import (
+    BIAS_CORRECTION_ERROR,
+    adam_bias_correction,
+    adamw,
+    adamw_error,
+    grad_accum,
+    lr_at,
+    scaler_step,
+)
 from .tokens import (
     embed_fwd,
     embed_wgrad,
@@ -127,6 +135,7 @@ __all__ = [
     "gpt_init",
     "gpt_loss_and_grads",
     "gpt_param_shapes",
+    "grad_accum",
     "grad_hist",
     "grad_stats",
     "im2col",

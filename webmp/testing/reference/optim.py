@@ -153,3 +153,11 @@ def adamw_error(P, G, Mo, V, state: dict, c: dict):
         )
     p_err = 4 * U32 * np.abs(P) + upd_err + 2 * U32 * np.abs(p)
     return m_err, v_err, p_err
+
+
+def grad_accum(A, G, micro: int):
+    """The step's gradient sum after micro-batch `micro` (float64 of the f32 values): G on the
+    first, else A + G, which the kernel computes as one f32 addition (within 1 ulp: WGSL may round
+    an f32 operation to either neighbour)."""
+    G = np.asarray(G, np.float64)
+    return G.copy() if micro == 0 else np.asarray(A, np.float64) + G
