@@ -12,22 +12,33 @@
 @group(0) @binding(4) var<storage, read_write> dqkv: array<HW>;  // [B*T, 3D]: this kernel, the k and v thirds
 @group(0) @binding(5) var<storage, read_write> flags: array<atomic<u32>>;
 
+// Quad c4 of head h's third `part` of row t of qkv, and of row t of dO (zeros past the head).
+fn qkv_quad(b: u32, t: u32, part: u32, h: u32, c4: u32) -> vec4<f32> {
+  let w = qkv_word(b, t, part, h, 4u * c4);
+  var hi = vec2<f32>(0.0);
+  if (has_hi(c4)) { hi = h_unpack(qkv[w + 1u]); }
+  return vec4<f32>(h_unpack(qkv[w]), hi);
+}
+fn do_quad(b: u32, t: u32, h: u32, c4: u32) -> vec4<f32> {
+  let w = o_word(b, t, h, 4u * c4);
+  var hi = vec2<f32>(0.0);
+  if (has_hi(c4)) { hi = h_unpack(dO[w + 1u]); }
+  return vec4<f32>(h_unpack(dO[w]), hi);
+}
+
 // Queries i0 .. i0 + BC - 1 of batch-head z (zeros past T): q to tile_x, dO to tile_y, lse and Dsum.
 fn load_q(b: u32, h: u32, z: u32, i0: u32, t: u32) {
-  let half = DH / 2u;
-  for (var w = t; w < BC * half; w += WG) {
-    let r = w / half;
-    let c = 2u * (w % half);
-    var q = vec2<f32>(0.0);
-    var g = vec2<f32>(0.0);
+  for (var w = t; w < BC * DH4; w += WG) {
+    let r = w / DH4;
+    let c4 = w % DH4;
+    var q = vec4<f32>(0.0);
+    var g = vec4<f32>(0.0);
     if (i0 + r < T) {
-      q = h_unpack(qkv[qkv_word(b, i0 + r, 0u, h, c)]);
-      g = h_unpack(dO[o_word(b, i0 + r, h, c)]);
+      q = qkv_quad(b, i0 + r, 0u, h, c4);
+      g = do_quad(b, i0 + r, h, c4);
     }
-    tile_x[tile_at(r, c)] = q.x;
-    tile_x[tile_at(r, c + 1u)] = q.y;
-    tile_y[tile_at(r, c)] = g.x;
-    tile_y[tile_at(r, c + 1u)] = g.y;
+    tile_x[w] = q;
+    tile_y[w] = g;
   }
   for (var r = t; r < BC; r += WG) {
     var L = 0.0;
@@ -49,25 +60,19 @@ fn flash_bwd_dkv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation
   let k0 = wg.x * WG;
   let j = k0 + lid.x;
   let live = j < T;
-  var k: array<f32, DMAX>;
-  var v: array<f32, DMAX>;
-  var dk: array<f32, DMAX>;
-  var dv: array<f32, DMAX>;
-  for (var c = 0u; c < DH; c += 2u) {
-    var kv = vec2<f32>(0.0);
-    var vv = vec2<f32>(0.0);
+  var k: array<vec4<f32>, DMAX4>;
+  var v: array<vec4<f32>, DMAX4>;
+  var dk: array<vec4<f32>, DMAX4>;
+  var dv: array<vec4<f32>, DMAX4>;
+  for (var c4 = 0u; c4 < DH4; c4++) {
+    k[c4] = vec4<f32>(0.0);
+    v[c4] = vec4<f32>(0.0);
     if (live) {
-      kv = h_unpack(qkv[qkv_word(b, j, 1u, h, c)]);
-      vv = h_unpack(qkv[qkv_word(b, j, 2u, h, c)]);
+      k[c4] = qkv_quad(b, j, 1u, h, c4);
+      v[c4] = qkv_quad(b, j, 2u, h, c4);
     }
-    k[c] = kv.x;
-    k[c + 1u] = kv.y;
-    v[c] = vv.x;
-    v[c + 1u] = vv.y;
-    dk[c] = 0.0;
-    dk[c + 1u] = 0.0;
-    dv[c] = 0.0;
-    dv[c + 1u] = 0.0;
+    dk[c4] = vec4<f32>(0.0);
+    dv[c4] = vec4<f32>(0.0);
   }
   for (var i0 = k0 - k0 % BC; i0 < T; i0 += BC) {
     load_q(b, h, z, i0, lid.x);
@@ -76,14 +81,16 @@ fn flash_bwd_dkv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation
       let n = min(BC, T - i0);
       for (var r = select(0u, j - i0, j > i0); r < n; r++) {  // queries i = i0 + r >= j
         var s = 0.0;
-        for (var c = 0u; c < DH; c++) { s += tile_x[tile_at(r, c)] * k[c]; }
-        let p = exp((s - tile_l[r]) * SCALE);
         var dp = 0.0;
-        for (var c = 0u; c < DH; c++) { dp += tile_y[tile_at(r, c)] * v[c]; }
+        for (var c4 = 0u; c4 < DH4; c4++) {
+          s += dot(tile_x[tile_at(r, c4)], k[c4]);
+          dp += dot(tile_y[tile_at(r, c4)], v[c4]);
+        }
+        let p = exp((s - tile_l[r]) * SCALE);
         let ds = p * (dp - tile_d[r]) * SCALE;
-        for (var c = 0u; c < DH; c++) {
-          dv[c] += p * tile_y[tile_at(r, c)];
-          dk[c] += ds * tile_x[tile_at(r, c)];
+        for (var c4 = 0u; c4 < DH4; c4++) {
+          dv[c4] += p * tile_y[tile_at(r, c4)];
+          dk[c4] += ds * tile_x[tile_at(r, c4)];
         }
       }
     }
@@ -91,12 +98,19 @@ fn flash_bwd_dkv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation
   }
   if (!live) { return; }
   var bad = false;
-  for (var c = 0u; c < DH; c += 2u) {
-    let kw = vec2<f32>(dk[c], dk[c + 1u]);
-    let vw = vec2<f32>(dv[c], dv[c + 1u]);
+  for (var c4 = 0u; c4 < DH4; c4++) {
+    let kw = dk[c4];
+    let vw = dv[c4];
+    let wk = qkv_word(b, j, 1u, h, 4u * c4);
+    let wv = qkv_word(b, j, 2u, h, 4u * c4);
     bad = bad || h_overflows(kw.x) || h_overflows(kw.y) || h_overflows(vw.x) || h_overflows(vw.y);
-    dqkv[qkv_word(b, j, 1u, h, c)] = h_pack(kw);
-    dqkv[qkv_word(b, j, 2u, h, c)] = h_pack(vw);
+    dqkv[wk] = h_pack(kw.xy);
+    dqkv[wv] = h_pack(vw.xy);
+    if (has_hi(c4)) {
+      bad = bad || h_overflows(kw.z) || h_overflows(kw.w) || h_overflows(vw.z) || h_overflows(vw.w);
+      dqkv[wk + 1u] = h_pack(kw.zw);
+      dqkv[wv + 1u] = h_pack(vw.zw);
+    }
   }
   if (bad) { atomicOr(&flags[0], FLAG_H_STORE); }
 }

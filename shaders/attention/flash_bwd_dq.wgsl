@@ -10,22 +10,33 @@
 @group(0) @binding(4) var<storage, read_write> dqkv: array<HW>;  // [B*T, 3D]: this kernel, the q third
 @group(0) @binding(5) var<storage, read_write> flags: array<atomic<u32>>;
 
+// Quad c4 of head h's third `part` of row t of qkv, and of row t of dO (zeros past the head).
+fn qkv_quad(b: u32, t: u32, part: u32, h: u32, c4: u32) -> vec4<f32> {
+  let w = qkv_word(b, t, part, h, 4u * c4);
+  var hi = vec2<f32>(0.0);
+  if (has_hi(c4)) { hi = h_unpack(qkv[w + 1u]); }
+  return vec4<f32>(h_unpack(qkv[w]), hi);
+}
+fn do_quad(b: u32, t: u32, h: u32, c4: u32) -> vec4<f32> {
+  let w = o_word(b, t, h, 4u * c4);
+  var hi = vec2<f32>(0.0);
+  if (has_hi(c4)) { hi = h_unpack(dO[w + 1u]); }
+  return vec4<f32>(h_unpack(dO[w]), hi);
+}
+
 // Keys j0 .. j0 + BC - 1 of head h (zeros past T): k to tile_x, v to tile_y.
 fn load_kv(b: u32, h: u32, j0: u32, t: u32) {
-  let half = DH / 2u;
-  for (var w = t; w < BC * half; w += WG) {
-    let r = w / half;
-    let c = 2u * (w % half);
-    var k = vec2<f32>(0.0);
-    var v = vec2<f32>(0.0);
+  for (var w = t; w < BC * DH4; w += WG) {
+    let r = w / DH4;
+    let c4 = w % DH4;
+    var k = vec4<f32>(0.0);
+    var v = vec4<f32>(0.0);
     if (j0 + r < T) {
-      k = h_unpack(qkv[qkv_word(b, j0 + r, 1u, h, c)]);
-      v = h_unpack(qkv[qkv_word(b, j0 + r, 2u, h, c)]);
+      k = qkv_quad(b, j0 + r, 1u, h, c4);
+      v = qkv_quad(b, j0 + r, 2u, h, c4);
     }
-    tile_x[tile_at(r, c)] = k.x;
-    tile_x[tile_at(r, c + 1u)] = k.y;
-    tile_y[tile_at(r, c)] = v.x;
-    tile_y[tile_at(r, c + 1u)] = v.y;
+    tile_x[w] = k;
+    tile_y[w] = v;
   }
 }
 
@@ -37,28 +48,23 @@ fn flash_bwd_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
   let q0 = wg.x * WG;
   let i = q0 + lid.x;
   let live = i < T;
-  var q: array<f32, DMAX>;
-  var g: array<f32, DMAX>;
-  var dq: array<f32, DMAX>;
+  var q: array<vec4<f32>, DMAX4>;
+  var g: array<vec4<f32>, DMAX4>;
+  var dq: array<vec4<f32>, DMAX4>;
   var L = 0.0;
   var Di = 0.0;
   if (live) {
     L = lse[z * T + i];
     Di = Dsum[z * T + i];
   }
-  for (var c = 0u; c < DH; c += 2u) {
-    var qv = vec2<f32>(0.0);
-    var gv = vec2<f32>(0.0);
+  for (var c4 = 0u; c4 < DH4; c4++) {
+    q[c4] = vec4<f32>(0.0);
+    g[c4] = vec4<f32>(0.0);
     if (live) {
-      qv = h_unpack(qkv[qkv_word(b, i, 0u, h, c)]);
-      gv = h_unpack(dO[o_word(b, i, h, c)]);
+      q[c4] = qkv_quad(b, i, 0u, h, c4);
+      g[c4] = do_quad(b, i, h, c4);
     }
-    q[c] = qv.x;
-    q[c + 1u] = qv.y;
-    g[c] = gv.x;
-    g[c + 1u] = gv.y;
-    dq[c] = 0.0;
-    dq[c + 1u] = 0.0;
+    dq[c4] = vec4<f32>(0.0);
   }
   let last = min(q0 + WG, T) - 1u;
   for (var j0 = 0u; j0 <= last; j0 += BC) {
@@ -68,21 +74,28 @@ fn flash_bwd_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
       let n = min(BC, i + 1u - j0);
       for (var r = 0u; r < n; r++) {
         var s = 0.0;
-        for (var c = 0u; c < DH; c++) { s += q[c] * tile_x[tile_at(r, c)]; }
         var dp = 0.0;
-        for (var c = 0u; c < DH; c++) { dp += g[c] * tile_y[tile_at(r, c)]; }
+        for (var c4 = 0u; c4 < DH4; c4++) {
+          s += dot(q[c4], tile_x[tile_at(r, c4)]);
+          dp += dot(g[c4], tile_y[tile_at(r, c4)]);
+        }
         let ds = exp((s - L) * SCALE) * (dp - Di) * SCALE;
-        for (var c = 0u; c < DH; c++) { dq[c] += ds * tile_x[tile_at(r, c)]; }
+        for (var c4 = 0u; c4 < DH4; c4++) { dq[c4] += ds * tile_x[tile_at(r, c4)]; }
       }
     }
     workgroupBarrier();
   }
   if (!live) { return; }
   var bad = false;
-  for (var c = 0u; c < DH; c += 2u) {
-    let v = vec2<f32>(dq[c], dq[c + 1u]);
+  for (var c4 = 0u; c4 < DH4; c4++) {
+    let v = dq[c4];
+    let w = qkv_word(b, i, 0u, h, 4u * c4);
     bad = bad || h_overflows(v.x) || h_overflows(v.y);
-    dqkv[qkv_word(b, i, 0u, h, c)] = h_pack(v);
+    dqkv[w] = h_pack(v.xy);
+    if (has_hi(c4)) {
+      bad = bad || h_overflows(v.z) || h_overflows(v.w);
+      dqkv[w + 1u] = h_pack(v.zw);
+    }
   }
   if (bad) { atomicOr(&flags[0], FLAG_H_STORE); }
 }

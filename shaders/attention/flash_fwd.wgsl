@@ -12,22 +12,27 @@
 @group(0) @binding(2) var<storage, read_write> lse: array<f32>;  // [B*H*T]: row z * T + i
 @group(0) @binding(3) var<storage, read_write> flags: array<atomic<u32>>;
 
+// Quad c4 of head h's third `part` of row t (zeros past the head).
+fn qkv_quad(b: u32, t: u32, part: u32, h: u32, c4: u32) -> vec4<f32> {
+  let w = qkv_word(b, t, part, h, 4u * c4);
+  var hi = vec2<f32>(0.0);
+  if (has_hi(c4)) { hi = h_unpack(qkv[w + 1u]); }
+  return vec4<f32>(h_unpack(qkv[w]), hi);
+}
+
 // Keys j0 .. j0 + BC - 1 of head h (zeros past T): k to tile_x, v to tile_y.
 fn load_kv(b: u32, h: u32, j0: u32, t: u32) {
-  let half = DH / 2u;
-  for (var w = t; w < BC * half; w += WG) {
-    let r = w / half;
-    let c = 2u * (w % half);
-    var k = vec2<f32>(0.0);
-    var v = vec2<f32>(0.0);
+  for (var w = t; w < BC * DH4; w += WG) {
+    let r = w / DH4;
+    let c4 = w % DH4;
+    var k = vec4<f32>(0.0);
+    var v = vec4<f32>(0.0);
     if (j0 + r < T) {
-      k = h_unpack(qkv[qkv_word(b, j0 + r, 1u, h, c)]);
-      v = h_unpack(qkv[qkv_word(b, j0 + r, 2u, h, c)]);
+      k = qkv_quad(b, j0 + r, 1u, h, c4);
+      v = qkv_quad(b, j0 + r, 2u, h, c4);
     }
-    tile_x[tile_at(r, c)] = k.x;
-    tile_x[tile_at(r, c + 1u)] = k.y;
-    tile_y[tile_at(r, c)] = v.x;
-    tile_y[tile_at(r, c + 1u)] = v.y;
+    tile_x[w] = k;
+    tile_y[w] = v;
   }
 }
 
@@ -39,15 +44,12 @@ fn flash_fwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
   let q0 = wg.x * WG;
   let i = q0 + lid.x;
   let live = i < T;
-  var q: array<f32, DMAX>;
-  var o: array<f32, DMAX>;
-  for (var c = 0u; c < DH; c += 2u) {
-    var v = vec2<f32>(0.0);
-    if (live) { v = h_unpack(qkv[qkv_word(b, i, 0u, h, c)]); }
-    q[c] = v.x;
-    q[c + 1u] = v.y;
-    o[c] = 0.0;
-    o[c + 1u] = 0.0;
+  var q: array<vec4<f32>, DMAX4>;
+  var o: array<vec4<f32>, DMAX4>;
+  for (var c4 = 0u; c4 < DH4; c4++) {
+    q[c4] = vec4<f32>(0.0);
+    if (live) { q[c4] = qkv_quad(b, i, 0u, h, c4); }
+    o[c4] = vec4<f32>(0.0);
   }
   var m = 0.0;
   var l = 0.0;
@@ -62,7 +64,7 @@ fn flash_fwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
       var mt = m;
       for (var r = 0u; r < n; r++) {
         var acc = 0.0;
-        for (var c = 0u; c < DH; c++) { acc += q[c] * tile_x[tile_at(r, c)]; }
+        for (var c4 = 0u; c4 < DH4; c4++) { acc += dot(q[c4], tile_x[tile_at(r, c4)]); }
         s[r] = acc;
         if (first && r == 0u) { mt = acc; }
         mt = max(mt, acc);
@@ -70,11 +72,11 @@ fn flash_fwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
       var alpha = 0.0;  // the first tile: l and o are 0
       if (!first) { alpha = exp((m - mt) * SCALE); }
       l *= alpha;
-      for (var c = 0u; c < DH; c++) { o[c] *= alpha; }
+      for (var c4 = 0u; c4 < DH4; c4++) { o[c4] *= alpha; }
       for (var r = 0u; r < n; r++) {
         let p = exp((s[r] - mt) * SCALE);
         l += p;
-        for (var c = 0u; c < DH; c++) { o[c] += p * tile_y[tile_at(r, c)]; }
+        for (var c4 = 0u; c4 < DH4; c4++) { o[c4] += p * tile_y[tile_at(r, c4)]; }
       }
       m = mt;
       first = false;
@@ -83,10 +85,15 @@ fn flash_fwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
   }
   if (!live) { return; }
   var bad = false;
-  for (var c = 0u; c < DH; c += 2u) {
-    let v = vec2<f32>(o[c] / l, o[c + 1u] / l);
+  for (var c4 = 0u; c4 < DH4; c4++) {
+    let v = o[c4] / l;
+    let w = o_word(b, i, h, 4u * c4);
     bad = bad || h_overflows(v.x) || h_overflows(v.y);
-    O[o_word(b, i, h, c)] = h_pack(v);
+    O[w] = h_pack(v.xy);
+    if (has_hi(c4)) {
+      bad = bad || h_overflows(v.z) || h_overflows(v.w);
+      O[w + 1u] = h_pack(v.zw);
+    }
   }
   lse[z * T + i] = m + log(l) / SCALE;
   if (bad) { atomicOr(&flags[0], FLAG_H_STORE); }

@@ -24,13 +24,13 @@ from .common import MAX_WORKGROUPS_PER_DIM, cdiv
 
 FLASH_WG = 64  # flash.wgsl's WG: rows a workgroup
 FLASH_MAX_HEAD = 128  # flash.wgsl's DMAX: a row's private vectors
-FLASH_TILE_FLOATS = 1024  # per tile array: BC * d f32, so tile_x and tile_y take 8 KiB
+FLASH_TILE_FLOATS = 1024  # per tile array: BC rows of ceil(d / 4) vec4<f32>: tile_x, tile_y 8 KiB
 SOURCES = ["flash.wgsl"]
 
 
 def flash_tile(d: int) -> int:
     """Rows a tile (BC) for head size d: 8 KiB of workgroup memory for the two tiles, at most 64."""
-    return max(1, min(64, FLASH_TILE_FLOATS // d))
+    return max(1, min(64, FLASH_TILE_FLOATS // (4 * -(-d // 4))))
 
 
 def flash_supported(T: int, H: int, d: int, B: int = 1) -> str | None:
