@@ -159,6 +159,29 @@ def test_gpt_plan_at_context_1024_has_no_square_buffer():
     assert max(b["bytes"] for b in unfused) == 4 * square
 
 
+def test_attention_form_choice():
+    """attention_form: fused or unfused as asked (fused refused where its kernels cannot run); auto
+    fused where S would exceed the table's buffer limit, or where the tune cache's attention class
+    says so, else the three-kernel form."""
+    from webmp.engine.tiles import ATTENTION_KEY, TileTable, attention_class
+    from webmp.models.attention_form import attention_form
+
+    plain = TileTable()
+    assert attention_form("auto", plain, "native", 16, 64, 4, 32) == ("unfused", "the default")
+    form, why = attention_form("auto", plain, "native", 16, 1024, 4, 32)
+    assert form == "fused" and "268435456 bytes" in why and "134217728" in why
+    plain.buffer_limit = 2**30  # an adapter allowing 1 GiB bindings: S fits
+    assert attention_form("auto", plain, "native", 16, 1024, 4, 32)[0] == "unfused"
+    cached = TileTable({ATTENTION_KEY: {attention_class("native", 64, 32): "fused"}})
+    assert attention_class("native", 50, 32) == attention_class("emulated", 64, 32) == "attention/f16/T64/d32"
+    assert attention_form("auto", cached, "native", 16, 50, 4, 32)[0] == "fused"
+    assert attention_form("auto", cached, "fp32", 16, 50, 4, 32)[0] == "unfused"
+    assert attention_form("unfused", plain, "native", 16, 1024, 4, 32)[0] == "unfused"
+    with pytest.raises(ValueError, match="exceeds"):
+        attention_form("fused", plain, "native", 1, 8, 1, 256)
+    assert attention_form("auto", plain, "native", 1, 8192, 1, 256)[0] == "unfused"  # cannot fuse
+
+
 @pytest.mark.slow  # two GPT plans' pipelines, 6 steps each
 def test_gpt_fused_attention_curve(gpu, tmp_path):
     """A small GPT (2 heads of 16, context 70: two workgroups of queries, partial tiles) trained 6
