@@ -158,6 +158,13 @@ class TrainConfig(BaseModel):
     val_tokens: Annotated[int, Meta("model", models=GPT_ONLY, u32=True)] = 32768
     """gpt and token networks: validation characters evaluated at the end (the first ones of the
     split; 0 = all)"""
+    attention: Annotated[Literal["auto", "fused", "unfused"], Meta("model", models=("gpt", "net"))] = "auto"
+    """gpt and token networks: causal self-attention as three kernels (unfused: the scores S = Q Kᵀ,
+    f32 [batch x heads x context, context], their softmax P, kept for the backward pass, and P V) or
+    as fused flash-style kernels (fused: an online softmax over key tiles, P recomputed in the
+    backward pass from the saved row log-sum-exp: no context² buffer, at the cost of computing the
+    scores twice); auto: unfused unless the tune cache measured fused faster for the shape, or S
+    would not fit the adapter's largest buffer. The run's log says which and why"""
     input_scale: Annotated[float, Meta("model", form_after="init_gain", models=TABLE_MODELS, locked=True)] = (
         1.0
     )

@@ -234,3 +234,30 @@ def test_bf16_and_fp8_gpt_in_the_browser_equal_native(server, browser, tmp_path,
     wl, nl = np.array([r["loss"] for r in web]), np.array([r["loss"] for r in nat])
     np.testing.assert_allclose(wl[:10], nl[:10], rtol=1e-5)
     np.testing.assert_allclose(wl, nl, rtol=1e-4)
+
+
+@pytest.mark.slow  # its own GPT plan's pipelines in the page
+def test_fused_attention_gpt_in_the_browser_equals_native(server, browser, tmp_path, monkeypatch):
+    """`attention fused` in the page: the plan's flash kernels (flash_fwd, flash_bwd_dot, _dkv, _dq)
+    compile and run in Chromium, the runner interpreting them as any other kernel, against the same
+    run natively with the page's default tiles. lavapipe: bit for bit (the same kernels on the same
+    driver); SwiftShader: within the reasoning of test_gpt_browser_and_native_curves_agree (its
+    divisions differ by an f32 ulp: 1e-5 on the losses here)."""
+    from webmp.engine.tiles import TileTable
+    from webmp.train.loop import Trainer
+
+    cfg = GPT.model_copy(update={"attention": "fused", "steps": 4, "log_every": 2, "checkpoint_every": 0})
+    run = server.create_run(cfg, browser=browser)
+    wsum = run.wait(timeout=TIMEOUT)
+    web = on_disk(server, run)
+    run.close_page()
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
+    native = Trainer(cfg, out=tmp_path / "native", progress=False, log=None, tiles=TileTable())
+    assert "flash_fwd" in {k["entry"] for k in native.plan["kernels"]}
+    nsum = native.run()
+    nat = native.run_dir.read_metrics()
+    assert len(web) == len(nat) == 4 and not any(r["skipped"] for r in web)
+    if browser.kind == "lavapipe":
+        assert same(web, nat) and wsum["val_loss"] == nsum["val_loss"]
+        return
+    np.testing.assert_allclose([r["loss"] for r in web], [r["loss"] for r in nat], rtol=1e-5)

@@ -66,7 +66,7 @@ def run_step(path, gpu, tie_head=True):
     return _STEPS[path, tie_head]
 
 
-def _run_step(path, gpu, tie_head, tiles=None):
+def _run_step(path, gpu, tie_head, tiles=None, attention="unfused"):
     from webmp.models.gpt import build_gpt_plan
     from webmp.testing.probe import cached_runtime
 
@@ -75,6 +75,7 @@ def _run_step(path, gpu, tie_head, tiles=None):
     cfg = TrainConfig(
         model="gpt", batch_size=BATCH, precision=precision, init_scale=1024.0, log_every=1, steps=10,
         warmup=0, schedule="constant", n_layer=L, n_head=H, d_model=D, context=T, tie_head=tie_head,
+        attention=attention,
     )  # fmt: skip
     params = tiny_params(tie_head)
     plan, blob = build_gpt_plan(cfg, corpus, path, params=params, tiles=tiles)
@@ -95,10 +96,10 @@ def worst_relative(got: dict, want: dict) -> dict:
     return {k: float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want}
 
 
-def reference(params, idx, targets, store, scale, tie_head=True):
+def reference(params, idx, targets, store, scale, tie_head=True, fused=False):
     return ref.gpt_loss_and_grads(
         params, idx, targets, n_layer=L, n_head=H, tie_head=tie_head, store=store, loss_scale=scale,
-        attn_scale=ops.attention_scale(D // H),
+        attn_scale=ops.attention_scale(D // H), fused_attention=fused,
     )  # fmt: skip
 
 
@@ -117,6 +118,103 @@ def test_gpt_gradients(path, gpu, tie_head):
     assert max(exact.values()) <= TOL_EXACT[path], f"{path}: normwise errors {exact}"
     assert abs(loss - loss_s) <= TOL_STORED[path] * loss_s
     assert abs(loss - loss64) <= TOL_EXACT[path] * loss64
+
+
+def test_gpt_gradients_fused_attention(path, gpu):
+    """The step with --attention fused (flash_attention_fwd / _bwd, no S, P, dS buffers) against the
+    float64 reference rounded at the fused form's points (P and dS never stored, Dsum from the
+    stored O: gpt_loss_and_grads(fused_attention=True)) within TOL_STORED, the same margin of f32
+    sums and rare store flips as the three-kernel form's test; and against exact float64 within
+    TOL_EXACT."""
+    params, idx, targets, scale, grads, loss = _run_step(path, gpu, True, attention="fused")
+    loss_s, g_s, _ = reference(params, idx, targets, path, scale, fused=True)
+    stored = worst_relative(grads, g_s)
+    _, g64, _ = reference(params, idx, targets, None, 1.0)
+    exact = worst_relative({k: v / scale for k, v in grads.items()}, g64)
+    print(f"{path} fused: vs stored {max(stored.values()):.3g}, vs exact {max(exact.values()):.3g}")
+    assert max(stored.values()) <= TOL_STORED[path], f"{path}: normwise errors {stored}"
+    assert max(exact.values()) <= TOL_EXACT[path], f"{path}: normwise errors {exact}"
+    assert abs(loss - loss_s) <= TOL_STORED[path] * loss_s
+
+
+def test_gpt_plan_at_context_1024_has_no_square_buffer():
+    """The default GPT at context 1024 (batch 16, 4 heads): the three-kernel plan's S is
+    4 * 16 * 4 * 1024^2 bytes = 256 MiB, above WebGPU's default 128 MiB binding, so "auto" takes the
+    fused form, whose dry-run plan declares no buffer of rows of T columns (no [T, T] block of any
+    window and head: its largest is the MLP's z, [B*T, 4D] h = 16 MiB); "unfused" keeps S."""
+    from webmp.data.text import load_text
+    from webmp.models import plan_buffers
+
+    corpus = load_text(None)
+    B, T, nh = 16, 1024, 4
+    square = B * nh * T * T  # values of one [B*H*T, T] buffer
+    for attention in ("auto", "fused"):
+        bufs = plan_buffers(TrainConfig(model="gpt", context=T, attention=attention), corpus, "native")
+        names = {b["name"] for b in bufs}
+        assert not names & {"S", "dS", "P0", "P1"} and {"lse0", "lse1", "Dsum"} <= names
+        for b in bufs:
+            assert len(b["shape"]) < 2 or b["shape"][-1] < T, b
+        assert max(b["bytes"] for b in bufs) == 16 * 1024 * 4 * 128 * 2
+    unfused = plan_buffers(TrainConfig(model="gpt", context=T, attention="unfused"), corpus, "native")
+    assert max(b["bytes"] for b in unfused) == 4 * square
+
+
+def test_attention_form_choice():
+    """attention_form: fused or unfused as asked (fused refused where its kernels cannot run); auto
+    fused where S would exceed the table's buffer limit, or where the tune cache's attention class
+    says so, else the three-kernel form."""
+    from webmp.engine.tiles import ATTENTION_KEY, TileTable, attention_class
+    from webmp.models.attention_form import attention_form
+
+    plain = TileTable()
+    assert attention_form("auto", plain, "native", 16, 64, 4, 32) == ("unfused", "the default")
+    form, why = attention_form("auto", plain, "native", 16, 1024, 4, 32)
+    assert form == "fused" and "268435456 bytes" in why and "134217728" in why
+    plain.buffer_limit = 2**30  # an adapter allowing 1 GiB bindings: S fits
+    assert attention_form("auto", plain, "native", 16, 1024, 4, 32)[0] == "unfused"
+    cached = TileTable({ATTENTION_KEY: {attention_class("native", 64, 32): "fused"}})
+    assert attention_class("native", 50, 32) == attention_class("emulated", 64, 32) == "attention/f16/T64/d32"
+    assert attention_form("auto", cached, "native", 16, 50, 4, 32)[0] == "fused"
+    assert attention_form("auto", cached, "fp32", 16, 50, 4, 32)[0] == "unfused"
+    assert attention_form("unfused", plain, "native", 16, 1024, 4, 32)[0] == "unfused"
+    with pytest.raises(ValueError, match="exceeds"):
+        attention_form("fused", plain, "native", 1, 8, 1, 256)
+    assert attention_form("auto", plain, "native", 1, 8192, 1, 256)[0] == "unfused"  # cannot fuse
+
+
+@pytest.mark.slow  # two GPT plans' pipelines, 6 steps each
+def test_gpt_fused_attention_curve(gpu, tmp_path):
+    """A small GPT (2 heads of 16, context 70: two workgroups of queries, partial tiles) trained 6
+    steps with each attention form on the f16 path: every step's loss within 2^-8 relative, the
+    two forms' difference being the three-kernel form's P and dS roundings (one f16 ulp, 2^-11
+    relative, each, on every attention probability and its gradient) carried through 6 updates;
+    measured on lavapipe (native f16): at most 2.9e-5. The same scale trajectory, no skipped step."""
+    from webmp.train.loop import Trainer
+
+    cfg = dict(
+        model="gpt", n_layer=1, d_model=32, n_head=2, context=70, batch_size=2, steps=6, log_every=3,
+        val_tokens=256, lr=3e-3, warmup=0,
+    )  # fmt: skip
+    records = {}
+    for attention in ("fused", "unfused"):
+        t = Trainer(
+            TrainConfig(**cfg, attention=attention),
+            out=tmp_path / attention,
+            gpu=gpu,
+            progress=False,
+            log=None,
+        )
+        entries = {k["entry"] for k in t.plan["kernels"]}
+        assert ("flash_fwd" in entries) == (attention == "fused")
+        t.run()
+        records[attention] = t.records
+    fused, unfused = records["fused"], records["unfused"]
+    assert len(fused) == len(unfused) == 6
+    diffs = [abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(fused, unfused, strict=True)]
+    print("relative loss differences", [f"{d:.2e}" for d in diffs])
+    assert max(diffs) <= 2.0**-8
+    assert [r["scale"] for r in fused] == [r["scale"] for r in unfused]
+    assert not any(r["skipped"] for r in fused + unfused)
 
 
 @pytest.mark.slow  # a second GPT plan's ~100 pipelines per path

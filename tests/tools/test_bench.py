@@ -35,7 +35,16 @@ from webmp.config import TrainConfig
 from webmp.engine.plan import pack_h
 from webmp.engine.runtime import Runtime
 from webmp.engine.state import decode_state
-from webmp.engine.tiles import ROWS_KEY, SMALL_TILES, WEIGHT_FORMS, WEIGHTS_KEY, TileTable, default_tiles
+from webmp.engine.tiles import (
+    ATTENTION_KEY,
+    ROWS_KEY,
+    SMALL_TILES,
+    WEIGHT_FORMS,
+    WEIGHTS_KEY,
+    TileTable,
+    attention_class,
+    default_tiles,
+)
 from webmp.models import build_plan
 from webmp.ops import MATMUL_CORES, ROW_FORMS, core_constants
 from webmp.presets import SIZES
@@ -447,11 +456,15 @@ def test_an_unknown_weights_form_in_the_cache_is_named():
         TileTable({WEIGHTS_KEY: {"form": "sideways"}})
 
 
+def table_classes(gpu) -> dict:
+    return TileTable.for_adapter(gpu.name).by_class
+
+
 def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
     shape = ("fp32", 24, 20, 16, 1, 0)
     report = tune.tune_shapes(gpu, [shape], budget_s=0.5, log=lambda *a: None)
     cls = tune.shape_class(*shape)
-    assert list(report) == [cls, ROWS_KEY, WEIGHTS_KEY] and report[cls]["tried"] >= 1
+    assert list(report) == [cls, ROWS_KEY, WEIGHTS_KEY, ATTENTION_KEY] and report[cls]["tried"] >= 1
     cached = json.loads(tune_cache.read_text())[gpu.name][cls]
     # the row kernels' form: both forms gave the same bits here, the faster is cached
     assert report[ROWS_KEY]["seconds"] is not None and report[ROWS_KEY]["form"] in ROW_FORMS
@@ -463,6 +476,11 @@ def test_tune_caches_per_adapter_and_class(gpu, tune_cache):
     assert TileTable.for_adapter(gpu.name).weights == report[WEIGHTS_KEY]["form"]
     assert TileTable.for_adapter("another adapter").weights == "as_stored"
     assert WEIGHTS_KEY not in TileTable.for_adapter(gpu.name).by_class
+    # the attention's form per attention class (contexts 64 and 256): the faster, timed both ways
+    forms = {c: r["form"] for c, r in report[ATTENTION_KEY].items()}
+    assert sorted(forms) == [attention_class("fp32", 256, 32), attention_class("fp32", 64, 32)]
+    assert all(set(r["seconds"]) == {"fused", "unfused"} for r in report[ATTENTION_KEY].values())
+    assert TileTable.for_adapter(gpu.name).attention == forms and ATTENTION_KEY not in table_classes(gpu)
     assert TileTable.for_adapter(None).for_shape(*shape) == default_tiles(24, 20, 16) == SMALL_TILES
     assert TileTable.for_adapter("another adapter").for_shape(*shape) == SMALL_TILES
     table = TileTable.for_adapter(gpu.name)

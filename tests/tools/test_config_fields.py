@@ -76,6 +76,7 @@ def test_derived_sets_are_the_expected_ones() -> None:
         **dict.fromkeys(
             ("n_layer", "n_head", "d_model", "context", "tie_head", "val_tokens", "recompute"), GPT
         ),
+        "attention": ("gpt", "net"),
     }
     metavars = {n: m.metavar for n, m in FIELD_META.items() if m.metavar}
     assert metavars == {"data": "PATH", "init_weights": "PATH", "model_spec": "FILE.json"}

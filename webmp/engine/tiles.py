@@ -71,7 +71,21 @@ DEFAULT_WEIGHTS = "as_stored"
 # reserved key: what a page reported about its adapter (AdapterInfo.entry), stored by the server under
 # the page's adapter key, so that the page's plans get its class's shipped tiles (a name alone says no class)
 ADAPTER_KEY = "adapter"
-RESERVED_KEYS = (ROWS_KEY, WEIGHTS_KEY, ADAPTER_KEY)
+# reserved key: {attention class (attention_class): "fused" | "unfused"}, which form of causal
+# self-attention measured faster for that shape class (webmp.models.attention_form: the choice of
+# TrainConfig.attention "auto"); the two forms' results differ by rounding (webmp/ops/flash.py)
+ATTENTION_KEY = "attention"
+ATTENTION_FORMS = ("fused", "unfused")
+RESERVED_KEYS = (ROWS_KEY, WEIGHTS_KEY, ADAPTER_KEY, ATTENTION_KEY)
+# WebGPU's default maxStorageBufferBindingSize (128 MiB): what a page's device gets, and the limit a
+# plan is held to unless the table is told its adapter's (TileTable.buffer_limit)
+WEBGPU_MAX_BINDING = 128 * 2**20
+
+
+def attention_class(path: str, T: int, d: int) -> str:
+    """The attention form's shape class: the path (f32 or f16 storage), the context rounded up to a
+    power of two, the head size."""
+    return f"attention/{'fp32' if path == 'fp32' else 'f16'}/T{1 << max(0, T - 1).bit_length()}/d{d}"
 
 
 def _bucket(n: int) -> str:
@@ -109,6 +123,11 @@ class TileTable:
         rows = by_class.pop(ROWS_KEY, None) or {}
         weights = by_class.pop(WEIGHTS_KEY, None) or {}
         by_class.pop(ADAPTER_KEY, None)
+        attention = by_class.pop(ATTENTION_KEY, None) or {}
+        # per attention class the faster form, as the tuner measured it (ATTENTION_KEY)
+        self.attention: dict[str, str] = {c: str(f) for c, f in attention.items() if f in ATTENTION_FORMS}
+        # the largest storage binding the plan's adapter allows (the Trainer sets its GPU's)
+        self.buffer_limit = WEBGPU_MAX_BINDING
         self.by_class = {cls: dict(t) for cls, t in by_class.items()}
         self.adapter = adapter
         self.shipped = shipped

@@ -44,6 +44,7 @@ from ..engine.tiles import TileTable
 from ..nn.gpt import gpt_names, gpt_network
 from ..nn.layers import CausalSelfAttention, Layer, ParamShape
 from ..nn.network import Residual
+from .attention_form import attention_form
 from .common import Init, ModelBuilder, Param, check_params
 from .net_nodes import Node, ResidualNode
 from .net_sample import TOKENS_PER_SUBMIT, build_net_sample_plan
@@ -152,13 +153,18 @@ def gpt_buffers(n_layer: int, n_head: int, shared_blocks: bool = False) -> dict[
     "blocks"): every block's values but the residual stream (x_mid, x) are block 0's buffers."""
     L = n_layer
     names = {"layers.0.y": "X0", "d_X0": "dln"}
-    names |= {f"attention_S_h{n_head}": "S", f"attention_dS_h{n_head}": "dS"}
+    names |= {
+        f"attention_S_h{n_head}": "S",
+        f"attention_dS_h{n_head}": "dS",
+        f"attention_Dsum_h{n_head}": "Dsum",
+    }
     for l in range(L):
         att, mlp = f"layers.{1 + 2 * l}.layers", f"layers.{2 + 2 * l}.layers"
         b = 0 if shared_blocks else l  # the block whose buffers hold block l's values
         names |= {
             f"{att}.0.y": f"a{b}", f"{att}.0.stats": f"ln1_stats{b}", f"{att}.1.qkv": f"qkv{b}",
-            f"{att}.1.P": f"P{b}", f"{att}.1.O": f"O{b}", f"{att}.1.y": f"x_mid{l}",
+            f"{att}.1.P": f"P{b}", f"{att}.1.lse": f"lse{b}", f"{att}.1.O": f"O{b}",
+            f"{att}.1.y": f"x_mid{l}",
             f"d_{att}.1.O": "dO", f"d_{att}.1.qkv": "dqkv",
             f"{mlp}.0.y": f"m{b}", f"{mlp}.0.stats": f"ln2_stats{b}", f"{mlp}.1.y": f"z{b}",
             f"{mlp}.3.y": f"x{l}",
@@ -188,13 +194,17 @@ class GPTNet(TokenNet):
         self.given = params
         self.recompute = cfg.recompute == "blocks"
         self.names = gpt_names(L, cfg.tie_head) | gpt_buffers(L, H, self.recompute)
+        # every block's attention takes the same form (AttentionNode.form decides the same)
+        self.attention, self.attention_why = attention_form(
+            cfg.attention, mb.tiles, mb.path, mb.local_batch, cfg.context, H, D // H
+        )
         super().__init__(mb, gpt_network(V, D, L, H, cfg.context, cfg.tie_head), corpus)
         self.declare()
 
     def declare(self) -> None:
         """The activations and backward deltas, in the GPT's order (the nodes find them declared)."""
         pb, R, D, T, V, L = self.pb, self.R, self.D, self.T, self.V, self.L
-        scores = (self.Bt * self.H * T, T)
+        scores, fused = (self.Bt * self.H * T, T), self.attention == "fused"
         pb.h("X0", R, D)
         for l in range(L):
             own = l == 0 or not self.recompute  # with recompute, the blocks share block 0's values
@@ -202,7 +212,10 @@ class GPTNet(TokenNet):
                 pb.h(f"a{l}", R, D)
                 pb.f32(f"ln1_stats{l}", (R, 2), "activations")
                 pb.h(f"qkv{l}", R, 3 * D)
-                pb.h(f"P{l}", *scores)
+                if fused:
+                    pb.f32(f"lse{l}", (scores[0],), "activations")
+                else:
+                    pb.h(f"P{l}", *scores)
                 pb.h(f"O{l}", R, D)
             pb.h(f"x_mid{l}", R, D)
             if own:
@@ -210,7 +223,8 @@ class GPTNet(TokenNet):
                 pb.f32(f"ln2_stats{l}", (R, 2), "activations")
                 pb.h(f"z{l}", R, 4 * D)
             pb.h(f"x{l}", R, D)
-        pb.f32("S", scores, "activations")  # scores; dP in the backward pass
+        if not fused:
+            pb.f32("S", scores, "activations")  # scores; dP in the backward pass
         pb.h("xf", R, D)
         pb.f32("lnf_stats", (R, 2), "activations")
         pb.f32("logits", (R, V), "activations")
@@ -221,7 +235,10 @@ class GPTNet(TokenNet):
         pb.h("dlogits", R, V)
         for name, cols in (("dx", D), ("dY", D), ("dln", D), ("dO", D), ("dqkv", 3 * D), ("dz", 4 * D)):
             pb.h(name, R, cols)
-        pb.h("dS", *scores)
+        if fused:
+            pb.f32("Dsum", (scores[0],), "activations")
+        else:
+            pb.h("dS", *scores)
         pb.u32("spans", (V, 2), "activations")
         pb.u32("order", (R,), "activations")
 
@@ -242,7 +259,8 @@ class GPTNet(TokenNet):
 
     def block_deltas(self, l: int) -> list[tuple[str, str]]:
         """The lens's layers of block l: the backward deltas every block writes into shared buffers."""
-        return [(f"{n} (block {l})", n) for n in ("dz", "dqkv", "dO", "dS")]
+        deltas = ("dz", "dqkv", "dO") if self.attention == "fused" else ("dz", "dqkv", "dO", "dS")
+        return [(f"{n} (block {l})", n) for n in deltas]
 
     def lens_layers(self) -> list[tuple[str, str]]:
         """The gradient-range lens's layers: dlogits, dx after the step (the embeddings' gradient,

@@ -51,6 +51,7 @@ from ..engine.plan import PLAN_FORMAT, SamplePlan, SampleRun, SampleSpec, memory
 from ..engine.tiles import ROW_TILES, Tiles, TileTable
 from ..nn import layers as L
 from ..nn.network import Network, ParamShape
+from .attention_form import scores_bytes
 from .common import Init, ModelBuilder, Param, check_params
 from .net_nodes import Node, Value
 from .net_seq import AttentionNode, EmbeddingNode, TokenNet
@@ -329,6 +330,16 @@ class RowAttentionNode(AttentionNode):
     rows the window would hold too, or stale ones never weighted), the output projection."""
 
     g: SampleNet
+
+    def form(self) -> str:
+        """The window's attention: the three-kernel form, whose softmax row the row pass repeats bit
+        for bit (attn_softmax_row), unless its S would not fit the adapter (then fused, and the
+        row pass's logits are the window's up to the forms' rounding): TrainConfig.attention "auto"
+        without the tune cache's choice."""
+        att = self.shape()
+        B, T, H, d = att["B"], att["T"], att["H"], att["d"]
+        fits = scores_bytes(B, T, H) <= self.mb.tiles.buffer_limit
+        return "unfused" if fits or ops.flash_supported(T, H, d, B) else "fused"
 
     def forward(self, x, program, flags, training):
         if not self.mb.one_row:

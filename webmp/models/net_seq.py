@@ -12,7 +12,10 @@ the embedding and the attention are the gpt's kernels:
   AttentionNode   the gpt block's attention half: qkv = x Wqkv + b, scores, causal softmax, PV,
                   y = O Wproj + b; backward dv, dp, softmax backward, dq, dk, and dx = dqkv Wqkvᵀ.
                   The scores S (f32, reused for dP in the backward pass) and dS are shared by the
-                  attention layers of the same head count; qkv, P and O are kept per layer.
+                  attention layers of the same head count; qkv, P and O are kept per layer. In the
+                  fused form (TrainConfig.attention, webmp.models.attention_form) flash_attention_fwd
+                  and flash_attention_bwd instead: no [B*H*T, T] buffer, per layer qkv, O and the
+                  row log-sum-exp lse (f32 [B*H*T]) kept, Dsum (f32 [B*H*T]) shared.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ..engine.plan import EvalSpec, Plan
 from ..engine.tiles import TileTable
 from ..nn import layers as L
 from ..nn.network import Network
+from .attention_form import attention_form
 from .common import EVAL, EVAL_FLAGS, ModelBuilder, Param, replayed
 from .net import Net
 from .net_nodes import Node, Value
@@ -241,6 +245,11 @@ class AttentionNode(Node):
         H = self.layer.heads  # type: ignore[attr-defined]
         return {"B": self.g.Bt, "T": T, "H": H, "d": D // H}
 
+    def form(self) -> str:
+        """The form this layer takes, "fused" or "unfused" (attention_form of TrainConfig.attention)."""
+        mb = self.mb
+        return attention_form(mb.cfg.attention, mb.tiles, mb.path, **self.shape())[0]
+
     def square(self, name: str, h: bool) -> str:
         """The [B*H*T, T] buffer `name` of this head count (S f32, dS h), shared by such layers."""
         att = self.shape()
@@ -261,6 +270,15 @@ class AttentionNode(Node):
         g, mb, att, D = self.g, self.mb, self.shape(), x.cols
         qkv = g.act(f"{self.path}.qkv", x.rows, 3 * D)
         self.project(program, x.buffer, "qkv", qkv, x.rows, 3 * D, D, flags)
+        if self.form() == "fused":
+            lse, O = (
+                g.f32(f"{self.path}.lse", (att["B"] * att["H"] * att["T"],)),
+                g.act(f"{self.path}.O", x.rows, D),
+            )
+            ops.flash_attention_fwd(self.pb, program, qkv=qkv, O=O, lse=lse, flags=flags, **att)
+            y = self.out(x)
+            self.project(program, O, "proj", y.buffer, x.rows, D, D, flags)
+            return y, (qkv, lse, O)
         S, P = self.square("S", h=False), g.act(f"{self.path}.P", att["B"] * att["H"] * att["T"], att["T"])
         mb.attention_matmul(program, "scores", qkv=qkv, S=S, flags=flags, **att)
         ops.attn_softmax_fwd(self.pb, program, S=S, P=P, flags=flags, rows=mb.rows, **att)
@@ -281,11 +299,26 @@ class AttentionNode(Node):
 
     def backward(self, x, y, saved, dy, program, need_dx):
         g, mb, pb, att, R, D = self.g, self.mb, self.pb, self.shape(), x.rows, x.cols
-        qkv, P, O = saved
+        qkv, kept, O = saved  # kept: P (unfused) or lse (fused)
         self.weight_grad(program, "proj", O, dy.buffer, D, D, R)
         dO = g.act(f"d_{self.path}.O", R, D)
         Wproj, tb = g.transposed(program, self.params["proj.weight"])
         mb.matmul(program, "matmul_plain", A=dy.buffer, B=Wproj, C=dO, M=R, N=D, K=D, trans_b=tb)
+        if self.form() == "fused":
+            dqkv, Dsum = (
+                g.act(f"d_{self.path}.qkv", R, 3 * D),
+                g.f32(f"attention_Dsum_h{att['H']}", (R * att["H"],)),
+            )
+            ops.flash_attention_bwd(pb, program, qkv=qkv, O=O, dO=dO, lse=kept, Dsum=Dsum, dqkv=dqkv, **att)
+        else:
+            dqkv = self.unfused_backward(program, saved, dO)
+        return self.input_grads(program, x, dqkv, need_dx)
+
+    def unfused_backward(self, program: str, saved: tuple[str, str, str], dO: str) -> str:
+        """dqkv from the kept qkv and P and dO: dv, dp, the softmax backward, dq, dk."""
+        g, mb, pb, att = self.g, self.mb, self.pb, self.shape()
+        qkv, P, _ = saved
+        R, D = att["B"] * att["T"], att["H"] * att["d"]
         dqkv, dP, dS = (
             g.act(f"d_{self.path}.qkv", R, 3 * D),
             self.square("S", h=False),
@@ -296,6 +329,11 @@ class AttentionNode(Node):
         ops.attn_softmax_bwd(pb, program, P=P, dP=dP, dS=dS, rows=mb.rows, **att)
         mb.attention_matmul(program, "dq", dS=dS, qkv=qkv, dqkv=dqkv, **att)
         mb.attention_matmul(program, "dk", dS=dS, qkv=qkv, dqkv=dqkv, **att)
+        return dqkv
+
+    def input_grads(self, program: str, x: Value, dqkv: str, need_dx: bool) -> Value | None:
+        """The qkv projection's weight gradient and, with need_dx, dx = dqkv Wqkvᵀ."""
+        g, mb, R, D = self.g, self.mb, x.rows, x.cols
         self.weight_grad(program, "qkv", x.buffer, dqkv, D, 3 * D, R)
         if not need_dx:
             return None

@@ -36,6 +36,15 @@ from .data import gather_eval, gather_train, gather_windows, gather_windows_eval
 from .elementwise import act_bwd, act_fwd, dropout_bwd, dropout_fwd
 from .embed import add_h, embed_fwd, embed_wgrad, round_h, token_rows, transpose_h
 from .eval import eval_count, eval_loss_chunk, eval_loss_total, eval_next_chunk, eval_reset
+from .flash import (
+    FLASH_MAX_HEAD,
+    flash_attention_bwd,
+    flash_attention_fwd,
+    flash_bwd_dot,
+    flash_bwd_grads,
+    flash_supported,
+    flash_tile,
+)
 from .formats import FP8_BUFFERS, cast_formats, decode_formats, fp8_cast, fp8_cast_weights, fp8_scales
 from .matmuls import (
     H_OUT_VARIANTS,
@@ -90,6 +99,7 @@ from .sample import (
 __all__ = [
     "ACT_CODES",
     "ATTENTION_PRODUCTS",
+    "FLASH_MAX_HEAD",
     "GRAD_HIST_E_MAX",
     "GRAD_HIST_E_MIN",
     "GRAD_HIST_MAX_BUCKETS",
@@ -127,6 +137,12 @@ __all__ = [
     "dropout_bwd",
     "dropout_fwd",
     "embed_fwd",
+    "flash_attention_bwd",
+    "flash_attention_fwd",
+    "flash_bwd_dot",
+    "flash_bwd_grads",
+    "flash_supported",
+    "flash_tile",
     "embed_wgrad",
     "cast_formats",
     "decode_formats",

@@ -25,6 +25,7 @@ from ..engine.runtime import GPU, Runtime, default_gpu, gpu_for_rank
 from ..engine.state import decode_records
 from ..engine.tiles import TileTable, plan_classes
 from ..models import build_plan, network_of
+from ..models.attention_form import plan_attention
 from .checkpoint import (
     TENSORS,
     checkpoint_buffers,
@@ -153,8 +154,9 @@ class Trainer:
         self.gpu = gpu or (default_gpu() if self.world.size == 1 else gpu_for_rank(self.world.rank))
         self.path = resolve_f16_path(cfg.precision, cfg.f16, self.gpu.has_f16)
         # the tune cache's choices, else the adapter class's shipped ones, else the defaults
-        self.tiles = tiles or TileTable.for_adapter(self.gpu.name, self.gpu.info)
+        self.tiles = self._limited(tiles or TileTable.for_adapter(self.gpu.name, self.gpu.info))
         self.tuning = self._first_use_tuning(tuner)
+        self.tiles = self._limited(self.tiles)
         self.f16_description = describe_f16(self.path, cfg.f16, cfg.precision)
         self.plan, blob = self._build_plan()
         self.step = self.resume.step if self.resume is not None else 0
@@ -171,6 +173,12 @@ class Trainer:
         self.skipped_total = 0
         self.warned_min_scale = False
         self.wall = 0.0
+
+    def _limited(self, tiles: TileTable) -> TileTable:
+        """The table told this adapter's largest buffer (what TrainConfig.attention "auto" reads)."""
+        limits = self.gpu.limits
+        tiles.buffer_limit = min(limits.get("maxStorageBufferBindingSize", 0), limits.get("maxBufferSize", 0))
+        return tiles
 
     def _first_use_tuning(self, tuner: Tuner | None) -> str | None:
         """Runs `tuner` on this run's shape classes (a dry plan's) and takes its table; the line
@@ -343,6 +351,9 @@ class Trainer:
         if self.tuning is not None:
             self.log(f"webmp: first-use tuning: {self.tuning}")
         self.log(f"webmp: matmul tiles: {self.tiles.describe(plan_classes(self.plan))}")
+        attention = plan_attention(self.plan, cfg, self.tiles, self.path, self.world.size)
+        if attention is not None:
+            self.log(attention)
         if self.world.size > 1:
             n = self.world.size
             self.log(

@@ -17,11 +17,23 @@ from typing import Any
 import numpy as np
 
 from ..engine.plan import PlanBuilder, pack_h
-from ..engine.tiles import DEFAULT_ROWS, DEFAULT_WEIGHTS, ROWS_KEY, WEIGHT_FORMS, WEIGHTS_KEY, TileTable
+from ..engine.tiles import (
+    ATTENTION_KEY,
+    DEFAULT_ROWS,
+    DEFAULT_WEIGHTS,
+    ROWS_KEY,
+    WEIGHT_FORMS,
+    WEIGHTS_KEY,
+    TileTable,
+)
 from ..ops import (
     ROW_FORMS,
+    attention_matmul,
+    attention_shape,
     attn_softmax_bwd,
     attn_softmax_fwd,
+    flash_attention_bwd,
+    flash_attention_fwd,
     layernorm_bwd,
     layernorm_fwd,
     matmul,
@@ -98,6 +110,67 @@ def weight_forms(
     tiles = table.for_shape(path, M, N, K, 0, 0)
     matmul(pb, transposed, "matmul_plain", B=w + "Wt", C=out["transposed"], tiles=tiles, **dims)
     return FormSpec(WEIGHTS_KEY, DEFAULT_WEIGHTS, {form: [name] for form, name in out.items()})
+
+
+def attention_forms(
+    pb: PlanBuilder, table: TileTable, B: int = 16, T: int = 64, H: int = 4, d: int = 32, seed: int = 0
+) -> FormSpec:
+    """Causal self-attention forward and backward at the default GPT's shape (context T), both ways
+    (tiles.ATTENTION_FORMS): "unfused" the three-kernel form (the products on the tiles `table`
+    gives their classes, the row kernels in its form), "fused" flash_attention_fwd / _bwd. Their
+    outputs differ by rounding (webmp/ops/flash.py), so the choice is the faster (faster_attention)."""
+    path, w = pb.path, f"{ATTENTION_KEY}:"
+    rng = np.random.default_rng(seed)
+    R, D, rows = B * T, H * d, B * H * T
+    pb.h(w + "qkv", R, 3 * D, init=pack_h(rng.standard_normal((R, 3 * D)), path))
+    pb.h(w + "dO", R, D, init=pack_h(rng.standard_normal((R, D)), path))
+    att: dict[str, Any] = dict(B=B, T=T, H=H, d=d)
+    outputs = {}
+    for form in ("unfused", "fused"):
+        program, o = f"{ATTENTION_KEY}:{form}", {k: f"{w}{k}_{form}" for k in ("O", "dqkv")}
+        pb.h(o["O"], R, D)
+        pb.h(o["dqkv"], R, 3 * D)
+        if form == "fused":
+            lse, Dsum = pb.f32(w + "lse", (rows,), "activations"), pb.f32(w + "Dsum", (rows,), "activations")
+            flash_attention_fwd(pb, program, qkv=w + "qkv", O=o["O"], lse=lse, **att)
+            flash_attention_bwd(
+                pb, program, qkv=w + "qkv", O=o["O"], dO=w + "dO", lse=lse, Dsum=Dsum, dqkv=o["dqkv"], **att
+            )
+        else:
+            _unfused_attention(pb, program, table, w, o, att)
+        outputs[form] = list(o.values())
+    return FormSpec(ATTENTION_KEY, "unfused", outputs)
+
+
+def _unfused_attention(pb: PlanBuilder, program: str, table: TileTable, w: str, o: dict, att: dict) -> None:
+    """attention_forms' three-kernel program: scores, softmax, values; dv, dp, softmax backward, dq, dk."""
+    path, T, d, rows = pb.path, att["T"], att["d"], att["B"] * att["H"] * att["T"]
+    S, P, dS = pb.f32(w + "S", (rows, T), "activations"), pb.h(w + "P", rows, T), pb.h(w + "dS", rows, T)
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("scores", {"qkv": w + "qkv", "S": S}),
+        ("softmax_fwd", {}),
+        ("values", {"P": P, "qkv": w + "qkv", "O": o["O"]}),
+        ("dv", {"P": P, "dO": w + "dO", "dqkv": o["dqkv"]}),
+        ("dp", {"dO": w + "dO", "qkv": w + "qkv", "dP": S}),
+        ("softmax_bwd", {}),
+        ("dq", {"dS": dS, "qkv": w + "qkv", "dqkv": o["dqkv"]}),
+        ("dk", {"dS": dS, "qkv": w + "qkv", "dqkv": o["dqkv"]}),
+    ]
+    for variant, bufs in steps:
+        if variant == "softmax_fwd":
+            attn_softmax_fwd(pb, program, S=S, P=P, rows=table.row_kernels, **att)
+        elif variant == "softmax_bwd":
+            attn_softmax_bwd(pb, program, P=P, dP=S, dS=dS, rows=table.row_kernels, **att)
+        else:
+            tiles = table.for_shape(path, *attention_shape(variant, T, d))
+            attention_matmul(pb, program, variant, tiles=tiles, **bufs, **att)
+
+
+def faster_attention(seconds: Mapping[str, float]) -> dict:
+    """{"form", "seconds"}: the faster attention form. Unlike the other forms' rule, their outputs
+    are not compared bit for bit: they differ by rounding by design, and each is checked against
+    float64 by the tests (tests/kernels/test_flash.py)."""
+    return {"form": min(seconds, key=lambda f: seconds[f]), "seconds": dict(seconds)}
 
 
 def same_outputs(outputs: Mapping[str, Sequence[bytes]]) -> bool:

@@ -20,10 +20,26 @@ from ..data.tables import load_digits
 from ..engine.adapters import shipped_tiles
 from ..engine.plan import Plan, PlanBuilder, resolve_f16_path
 from ..engine.runtime import Runtime, default_gpu
-from ..engine.tiles import ROWS_KEY, WEIGHTS_KEY, Tiles, TileTable, shape_class
+from ..engine.tiles import (
+    ATTENTION_KEY,
+    ROWS_KEY,
+    WEIGHTS_KEY,
+    Tiles,
+    TileTable,
+    attention_class,
+    shape_class,
+)
 from ..engine.tune_cache import cache_path, load_cache, update_cache
 from ..models import build_plan
-from .form_cases import FormSpec, faster_form, row_forms, same_outputs, weight_forms
+from .form_cases import (
+    FormSpec,
+    attention_forms,
+    faster_attention,
+    faster_form,
+    row_forms,
+    same_outputs,
+    weight_forms,
+)
 from .matmul_cases import MatmulSpec, candidates
 
 
@@ -157,6 +173,24 @@ def tune_rows(gpu, path: str, log=print) -> dict:
     return tune_form(FormCase(gpu, path, row_forms), log)
 
 
+def tune_attention(gpu, path: str, table: TileTable, contexts=(64, 256), log=print) -> dict:
+    """{attention class: faster_attention's choice} for the default GPT's attention (batch 16, 4
+    heads of 32) at each context of `contexts`, the three-kernel form on `table`'s tiles and row
+    form (tune those first)."""
+    report = {}
+    for T in contexts:
+        case = FormCase(gpu, path, attention_forms, table=table, T=T)
+        choice = faster_attention(case.seconds(reps=1, rounds=2))
+        cls = attention_class(path, T, 32)
+        log(
+            f"tune {cls}: "
+            + ", ".join(f"{f} {1e3 * s:.1f} ms" for f, s in choice["seconds"].items())
+            + f" -> {choice['form']}"
+        )
+        report[cls] = choice
+    return report
+
+
 def tune_weights(gpu, path: str, table: TileTable, log=print) -> dict:
     """How the GPT's backward pass reads its weights (form_cases.weight_forms, with the tiles
     `table` gives), default "as_stored"."""
@@ -268,11 +302,11 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     """tune_classes over the shapes, every class's winner stored in the cache under gpu.name; then
     the row kernels' form (tune_rows, on the first shape's path), stored under ROWS_KEY, and how the
     GPT's backward pass reads its weights (tune_weights, with the tiles tuned so far), under
-    WEIGHTS_KEY.
+    WEIGHTS_KEY, and the attention's form per attention class (tune_attention), under ATTENTION_KEY.
     A shape is (path, M, N, K, trans_a, trans_b) or plan_shapes' with its batch: a batched product
     is timed batched, as the plan dispatches it (one batch-head alone is bound by the dispatch).
     Returns {class: {"tiles", "gflops", "default_gflops", "tried"}, ROWS_KEY: tune_rows's,
-    WEIGHTS_KEY: tune_weights's}."""
+    WEIGHTS_KEY: tune_weights's, ATTENTION_KEY: tune_attention's}."""
     order = classes_of(shapes)
     report: dict[str, Any] = tune_classes(gpu, shapes, budget_s, log)
     mine = dict(load_cache().get(gpu.name, {}))  # what the weights' pass tunes with
@@ -285,6 +319,10 @@ def tune_shapes(gpu, shapes, budget_s: float = 20.0, log=print) -> dict:
     weights = tune_weights(gpu, path, TileTable(mine, gpu.name, untuned_table(gpu).shipped), log)
     tuned[WEIGHTS_KEY] = {"form": weights["form"]}
     report[WEIGHTS_KEY] = weights
+    mine[WEIGHTS_KEY] = tuned[WEIGHTS_KEY]
+    attention = tune_attention(gpu, path, TileTable(mine, gpu.name, untuned_table(gpu).shipped), log=log)
+    tuned[ATTENTION_KEY] = {cls: r["form"] for cls, r in attention.items()}
+    report[ATTENTION_KEY] = attention
     update_cache(gpu.name, tuned)  # keeps other passes' entries
     return report
 

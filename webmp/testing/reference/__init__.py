@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ...models.gpt import gpt_decays, gpt_init, gpt_param_shapes
 from .conv import avgpool_bwd, avgpool_fwd, col2im, im2col, maxpool_bwd, maxpool_fwd, window_rows
+from .flash import flash_attention, flash_bwd_error, flash_fwd_error, stored, unfused_attention_error
 from .gpt import gpt_eval_loss, gpt_loss_and_grads
 from .kernels import (
     F16_MAX,
@@ -128,6 +129,9 @@ __all__ = [
     "embed_wgrad",
     "embed_wgrad_f32",
     "eval_count",
+    "flash_attention",
+    "flash_bwd_error",
+    "flash_fwd_error",
     "gather_windows",
     "gather_windows_eval",
     "gpt_decays",
@@ -157,15 +161,17 @@ __all__ = [
     "sample_draw",
     "sample_draw_bound",
     "sample_probs",
-    "sample_uniform",
     "sample_row_put",
     "sample_row_take",
+    "sample_uniform",
     "sample_window",
     "scaler_step",
     "softmax_xent",
     "softmax_xent_error",
     "store_error",
     "store_tiny",
+    "stored",
     "token_rows",
+    "unfused_attention_error",
     "window_rows",
 ]

@@ -29,6 +29,7 @@ from .kernels import (
     attn_merge,
     attn_softmax_bwd,
     attn_softmax_fwd,
+    causal,
     layernorm_bwd,
     layernorm_fwd,
     layernorm_wgrad,
@@ -53,6 +54,7 @@ def gpt_loss_and_grads(
     loss_scale: float = 1.0,
     eps: float = 1e-5,
     grads: bool = True,
+    fused_attention: bool = False,
 ):
     """(loss, grads, cache) of the character GPT on idx, targets [B, T] (ints), in float64.
 
@@ -93,8 +95,12 @@ def gpt_loss_and_grads(
       15. the residual stream's gradient after each branch: dx = rnd(dx + rnd(LN input grad));
       16. weight gradients (A^T dZ, column sums, LN wgrads, embedding sums) exact, from the stored
           operands (f32 accumulators).
+    fused_attention: the fused kernels' rounding points (webmp/ops/flash.py) instead of 5., 6. and
+    14.'s: P and dS never stored (exact), O = rnd(P @ V), dS = P (dP - rowsum(dO * O)) * attn_scale
+    with O as stored, dqkv = rnd([dS K | dS^T Q | P^T dO]).
     """
     gpt = GPTValues(params, idx, n_head, store, attn_scale, eps)
+    gpt.fused = fused_attention
     labels = np.asarray(targets, np.int64).reshape(gpt.R)
     n_rows = int((labels != NO_LABEL).sum()) if counted is None else int(counted)
     n_rows = max(n_rows, 1)
@@ -126,6 +132,7 @@ class GPTValues:
             raise ValueError(f"D = {self.D} is not a multiple of n_head = {self.H}")
         self.d = self.D // self.H
         self.sc = 1.0 / math.sqrt(self.d) if attn_scale is None else float(attn_scale)
+        self.fused = False  # the fused attention's rounding points (gpt_loss_and_grads)
 
     def rnd(self, v):
         """v as stored in the activation format (unchanged when exact)."""
@@ -177,7 +184,8 @@ def block_forward(gpt: GPTValues, l: int, x: np.ndarray) -> dict:
     c["qkv"] = qkv = rnd(a @ wcopy(f"Wqkv{l}") + p64(f"bqkv{l}"))
     q, k, v = (gpt.heads(qkv, i) for i in range(3))
     c["S"] = S = q @ transposed(k)
-    c["P"] = P = rnd(attn_softmax_fwd(S, gpt.sc))
+    P = attn_softmax_fwd(S, gpt.sc)
+    c["P"] = P = P if gpt.fused else rnd(P)
     c["O"] = O = rnd(attn_merge(P @ v))
     y = rnd(O @ wcopy(f"Wo{l}") + p64(f"bo{l}"))
     c["x_mid"] = x = rnd(x + y)
@@ -236,7 +244,11 @@ def block_backward(gpt: GPTValues, l: int, c: dict, dx: np.ndarray, g: dict) -> 
     q, k, v = (gpt.heads(c["qkv"], i) for i in range(3))
     P, gO = c["P"], gpt.heads(dO)
     c["dP"] = dP = gO @ transposed(v)
-    c["dS"] = dS = rnd(attn_softmax_bwd(P, dP, gpt.sc))
+    if gpt.fused:  # rowsum(dP * P) as dO . O from the stored O
+        D = (gO * gpt.heads(c["O"])).sum(-1, keepdims=True)
+        c["dS"] = dS = np.where(causal(gpt.T), P * (dP - D) * gpt.sc, 0.0)
+    else:
+        c["dS"] = dS = rnd(attn_softmax_bwd(P, dP, gpt.sc))
     c["dqkv"] = dqkv = rnd(attn_merge(dS @ k, transposed(dS) @ q, transposed(P) @ gO))
     g[f"Wqkv{l}"], g[f"bqkv{l}"] = c["a"].T @ dqkv, dqkv.sum(0)
     c["da"] = da = rnd(dqkv @ wcopy(f"Wqkv{l}").T)

@@ -1,0 +1,68 @@
+"""Which form of causal self-attention a plan takes (TrainConfig.attention): the three-kernel form
+(webmp/ops/attention.py, the scores and probabilities as [B*H*T, T] buffers) or the fused one
+(webmp/ops/flash.py: no [T, T] buffer, P recomputed in the backward pass)."""
+
+from __future__ import annotations
+
+from ..config import TrainConfig
+from ..engine.plan import Plan
+from ..engine.tiles import TileTable, attention_class
+from ..ops import flash_supported
+
+
+def scores_bytes(B: int, T: int, H: int) -> int:
+    """The three-kernel form's largest buffer: S, f32 [B*H*T, T]."""
+    return 4 * B * H * T * T
+
+
+def attention_form(
+    choice: str, tiles: TileTable, path: str, B: int, T: int, H: int, d: int
+) -> tuple[str, str]:
+    """("fused" or "unfused", why) for `choice` (TrainConfig.attention) and B windows of T positions,
+    H heads of size d. auto: fused where S would exceed the adapter's largest binding
+    (tiles.buffer_limit) or where the tune cache measured fused faster for the attention class
+    (tiles.attention), else the three-kernel form. ValueError when fused is asked for a shape the
+    fused kernels cannot run."""
+    why_not = flash_supported(T, H, d, B)
+    if choice == "fused":
+        if why_not:
+            raise ValueError(f"attention fused: {why_not}")
+        return "fused", "asked for (--attention fused)"
+    if choice == "unfused":
+        return "unfused", "asked for (--attention unfused)"
+    if choice != "auto":
+        raise ValueError(f"attention must be auto, fused or unfused, not {choice!r}")
+    need, limit = scores_bytes(B, T, H), tiles.buffer_limit
+    if need > limit and not why_not:
+        return "fused", (
+            f"the three-kernel form's scores S would take {need} bytes, above this adapter's "
+            f"maxStorageBufferBindingSize {limit}"
+        )
+    cls = attention_class(path, T, d)
+    if tiles.attention.get(cls) == "fused" and not why_not:
+        return "fused", f"the tune cache measured it faster for {cls}"
+    if tiles.attention.get(cls) == "unfused":
+        return "unfused", f"the tune cache measured it faster for {cls}"
+    return "unfused", "the default"
+
+
+def describe_attention(form: str, why: str) -> str:
+    """The run log's line."""
+    name = "fused (flash-style)" if form == "fused" else "three-kernel (S, P, PV)"
+    return f"webmp: attention: {name}: {why}"
+
+
+def plan_attention(plan: Plan, cfg: TrainConfig, tiles: TileTable, path: str, world: int = 1) -> str | None:
+    """The run log's line on the plan's attention form and why (None: the plan has no attention)."""
+    entries = {k["entry"] for k in plan["kernels"]}
+    fused = "flash_fwd" in entries
+    if not fused and not entries & {"attn_softmax_fwd", "attn_softmax_fwd_thread"}:
+        return None
+    if cfg.model == "gpt":
+        H = cfg.n_head
+        _, why = attention_form(
+            cfg.attention, tiles, path, cfg.batch_size // world, cfg.context, H, cfg.d_model // H
+        )
+    else:
+        why = f"--attention {cfg.attention}"
+    return describe_attention("fused" if fused else "unfused", why)
