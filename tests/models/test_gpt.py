@@ -38,6 +38,7 @@ from webmp.testing import reference as ref
 V, D, H, L, T, BATCH = 11, 12, 2, 2, 7, 3
 TOL_STORED = {"native": 2.0**-9, "emulated": 2.0**-9, "fp32": 2.0**-16}
 TOL_EXACT = {"native": 2.0**-5, "emulated": 2.0**-5, "fp32": 2.0**-14}
+FP8_TOL = 2.0**-6
 MEASURED_STORED: dict[str, float] = {}
 MEASURED_EXACT: dict[str, float] = {}
 
@@ -135,6 +136,44 @@ def test_gpt_gradients_fused_attention(path, gpu):
     assert max(stored.values()) <= TOL_STORED[path], f"{path}: normwise errors {stored}"
     assert max(exact.values()) <= TOL_EXACT[path], f"{path}: normwise errors {exact}"
     assert abs(loss - loss_s) <= TOL_STORED[path] * loss_s
+
+
+def test_gpt_gradients_fp8():
+    """--precision fp8: every block's four products (qkv, the attention's output projection, the MLP's
+    two) on fp8 operands, at scales written into fp8_scale before the step, against the float64
+    reference rounded to bf16 where the engine stores and quantised where it casts (fp8=). An f32
+    sum within f32 error of a bf16 or fp8 boundary can flip one value (one fp8 step is 2^-3 of an
+    E4M3 value, 2^-2 of an E5M2 one), and later stages carry a flip along, so the bound is looser
+    than the f16 paths' TOL_STORED: FP8_TOL, measured against the same step without the casts."""
+    from webmp.engine.runtime import default_gpu
+    from webmp.models.gpt import build_gpt_plan
+    from webmp.testing.probe import cached_runtime
+
+    corpus, params = tiny_corpus(), tiny_params(True)
+    cfg = TrainConfig(
+        model="gpt", batch_size=BATCH, precision="fp8", log_every=1, steps=10, warmup=0,
+        schedule="constant", n_layer=L, n_head=H, d_model=D, context=T,
+    )  # fmt: skip
+    plan, blob = build_gpt_plan(cfg, corpus, "bf16", params=params)
+    names = [f"{w}{l}" for l in range(L) for w in ("Wqkv", "Wo", "W1", "W2")]
+    assert len(plan["fp8"]["layers"]) == len(names)
+    exps = {w: (3 + i % 2, 4, 12 + i % 3) for i, w in enumerate(names)}  # input, weight, grad
+    rt = cached_runtime(plan, blob, default_gpu())
+    rt.write("fp8_scale", np.array([e for w in names for e in exps[w]], np.int32).tobytes())
+    rt.run("train_step")
+
+    def read(name, shape):
+        return np.frombuffer(rt.read(name), np.float32)[: int(np.prod(shape))].reshape(shape)
+
+    grads = {p["name"]: read(p["grad"], p["shape"]).astype(np.float64) for p in plan["params"]}
+    idx, targets = ref.gather_windows(corpus.train, 0, BATCH, T, cfg.seed)
+    idx, targets = idx.reshape(BATCH, T), targets.reshape(BATCH, T)
+    kw = dict(n_layer=L, n_head=H, tie_head=True, store="bf16", attn_scale=ops.attention_scale(D // H))
+    _, want, _ = ref.gpt_loss_and_grads(params, idx, targets, fp8=exps, **kw)
+    _, plain, _ = ref.gpt_loss_and_grads(params, idx, targets, **kw)
+    err, contrast = max(worst_relative(grads, want).values()), max(worst_relative(grads, plain).values())
+    print(f"fp8 gpt: vs quantised {err:.3g}, vs unquantised {contrast:.3g}")
+    assert err <= FP8_TOL and contrast > 4 * FP8_TOL
 
 
 def test_gpt_plan_at_context_1024_has_no_square_buffer():

@@ -347,7 +347,7 @@ class RowAttentionNode(AttentionNode):
         g, pb, att, D = self.g, self.pb, self.shape(), x.cols
         T, H, d = att["T"], att["H"], att["d"]
         qkv = g.act(f"{self.path}.qkv", 1, 3 * D)
-        self.project(program, x.buffer, "qkv", qkv, 1, 3 * D, D, flags)
+        self.project(program, x.buffer, "qkv", qkv, 1, 3 * D, D, flags, False)
         with g.window():
             cache = g.act(f"{self.path}.qkv", T, 3 * D)
         ops.sample_row_put(pb, program, seq_len="seq_len", X=qkv, Y=cache, T=T, cols=3 * D)
@@ -365,5 +365,5 @@ class RowAttentionNode(AttentionNode):
         ops.attn_softmax_row(pb, program, S=S, P=P, seq_len="seq_len", T=T, H=H, d=d, flags=flags)
         ops.attention_row_matmul(pb, program, "values", P=P, O=O, flags=flags, tiles=tiles["values"], **heads)
         y = self.out(x)
-        self.project(program, O, "proj", y.buffer, 1, D, D, flags)
+        self.project(program, O, "proj", y.buffer, 1, D, D, flags, False)
         return y, None

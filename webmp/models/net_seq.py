@@ -257,10 +257,29 @@ class AttentionNode(Node):
         full = f"attention_{name}_h{att['H']}"
         return self.g.act(full, rows, T) if h else self.g.f32(full, (rows, T))
 
-    def project(self, program: str, x: str, p: str, y: str, rows: int, n: int, k: int, flags: str) -> None:
+    def fp8_input(self, program: str, p: str, x: str, rows: int, k: int, record: bool, weight: bool) -> str:
+        """Projection p's A: x, or with --precision fp8 x cast to E4M3 (after W_p's copy is cast from
+        its master, with `weight`: the forward pass; the backward pass casts x again)."""
+        fp8 = self.mb.fp8
+        if fp8 is None:
+            return x
+        if weight:
+            W = self.params[f"{p}.weight"]
+            fp8.weight(program, f"{self.path}.{p}", W["master"], str(W["copy"]), *W["shape"], record=record)
+        return fp8.input(program, f"{self.path}.{p}", x, rows, k, 0, record=record)
+
+    def fp8_grad(self, program: str, p: str, dy: str, rows: int, n: int) -> str:
+        """The gradient of projection p's output as its products read it: dy, or its E5M2 cast."""
+        fp8 = self.mb.fp8
+        return dy if fp8 is None else fp8.grad_output(program, f"{self.path}.{p}", dy, rows, n)
+
+    def project(
+        self, program: str, x: str, p: str, y: str, rows: int, n: int, k: int, flags: str, record: bool
+    ) -> None:
         """y = x W_p (+ b_p): the qkv or the output projection."""
         W, b = self.params[f"{p}.weight"], self.params.get(f"{p}.bias")
-        common: dict[str, Any] = dict(A=x, B=str(W["copy"]), C=y, M=rows, N=n, K=k, flags=flags)
+        a = self.fp8_input(program, p, x, rows, k, record, weight=True)
+        common: dict[str, Any] = dict(A=a, B=str(W["copy"]), C=y, M=rows, N=n, K=k, flags=flags)
         if b:
             self.mb.matmul(program, "matmul_fwd", bias=b["master"], **common)
         else:
@@ -269,7 +288,7 @@ class AttentionNode(Node):
     def forward(self, x, program, flags, training):
         g, mb, att, D = self.g, self.mb, self.shape(), x.cols
         qkv = g.act(f"{self.path}.qkv", x.rows, 3 * D)
-        self.project(program, x.buffer, "qkv", qkv, x.rows, 3 * D, D, flags)
+        self.project(program, x.buffer, "qkv", qkv, x.rows, 3 * D, D, flags, training)
         if self.form() == "fused":
             lse, O = (
                 g.f32(f"{self.path}.lse", (att["B"] * att["H"] * att["T"],)),
@@ -277,7 +296,7 @@ class AttentionNode(Node):
             )
             ops.flash_attention_fwd(self.pb, program, qkv=qkv, O=O, lse=lse, flags=flags, **att)
             y = self.out(x)
-            self.project(program, O, "proj", y.buffer, x.rows, D, D, flags)
+            self.project(program, O, "proj", y.buffer, x.rows, D, D, flags, training)
             return y, (qkv, lse, O)
         S, P = self.square("S", h=False), g.act(f"{self.path}.P", att["B"] * att["H"] * att["T"], att["T"])
         mb.attention_matmul(program, "scores", qkv=qkv, S=S, flags=flags, **att)
@@ -285,13 +304,14 @@ class AttentionNode(Node):
         O = g.act(f"{self.path}.O", x.rows, D)
         mb.attention_matmul(program, "values", P=P, qkv=qkv, O=O, flags=flags, **att)
         y = self.out(x)
-        self.project(program, O, "proj", y.buffer, x.rows, D, D, flags)
+        self.project(program, O, "proj", y.buffer, x.rows, D, D, flags, training)
         return y, (qkv, P, O)
 
-    def weight_grad(self, program: str, p: str, x: str, dy: str, k: int, n: int, rows: int) -> None:
-        """W_p's gradient x^T dy (and b_p's, the column sums of dy)."""
+    def weight_grad(self, program: str, p: str, x: str, g: str, dy: str, k: int, n: int, rows: int) -> None:
+        """W_p's gradient x^T g (and b_p's, the column sums of dy); g: dy as the products read it."""
+        a = self.fp8_input(program, p, x, rows, k, record=False, weight=False)
         self.mb.matmul(
-            program, "matmul_wgrad", A=x, B=dy, C=self.params[f"{p}.weight"]["grad"], M=k, N=n, K=rows,
+            program, "matmul_wgrad", A=a, B=g, C=self.params[f"{p}.weight"]["grad"], M=k, N=n, K=rows,
             trans_a=1,
         )  # fmt: skip
         if f"{p}.bias" in self.params:
@@ -300,10 +320,11 @@ class AttentionNode(Node):
     def backward(self, x, y, saved, dy, program, need_dx):
         g, mb, pb, att, R, D = self.g, self.mb, self.pb, self.shape(), x.rows, x.cols
         qkv, kept, O = saved  # kept: P (unfused) or lse (fused)
-        self.weight_grad(program, "proj", O, dy.buffer, D, D, R)
+        gproj = self.fp8_grad(program, "proj", dy.buffer, R, D)
+        self.weight_grad(program, "proj", O, gproj, dy.buffer, D, D, R)
         dO = g.act(f"d_{self.path}.O", R, D)
         Wproj, tb = g.transposed(program, self.params["proj.weight"])
-        mb.matmul(program, "matmul_plain", A=dy.buffer, B=Wproj, C=dO, M=R, N=D, K=D, trans_b=tb)
+        mb.matmul(program, "matmul_plain", A=gproj, B=Wproj, C=dO, M=R, N=D, K=D, trans_b=tb)
         if self.form() == "fused":
             dqkv, Dsum = (
                 g.act(f"d_{self.path}.qkv", R, 3 * D),
@@ -334,12 +355,13 @@ class AttentionNode(Node):
     def input_grads(self, program: str, x: Value, dqkv: str, need_dx: bool) -> Value | None:
         """The qkv projection's weight gradient and, with need_dx, dx = dqkv Wqkvᵀ."""
         g, mb, R, D = self.g, self.mb, x.rows, x.cols
-        self.weight_grad(program, "qkv", x.buffer, dqkv, D, 3 * D, R)
+        gqkv = self.fp8_grad(program, "qkv", dqkv, R, 3 * D)
+        self.weight_grad(program, "qkv", x.buffer, gqkv, dqkv, D, 3 * D, R)
         if not need_dx:
             return None
         dx = g.grad(x)
         Wqkv, tb = g.transposed(program, self.params["qkv.weight"])
-        mb.matmul(program, "matmul_plain", A=dqkv, B=Wqkv, C=dx.buffer, M=R, N=D, K=3 * D, trans_b=tb)
+        mb.matmul(program, "matmul_plain", A=gqkv, B=Wqkv, C=dx.buffer, M=R, N=D, K=3 * D, trans_b=tb)
         return dx
 
 

@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from ...data.tables import eval_windows
+from ...engine.fp8 import quantise
 from .kernels import (
     NO_LABEL,
     act_fwd,
@@ -55,6 +56,7 @@ def gpt_loss_and_grads(
     eps: float = 1e-5,
     grads: bool = True,
     fused_attention: bool = False,
+    fp8: dict[str, tuple[int, int, int]] | None = None,
 ):
     """(loss, grads, cache) of the character GPT on idx, targets [B, T] (ints), in float64.
 
@@ -98,9 +100,14 @@ def gpt_loss_and_grads(
     fused_attention: the fused kernels' rounding points (webmp/ops/flash.py) instead of 5., 6. and
     14.'s: P and dS never stored (exact), O = rnd(P @ V), dS = P (dP - rowsum(dO * O)) * attn_scale
     with O as stored, dqkv = rnd([dS K | dS^T Q | P^T dO]).
+    fp8: {matrix name (Wqkv{l}, Wo{l}, W1{l}, W2{l}): (e_input, e_weight, e_grad_output)} quantises
+    those products' operands as `--precision fp8` does (webmp.engine.fp8.quantise): the input (W2's
+    with the GELU applied, unrounded) and the f32 master to E4M3, the output gradient to E5M2, in
+    both of its products; the bias gradient from the unquantised gradient.
     """
     gpt = GPTValues(params, idx, n_head, store, attn_scale, eps)
     gpt.fused = fused_attention
+    gpt.fp8 = fp8 or {}
     labels = np.asarray(targets, np.int64).reshape(gpt.R)
     n_rows = int((labels != NO_LABEL).sum()) if counted is None else int(counted)
     n_rows = max(n_rows, 1)
@@ -133,6 +140,19 @@ class GPTValues:
         self.d = self.D // self.H
         self.sc = 1.0 / math.sqrt(self.d) if attn_scale is None else float(attn_scale)
         self.fused = False  # the fused attention's rounding points (gpt_loss_and_grads)
+        self.fp8: dict[str, tuple[int, int, int]] = {}  # gpt_loss_and_grads' fp8
+
+    def q8(self, v, w: str, k: int) -> np.ndarray:
+        """v as matrix w's product reads it: itself, or quantised at w's slot k (0 input, 1 weight,
+        2 output gradient) with fp8."""
+        if w not in self.fp8:
+            return v
+        fmt = "e5m2" if k == 2 else "e4m3"
+        return quantise(np.asarray(v, np.float32), self.fp8[w][k], fmt).astype(np.float64)
+
+    def wq(self, name: str) -> np.ndarray:
+        """Matrix `name` as its products read it: the working copy, or with fp8 its master quantised."""
+        return self.q8(self.p64(name), name, 1) if name in self.fp8 else self.wcopy(name)
 
     def rnd(self, v):
         """v as stored in the activation format (unchanged when exact)."""
@@ -177,23 +197,24 @@ def gpt_forward(gpt: GPTValues, n_layer: int, tie_head: bool) -> dict:
 def block_forward(gpt: GPTValues, l: int, x: np.ndarray) -> dict:
     """Block l's values from its input x: x_in, the attention branch's (a, qkv, S, P, O, x_mid)
     and the MLP branch's (m, z, h, x), with the LayerNorm statistics."""
-    rnd, p64, wcopy, eps = gpt.rnd, gpt.p64, gpt.wcopy, gpt.eps
+    rnd, p64, wq, q8, eps = gpt.rnd, gpt.p64, gpt.wq, gpt.q8, gpt.eps
     c: dict = {"x_in": x}
     a, c["ln1_stats"] = layernorm_fwd(x, p64(f"ln1_g{l}"), p64(f"ln1_b{l}"), eps)
     c["a"] = a = rnd(a)
-    c["qkv"] = qkv = rnd(a @ wcopy(f"Wqkv{l}") + p64(f"bqkv{l}"))
+    c["qkv"] = qkv = rnd(q8(a, f"Wqkv{l}", 0) @ wq(f"Wqkv{l}") + p64(f"bqkv{l}"))
     q, k, v = (gpt.heads(qkv, i) for i in range(3))
     c["S"] = S = q @ transposed(k)
     P = attn_softmax_fwd(S, gpt.sc)
     c["P"] = P = P if gpt.fused else rnd(P)
     c["O"] = O = rnd(attn_merge(P @ v))
-    y = rnd(O @ wcopy(f"Wo{l}") + p64(f"bo{l}"))
+    y = rnd(q8(O, f"Wo{l}", 0) @ wq(f"Wo{l}") + p64(f"bo{l}"))
     c["x_mid"] = x = rnd(x + y)
     m, c["ln2_stats"] = layernorm_fwd(x, p64(f"ln2_g{l}"), p64(f"ln2_b{l}"), eps)
     c["m"] = m = rnd(m)
-    c["z"] = z = rnd(m @ wcopy(f"W1{l}") + p64(f"b1{l}"))
-    c["h"] = h = rnd(act_fwd(z, "gelu"))
-    u = rnd(h @ wcopy(f"W2{l}") + p64(f"b2{l}"))
+    c["z"] = z = rnd(q8(m, f"W1{l}", 0) @ wq(f"W1{l}") + p64(f"b1{l}"))
+    gelu = act_fwd(z, "gelu")  # fp8's cast quantises it unrounded
+    c["h"] = h = q8(gelu, f"W2{l}", 0) if f"W2{l}" in gpt.fp8 else rnd(gelu)
+    u = rnd(h @ wq(f"W2{l}") + p64(f"b2{l}"))
     c["x"] = rnd(x + u)
     return c
 
@@ -228,19 +249,22 @@ def gpt_backward(gpt: GPTValues, cache: dict, dlogits: np.ndarray, n_layer: int,
 def block_backward(gpt: GPTValues, l: int, c: dict, dx: np.ndarray, g: dict) -> np.ndarray:
     """Block l's parameter gradients into g and the gradient of its input, from dx (its output's):
     the MLP branch, then the attention branch; its deltas go into c (block l's cache)."""
-    rnd, p64, wcopy = gpt.rnd, gpt.p64, gpt.wcopy
+    rnd, p64, wq, q8 = gpt.rnd, gpt.p64, gpt.wq, gpt.q8
     c["dx_out"] = dx
     # MLP branch: u = h @ W2 + b2 receives dx
-    g[f"W2{l}"], g[f"b2{l}"] = c["h"].T @ dx, dx.sum(0)
-    c["dz"] = dz = rnd((dx @ wcopy(f"W2{l}").T) * act_grad(c["z"], "gelu"))
-    g[f"W1{l}"], g[f"b1{l}"] = c["m"].T @ dz, dz.sum(0)
-    c["dm"] = dm = rnd(dz @ wcopy(f"W1{l}").T)
+    g2 = q8(dx, f"W2{l}", 2)
+    g[f"W2{l}"], g[f"b2{l}"] = c["h"].T @ g2, dx.sum(0)
+    c["dz"] = dz = rnd((g2 @ wq(f"W2{l}").T) * act_grad(c["z"], "gelu"))
+    g1 = q8(dz, f"W1{l}", 2)
+    g[f"W1{l}"], g[f"b1{l}"] = q8(c["m"], f"W1{l}", 0).T @ g1, dz.sum(0)
+    c["dm"] = dm = rnd(g1 @ wq(f"W1{l}").T)
     g[f"ln2_g{l}"], g[f"ln2_b{l}"] = layernorm_wgrad(dm, c["x_mid"], c["ln2_stats"])
     dx = rnd(dx + rnd(layernorm_bwd(dm, c["x_mid"], c["ln2_stats"], p64(f"ln2_g{l}"))))
     c["dx_mid"] = dx
     # attention branch: y = O @ Wo + bo receives dx
-    g[f"Wo{l}"], g[f"bo{l}"] = c["O"].T @ dx, dx.sum(0)
-    c["dO"] = dO = rnd(dx @ wcopy(f"Wo{l}").T)
+    go = q8(dx, f"Wo{l}", 2)
+    g[f"Wo{l}"], g[f"bo{l}"] = q8(c["O"], f"Wo{l}", 0).T @ go, dx.sum(0)
+    c["dO"] = dO = rnd(go @ wq(f"Wo{l}").T)
     q, k, v = (gpt.heads(c["qkv"], i) for i in range(3))
     P, gO = c["P"], gpt.heads(dO)
     c["dP"] = dP = gO @ transposed(v)
@@ -250,8 +274,9 @@ def block_backward(gpt: GPTValues, l: int, c: dict, dx: np.ndarray, g: dict) -> 
     else:
         c["dS"] = dS = rnd(attn_softmax_bwd(P, dP, gpt.sc))
     c["dqkv"] = dqkv = rnd(attn_merge(dS @ k, transposed(dS) @ q, transposed(P) @ gO))
-    g[f"Wqkv{l}"], g[f"bqkv{l}"] = c["a"].T @ dqkv, dqkv.sum(0)
-    c["da"] = da = rnd(dqkv @ wcopy(f"Wqkv{l}").T)
+    gq = q8(dqkv, f"Wqkv{l}", 2)
+    g[f"Wqkv{l}"], g[f"bqkv{l}"] = q8(c["a"], f"Wqkv{l}", 0).T @ gq, dqkv.sum(0)
+    c["da"] = da = rnd(gq @ wq(f"Wqkv{l}").T)
     g[f"ln1_g{l}"], g[f"ln1_b{l}"] = layernorm_wgrad(da, c["x_in"], c["ln1_stats"])
     return rnd(dx + rnd(layernorm_bwd(da, c["x_in"], c["ln1_stats"], p64(f"ln1_g{l}"))))
 
