@@ -31,9 +31,12 @@ def normwise(got: dict, want: dict) -> float:
     return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want)
 
 
-@pytest.mark.parametrize("keep_ends", [True, False])
-def test_fp8_step_matches_the_quantised_reference(keep_ends, trainer, digits):
-    plan, rt = trainer("bf16", precision="fp8", hidden=HIDDEN, fp8_keep_ends=keep_ends)
+@pytest.mark.parametrize("keep_ends,loss_scale", [(True, "off"), (False, "off"), (True, "dynamic")])
+def test_fp8_step_matches_the_quantised_reference(keep_ends, loss_scale, trainer, digits):
+    plan, rt = trainer(
+        "bf16", precision="fp8", hidden=HIDDEN, fp8_keep_ends=keep_ends, fp8_loss_scale=loss_scale,
+        init_scale=1024.0,
+    )  # fmt: skip
     n_linear = len(HIDDEN) + 1
     fp8_layers = list(range(1, n_linear - 1)) if keep_ends else list(range(n_linear))
     assert plan["fp8"]["layers"] == [f"layers.{2 * l}" for l in fp8_layers]  # Linear, GELU, Linear, ...
@@ -45,13 +48,14 @@ def test_fp8_step_matches_the_quantised_reference(keep_ends, trainer, digits):
     state = decode_state(rt.read("state"))
     cfg = plan["config"]
     rows = batch_rows(state["data_pos"], cfg["batch_size"], len(digits.train_x), cfg["seed"])
+    scale = decode_state(rt.read("state"))["scale"]
+    assert (scale >= 1024.0) == (loss_scale == "dynamic") and scale >= 1.0, "a loss scale only if asked for"
     rt.run("train_step")
-    assert decode_state(rt.read("state"))["scale"] == 1.0, "no loss scale with --fp8-loss-scale off"
     grads = {p["name"]: read(rt, p["grad"], p["shape"]).astype(np.float64) for p in plan["params"]}
     x, y = digits.train_x[rows], digits.train_y[rows]
     scales = {l: tuple(int(v) for v in e[3 * i : 3 * i + 3]) for i, l in enumerate(fp8_layers)}
-    _, want = ref.mlp_loss_and_grads(params, x, y, store="bf16", fp8=scales)
-    _, unquantised = ref.mlp_loss_and_grads(params, x, y, store="bf16")
+    _, want = ref.mlp_loss_and_grads(params, x, y, store="bf16", fp8=scales, scale=scale)
+    _, unquantised = ref.mlp_loss_and_grads(params, x, y, store="bf16", scale=scale)
     err, contrast = normwise(grads, want), normwise(grads, unquantised)
     assert err <= TOL, f"normwise error {err:.3g} against the quantised model"
     assert contrast > 4 * TOL, f"the unquantised model is as close ({contrast:.3g}): are the casts there?"
