@@ -144,7 +144,7 @@ def test_presets_are_browser_configs_of_their_own(client):
     for model in FORMAT_MODELS:
         named = {fmt: "fp32" if (model, fmt) == ("digits", "fp32") else f"{model}-{fmt}" for fmt in FORMATS}
         cfgs = {fmt: by_name[name] for fmt, name in named.items()}
-        assert [c.precision for c in cfgs.values()] == list(FORMATS) == ["fp32", "mixed", "bf16"]
+        assert [c.precision for c in cfgs.values()] == list(FORMATS) == ["fp32", "mixed", "bf16", "fp8"]
         assert all(c.model_copy(update={"precision": "fp32"}) == cfgs["fp32"] for c in cfgs.values()), model
     assert by_name["gpt-small-bf16"].model == "gpt" and by_name["digits-bf16"].model == "mlp"
     scaling = by_name["loss-scaling"]  # overflows at first: f16's largest finite value is 65504
