@@ -56,3 +56,21 @@ def test_recompute_keeps_one_blocks_activations():
     act = {r: p["memory"]["activations"] for r, p in plans.items()}
     assert act["none"] - act["blocks"] == sum(bufs["none"][n]["bytes"] for n in dropped)
     print(f"default GPT, 4 blocks: activations {act['none']} B, with recompute blocks {act['blocks']} B")
+
+
+def test_a_resume_may_switch_recomputation_on(tmp_path):
+    """recompute changes no bit, so a resumed run may change it (it is not resume-locked): 4 steps
+    without, 4 resumed with, are the 8 steps without."""
+    whole = Trainer(TrainConfig(**GPT), out=tmp_path / "whole", progress=False, log=None)
+    whole.run()
+    part = Trainer(TrainConfig(**GPT), out=tmp_path / "part", progress=False, log=None)
+    part.run(stop_after=4)
+    part.checkpoint()
+    resumed = Trainer(
+        TrainConfig(**GPT, recompute="blocks"), resume=tmp_path / "part", progress=False, log=None
+    )
+    assert resumed.step == 4 and resumed.plan["config"]["recompute"] == "blocks"
+    resumed.run()
+    assert json.dumps(resumed.run_dir.read_metrics()) == json.dumps(whole.run_dir.read_metrics())
+    for p in whole.plan["params"]:
+        assert whole.runtime.read(p["master"]) == resumed.runtime.read(p["master"]), p["name"]

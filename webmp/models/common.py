@@ -176,7 +176,9 @@ class ModelBuilder:
 
     @property
     def step_loss_rows(self) -> str:
-        """This rank's loss rows of the whole step (all its micro-batches)."""
+        """The loss rows this rank computes in a step: one batch's, or with accumulation every
+        micro-batch's (LOSS_ROWS_STEP, in the step's order; a data-parallel rank's at their places
+        among all the ranks' rows, zeros elsewhere)."""
         return LOSS_ROWS_STEP if self.micro_batches > 1 else "loss_rows"
 
     def bookkeeping(self, batch: int) -> None:
