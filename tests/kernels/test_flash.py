@@ -103,6 +103,17 @@ for _s in SHAPES:
 def test_flash_against_reference_and_unfused(shape, path):
     """O, lse, Dsum and dqkv within their derived bounds of float64 attention, and O and dqkv within
     the sum of both forms' bounds of the three-kernel form's."""
+    check_against_reference(shape, path)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_flash_bf16(shape):
+    """The same on the bf16 path (prelude_bf16.wgsl: stores round to bf16, unit roundoff 2^-8; the
+    bounds take store_error("bf16"))."""
+    check_against_reference(shape, "bf16")
+
+
+def check_against_reference(shape, path):
     inp, out = CASES.run(f"flash/{shape}", path)
     dims = parse(shape)
     got, other = out["fused"], out["unfused"]

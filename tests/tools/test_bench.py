@@ -107,6 +107,7 @@ def test_result_is_json_with_every_section(result):
         "memory",
         "readbacks",
         "sampling",
+        "attention_memory",
         "profile",
         "summary",
         "seconds",
@@ -290,6 +291,29 @@ def test_memory_entry_takes_any_number_of_formats():
         "activations": 200,
         "working_weights": 25,
     }
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_attention_memory_rows(result, gpu):
+    """The gpt's attention rows, fused and three-kernel at contexts 64, 256, 1024 (dry runs): the fused
+    plan's activations are smaller at every context (no S, P, dS), the three-kernel form's S is its
+    largest buffer at 1024 (4 B H T^2 bytes), and the tiny size times no step."""
+    from webmp.bench.memory import ATTENTION_CONTEXTS
+
+    rows = {(r["context"], r["attention"]): r for r in result["attention_memory"]}
+    assert sorted(rows) == sorted((T, f) for T in ATTENTION_CONTEXTS for f in ("fused", "unfused"))
+    cfg = next(m for m in TINY["step_models"] if m["name"] == "gpt")["config"]
+    for T in ATTENTION_CONTEXTS:
+        fused, unfused = rows[T, "fused"]["memory"], rows[T, "unfused"]["memory"]
+        assert fused["activations"] < unfused["activations"]
+        # the parameters' and data's bytes are the same (other: the products' small args buffers)
+        same = ("master_weights", "working_weights", "optimizer_state", "gradients", "data")
+        assert [fused[k] for k in same] == [unfused[k] for k in same]
+    assert rows[1024, "unfused"]["largest"] == {
+        "name": "S", "bytes": 4 * cfg["batch_size"] * cfg["n_head"] * 1024**2,
+    }  # fmt: skip
+    assert all(r["ms_per_step"] is None for r in rows.values())
+    assert "attention: fused vs three-kernel" in format_table(result)
 
 
 @pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)

@@ -41,7 +41,7 @@ from ..presets import SIZES
 from ..tune import native as tune
 from .machine import adapter_info, run_info
 from .matmul import PRODUCTS, bench_matmul, bench_model_matmuls, matmul_shapes
-from .memory import STEP_PRECISIONS, memory_entry
+from .memory import STEP_PRECISIONS, attention_memory, memory_entry
 from .profile import profile_program
 from .readbacks import bench_readbacks, readback_line
 from .report import format_table, summarize
@@ -179,6 +179,11 @@ def run_bench(
         log("sampling:")
         vocab = data[gpts[0]["name"]].vocab  # type: ignore[union-attr]
         result["sampling"] = bench_sampling(gpu, gpts[0]["config"], vocab, SAMPLING_REPS, log)
+        log("attention memory, fused and three-kernel (the gpt's shape, f16 path):")
+        result["attention_memory"] = attention_memory(
+            gpu, gpts[0]["config"], data[gpts[0]["name"]], "native" if gpu.has_f16 else "emulated",
+            timed=size != "tiny", log=log,
+        )  # fmt: skip
     result["summary"] = summarize(result)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     return result

@@ -4,7 +4,7 @@ activation ratio should be)."""
 
 from __future__ import annotations
 
-from ..engine.plan import Plan
+from ..engine.plan import Plan, memory_by_category
 
 # The precisions the bench's step and memory sections run, fp32 (the reference) last: the step rows,
 # the memory ratios and the activation target follow.
@@ -40,3 +40,62 @@ def memory_entry(plans: dict[str, Plan]) -> dict:
     entry["expected_activation_ratio"] = (h32 / 2 + rest) / (h32 + rest)
     entry["activations_not_h"] = wide
     return entry
+
+
+ATTENTION_CONTEXTS = (64, 256, 1024)  # the issue's contexts for the attention's memory rows
+TIMED_CONTEXTS = (64, 256)  # a step of the default GPT at 1024 takes ~20 s on lavapipe: not timed
+
+
+def attention_memory(
+    gpu, config: dict, corpus, path: str, timed: bool = True, steps: int = 3, log=print
+) -> list[dict]:
+    """Per context of ATTENTION_CONTEXTS and attention form (fused, unfused): the GPT `config`'s
+    plan's bytes by category (a dry run), its largest buffer, whether that fits the adapter's
+    largest binding, and (timed, contexts TIMED_CONTEXTS, where it fits) the median ms a
+    train_step over `steps` steps after a first one (one submit and a state read each)."""
+    from statistics import median
+    from time import perf_counter
+
+    from ..config import TrainConfig
+    from ..engine.runtime import Runtime
+    from ..engine.tiles import TileTable
+    from ..models import build_plan, plan_buffers
+
+    limit = min(gpu.limits.get("maxStorageBufferBindingSize", 0), gpu.limits.get("maxBufferSize", 0))
+    rows = []
+    for T in ATTENTION_CONTEXTS:
+        for form in ("unfused", "fused"):
+            cfg = TrainConfig(**{**config, "context": T, "attention": form})
+            bufs = plan_buffers(cfg, corpus, path)
+            largest = max(bufs, key=lambda b: b["bytes"])
+            row: dict = {
+                "context": T, "attention": form, "memory": memory_by_category(bufs),
+                "largest": {"name": largest["name"], "bytes": largest["bytes"]},
+                "fits": largest["bytes"] <= limit, "ms_per_step": None,
+            }  # fmt: skip
+            if timed and row["fits"] and T in TIMED_CONTEXTS:
+                plan, blob = build_plan(cfg, corpus, path, TileTable.for_adapter(gpu.name, gpu.info))
+                rt = Runtime(plan, blob, gpu, first=["train_step"])
+                times = []
+                for _ in range(steps + 1):
+                    t0 = perf_counter()
+                    rt.run("train_step")
+                    rt.read("state")
+                    times.append(perf_counter() - t0)
+                row["ms_per_step"] = round(1e3 * median(times[1:]), 1)
+            log(attention_line(row))
+            rows.append(row)
+    return rows
+
+
+def attention_line(row: dict) -> str:
+    """One attention memory row as the bench prints it."""
+    mib = 2**20
+    step = f"{row['ms_per_step']:8.1f} ms/step" if row["ms_per_step"] is not None else f"{'-':>8} ms/step"
+    fits = "" if row["fits"] else " (refused: above the adapter's largest binding)"
+    return (
+        f"context {row['context']:5d} {row['attention']:8} "
+        f"activations {row['memory']['activations'] / mib:8.1f} MiB, "
+        f"total {sum(row['memory'].values()) / mib:8.1f} MiB, largest {row['largest']['name']} "
+        f"{row['largest']['bytes'] / mib:.1f} MiB{fits}; {step}"
+    )

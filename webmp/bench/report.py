@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from .matmul import CORE_TILES
-from .memory import REDUCED, SIXTEEN_BIT
+from .memory import REDUCED, SIXTEEN_BIT, attention_line
 from .readbacks import readback_line
 from .sampling import sampling_line
 from .step import cache_word
@@ -307,6 +307,9 @@ def format_table(r: dict) -> str:
     if r.get("sampling"):
         out += ["", "sampling (the gpt's shape, a one-token prompt; tokens per second of the replay)"]
         out += [f"  {sampling_line(row)}" for row in r["sampling"]]
+    if r.get("attention_memory"):
+        out += ["", "attention: fused vs three-kernel (the gpt's shape; memory from the plan)"]
+        out += [f"  {attention_line(row)}" for row in r["attention_memory"]]
     out += _profile_tables(r) + _summary_lines(r["summary"])
     out.append(f"\n{r['seconds']} s in all")
     return "\n".join(out)

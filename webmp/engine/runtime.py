@@ -122,9 +122,14 @@ class GPU:
                     else None
                 )
                 what = f" (largest buffer: {worst['name']}, {worst['bytes']} bytes)" if worst else ""
+                # the three-kernel attention's scores (webmp.models.gpt's S, net_seq's attention_S_h*)
+                scores = worst is not None and (
+                    worst["name"] == "S" or worst["name"].startswith("attention_S_")
+                )
+                hint = " (or --attention fused: no context-squared buffers)" if scores else ""
                 raise RuntimeError(
                     f"the plan needs {key} = {need} but this adapter allows {have}{what}; "
-                    "use a smaller model or batch size"
+                    f"use a smaller model or batch size{hint}"
                 )
 
 
