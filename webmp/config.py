@@ -216,6 +216,16 @@ class TrainConfig(BaseModel):
     GPU (f32) and applied once, as one batch of N x batch_size would be (its rows in order, the loss
     divided by N x batch_size, one overflow verdict and loss-scale update a step); activations are
     those of one micro-batch"""
+    zero: Annotated[
+        Literal[0, 1],
+        Meta("optimizer", label="sharded optimizer state (ZeRO)", form_after="grad_accum",
+             browser="a browser run is one rank: there is no optimizer state to shard"),
+    ] = 0  # fmt: skip
+    """1: under MPI with N ranks, each rank keeps and updates the masters and Adam moments of about
+    1/N of the parameters (whole parameters, balanced by bytes; ZeRO stage 1): the gradients are
+    reduce-scattered, each rank runs AdamW on its own, the updated working copies are all-gathered;
+    the weights stay bit-identical to the unsharded run; checkpoints are whole. One rank: nothing to
+    shard"""
     recompute: Annotated[
         Literal["none", "blocks"], Meta("optimizer", label="recompute activations", models=GPT_ONLY)
     ] = "none"

@@ -51,7 +51,9 @@ def main(job_path: str) -> None:
     )
     summary = trainer.run(stop_after=job.get("stop_after"))
     rt, plan = trainer.runtime, trainer.plan
-    names = [n for p in plan["params"] for n in (p["master"], p["m"], p["v"])] + ["state"]
+    # a sharded rank (--zero 1) holds the moments and masters of its own parameters only
+    held = {b["name"] for b in plan["buffers"]}
+    names = [n for p in plan["params"] for n in (p["master"], p["m"], p["v"]) if n in held] + ["state"]
     result = {
         "records": trainer.records,
         "state": trainer.read_state(),

@@ -115,6 +115,13 @@ def mlp_two_ranks(tmp) -> list[dict]:
     return two_rank_run(tmp, MLP, "mlp2")
 
 
+@pytest.fixture(scope="module")
+def half_plain(tmp) -> Path:
+    """MLP's unsharded 2-rank run stopped at step 10 (its checkpoint)."""
+    two_rank_run(tmp, MLP, "half", stop_after=10)
+    return tmp / "half"
+
+
 def assert_same_across_ranks(ranks: list[dict]) -> None:
     assert ranks[0]["sha256"] == ranks[1]["sha256"]  # masters, moments and state words
     assert ranks[0]["records"] == ranks[1]["records"]
@@ -193,12 +200,11 @@ def test_overflow_on_one_rank_skips_every_rank(tmp):
         assert rank["state"]["opt_step"] == 6 and rank["state"]["skipped_total"] == 2
 
 
-def test_two_rank_checkpoint_resumes_on_one_and_two_ranks(tmp, mlp_two_ranks, mlp_one_rank, gpu):
+def test_two_rank_checkpoint_resumes_on_one_and_two_ranks(tmp, mlp_two_ranks, mlp_one_rank, gpu, half_plain):
     """A 2-rank run stopped at step 10 resumes on 2 ranks exactly as the uninterrupted 2-rank run,
     and on 1 rank within the 1-vs-2-rank tolerance."""
-    two_rank_run(tmp, MLP, "half", stop_after=10)
-    shutil.copytree(tmp / "half", tmp / "resume2")
-    shutil.copytree(tmp / "half", tmp / "resume1")
+    shutil.copytree(half_plain, tmp / "resume2")
+    shutil.copytree(half_plain, tmp / "resume1")
     resumed = two_rank_run(tmp, MLP, "resume2-run", resume=str(tmp / "resume2"))
     assert_same_across_ranks(resumed)
     assert resumed[0]["sha256"] == mlp_two_ranks[0]["sha256"]
@@ -315,3 +321,63 @@ def test_a_network_on_two_ranks_matches_one_rank(tmp, text_file, gpu, kind):
     trainer = Trainer(TrainConfig(**config), out=tmp / f"net1-{kind}", progress=False, log=None, gpu=gpu)
     trainer.run()
     assert_matches_one_rank(ranks[0]["records"], trainer.records)
+
+
+def checkpoint_tensors(run: Path) -> dict[str, bytes]:
+    return load_checkpoint(run)[0]
+
+
+def test_zero_one_is_bit_identical_to_unsharded(tmp, mlp_two_ranks):
+    """--zero 1 on 2 ranks against the unsharded 2-rank run: the same records and every master,
+    moment, working copy and state word of the (gathered) checkpoint the same bits, through a
+    skipped step (an Inf on rank 1 at step 3, an activation overflow at step 6) and the loss-scale
+    changes after them; and without an overflow over MLP's 20 steps. Each rank holds the
+    moments of its own parameters only (summary.json's optimizer_memory)."""
+    config = {**MLP, "steps": 8, "log_every": 8}
+    inject = {"3": "inf", "6": "flag"}
+    plain = two_rank_run(tmp, config, "z-plain", inject=inject)
+    sharded = two_rank_run(tmp, {**config, "zero": 1}, "z-sharded", inject=inject)
+    assert sharded[0]["records"] == sharded[1]["records"] == plain[0]["records"]
+    assert [r["step"] for r in sharded[0]["records"] if r["skipped"]] == [2, 5]
+    assert checkpoint_tensors(tmp / "z-sharded") == checkpoint_tensors(tmp / "z-plain")
+
+    whole = two_rank_run(tmp, {**MLP, "zero": 1}, "z-whole")
+    assert whole[0]["records"] == mlp_two_ranks[0]["records"]
+    assert checkpoint_tensors(tmp / "z-whole") == checkpoint_tensors(tmp / "mlp2")
+
+    memory = json.loads((tmp / "z-whole" / "summary.json").read_text())["optimizer_memory"]
+    # MLP 64-32-10: W0 (masters, m, v: 12 B a weight) on rank 0, b0, W1, b1 on rank 1; the
+    # biases' masters stay on every rank (the forward pass reads them in f32)
+    w0, b0, w1, b1 = 64 * 32, 32, 32 * 10, 10
+    assert memory["unsharded_bytes"] == 12 * (w0 + b0 + w1 + b1)
+    assert memory["per_rank_bytes"] == [12 * w0 + 4 * (b0 + b1), 12 * (b0 + w1 + b1)]
+    assert memory["sharded"] and memory["ranks"] == 2
+
+
+def test_zero_checkpoint_resumes_sharded_and_unsharded(tmp, gpu, half_plain, mlp_two_ranks, mlp_one_rank):
+    """A sharded 2-rank run stopped at step 10 writes one whole checkpoint, the same bits as the
+    unsharded run's; resumed on 2 sharded ranks it continues bit for bit as the uninterrupted
+    unsharded run, resumed on 1 rank exactly as the unsharded checkpoint resumed on 1 rank does
+    (and so within the 1-vs-2-rank tolerance of the 1-rank run)."""
+    sharded = {**MLP, "zero": 1}
+    two_rank_run(tmp, sharded, "z-half", stop_after=10)
+    shutil.copytree(tmp / "z-half", tmp / "z-resume2")
+    shutil.copytree(tmp / "z-half", tmp / "z-resume1")
+    two_rank_run(tmp, sharded, "z-resume2-run", resume=str(tmp / "z-resume2"))
+    assert metrics_file(tmp / "z-resume2") == metrics_file(tmp / "mlp2")
+    assert checkpoint_tensors(tmp / "z-resume2") == checkpoint_tensors(tmp / "mlp2")
+
+    assert checkpoint_tensors(tmp / "z-half") == checkpoint_tensors(half_plain)
+    shutil.copytree(half_plain, tmp / "z-plain-resume1")
+    for run in ("z-resume1", "z-plain-resume1"):  # on 1 rank, from the sharded and the unsharded one
+        Trainer(TrainConfig(**MLP), resume=tmp / run, progress=False, log=None, gpu=gpu).run()
+    assert metrics_file(tmp / "z-resume1") == metrics_file(tmp / "z-plain-resume1")
+    assert checkpoint_tensors(tmp / "z-resume1") == checkpoint_tensors(tmp / "z-plain-resume1")
+    assert_matches_one_rank(metrics_file(tmp / "z-resume1"), mlp_one_rank["records"])
+
+
+def test_zero_on_one_rank_says_there_is_nothing_to_shard(tmp, gpu):
+    lines: list[str] = []
+    config = TrainConfig(**{**MLP, "steps": 1, "log_every": 1, "zero": 1})
+    Trainer(config, out=tmp / "z-one", progress=False, log=lines.append, gpu=gpu).run()
+    assert any("nothing to shard" in line for line in lines), lines

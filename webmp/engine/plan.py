@@ -158,6 +158,7 @@ class DataParallelSpec(TypedDict):
     gradients: list[FusedRegion]
     loss: LossRegion
     flags: FlagsRegion
+    zero: dict[str, Any] | None  # sharded optimizer state (webmp.models.zero.zero_spec), or None
 
 
 class HistogramLayer(TypedDict):

@@ -33,6 +33,7 @@ from ..engine.plan import (
 from ..engine.state import METRIC_FIELDS, NO_STEP, STATE_BYTES, STATE_FIELDS, initial_state
 from ..engine.tiles import TileTable, default_tiles
 from .fp8 import Fp8Layers, fp8_recipe
+from .zero import TRAIN_STATS, shard_owners, zero_spec
 
 TRAIN_STEP = "train_step"
 TRAIN_GRADS = "train_grads"  # data-parallel: train_step up to complete gradients ...
@@ -137,6 +138,11 @@ class ModelBuilder:
         self.local_batch = cfg.batch_size // world
         self.grads_program = TRAIN_STEP if world == 1 else TRAIN_GRADS
         self.update_program = TRAIN_STEP if world == 1 else TRAIN_UPDATE
+        self.zero = cfg.zero == 1 and world > 1  # sharded optimizer state (models/zero.py)
+        self.stats_program = TRAIN_STATS if self.zero else self.update_program
+        self.owners: list[int] = []  # with zero: each parameter's owner rank, set by optimizer
+        self.partial_ranges: list[list[int]] = []  # each parameter's [first, count] in norm_partials
+        self.zero_spec: dict[str, Any] | None = None  # set by finish
         self.global_rows = 0  # loss rows of the global batch (one micro-batch's), set by bookkeeping
         self.micro_batches = cfg.grad_accum
         # gathers: a micro-batch's rows (windows) over all ranks, 0 without accumulation
@@ -333,12 +339,19 @@ class ModelBuilder:
         bases, total = [], 0
         for p in self.params:
             bases.append(total)
-            total += ops.grad_stats_workgroups(math.prod(p["shape"]))
+            count = ops.grad_stats_workgroups(math.prod(p["shape"]))
+            self.partial_ranges.append([total, count])
+            total += count
+        self.owners = shard_owners(self.params, self.world) if self.zero else [self.rank] * len(self.params)
+        mine = [owner == self.rank for owner in self.owners]
         pb.f32("norm_partials", (total,), "other")
-        for p, base in zip(self.params, bases, strict=True):
-            ops.grad_stats(
-                pb, program, G=self.step_grad(p), partials="norm_partials", N=math.prod(p["shape"]), BASE=base
-            )
+        pb.programs.setdefault(self.stats_program, [])  # a rank may own no parameter
+        for p, base, own in zip(self.params, bases, mine, strict=True):
+            if own:
+                ops.grad_stats(
+                    pb, self.stats_program, G=self.step_grad(p), partials="norm_partials",
+                    N=math.prod(p["shape"]), BASE=base,
+                )  # fmt: skip
         ops.scaler_step(
             pb,
             program,
@@ -348,7 +361,7 @@ class ModelBuilder:
             metrics="metrics",
         )
         b1, b2, eps = cfg.beta1, cfg.beta2, cfg.eps
-        for p in self.params:
+        for p in (p for p, own in zip(self.params, mine, strict=True) if own):
             wd = cfg.weight_decay if p["decay"] else 0.0
             P, G, Mo, V = p["master"], self.step_grad(p), p["m"], p["v"]
             if p["copy"]:
@@ -428,6 +441,9 @@ class ModelBuilder:
         cfg, pb, path = self.cfg, self.pb, self.path
         if self.histogram_spec is None:
             raise ValueError("the model's plan has no histograms program: call ModelBuilder.histograms")
+        if self.zero:
+            programs = (self.stats_program, self.update_program)
+            self.zero_spec = zero_spec(pb, self.params, self.owners, self.rank, programs)
         memory = memory_by_category(list(pb.buffers.values()))
         params = self.params
         plan: Plan = {
@@ -456,7 +472,9 @@ class ModelBuilder:
                 for p in params
             ],
             "state": {"buffer": "state", "fields": STATE_FIELDS},
-            "checkpoint_buffers": [n for p in params for n in (p["master"], p["m"], p["v"], p["copy"]) if n]
+            "checkpoint_buffers": [
+                n for p in params for n in (p["master"], p["m"], p["v"], p["copy"]) if n and n in pb.buffers
+            ]
             + ["state"]
             + (list(ops.FP8_BUFFERS) if self.fp8 else []),
             "schedule": {
@@ -506,6 +524,7 @@ class ModelBuilder:
                 "rows": self.step_rows,
             },
             "flags": {"buffer": "flags", "offset": loss_base + self.step_rows, "bits": FLAG_BITS},
+            "zero": {**self.zero_spec, "partials": self.partial_ranges} if self.zero_spec else None,
         }
 
 

@@ -54,6 +54,34 @@ class World:
         self.comm.Allreduce(send, recv, op=MPI.SUM)
         return recv
 
+    def reduce_scatter_sum(self, send: np.ndarray, counts: list[int]) -> np.ndarray:
+        """This rank's block of the elementwise sum over the ranks of `send` (f32), whose blocks are
+        `counts` floats long, rank 0's first."""
+        if self.comm is None:
+            return send.copy()
+        from mpi4py import MPI
+
+        recv = np.empty(counts[self.rank], np.float32)
+        self.comm.Reduce_scatter(send, recv, recvcounts=counts, op=MPI.SUM)
+        return recv
+
+    def allgather_bytes(self, mine: bytes, sizes: list[int]) -> bytes:
+        """Every rank's `mine` (rank r's `sizes[r]` bytes long) joined in rank order, on every rank."""
+        if self.comm is None:
+            return mine
+        recv = np.empty(sum(sizes), np.uint8)
+        displs = [sum(sizes[:r]) for r in range(len(sizes))]
+        self.comm.Allgatherv(np.frombuffer(mine, np.uint8), [recv, sizes, displs, None])
+        return recv.tobytes()
+
+    def gather(self, value: Any) -> list[Any] | None:
+        """Every rank's `value` in rank order on rank 0 (None on the others)."""
+        return [value] if self.comm is None else self.comm.gather(value, root=0)
+
+    def allgather(self, value: Any) -> list[Any]:
+        """Every rank's `value` in rank order, on every rank."""
+        return [value] if self.comm is None else self.comm.allgather(value)
+
     def bcast(self, value: Any) -> Any:
         """Rank 0's `value` on every rank."""
         return value if self.comm is None else self.comm.bcast(value, root=0)
@@ -158,6 +186,7 @@ class DataParallelStep:
             (flags["buffer"], 4 * flags["offset"], 4),
         ]
         self.nbytes = 4 * spec["floats"]
+        self.staging = self.nbytes  # the staging buffer every read_gathered of this step uses
         self.totals = dict.fromkeys(self.TIMES, 0.0)  # over the steps after this session's first
         self.first_step_ms = 0.0  # the first step compiles the pipelines: kept apart
         self.steps = 0
@@ -172,7 +201,33 @@ class DataParallelStep:
         rt.run(spec["grads_program"], histograms=histograms)
         rt.sync()  # (queue.on_submitted_work_done_sync fails in wgpu-py 0.32: a word's read waits)
         t1 = time.perf_counter()
-        fused = np.frombuffer(rt.read_gathered(self.regions, self.nbytes), np.float32).copy()
+        fused = self.read_fused(step)
+        t2 = time.perf_counter()
+        summed = self.world.allreduce_sum(fused)
+        t3 = time.perf_counter()
+        for g in spec["gradients"]:
+            rt.write(g["buffer"], summed[g["offset"] : g["offset"] + g["floats"]].tobytes())
+        loss = spec["loss"]
+        rt.write(loss["all"], summed[loss["all_offset"] : loss["all_offset"] + loss["rows"]].tobytes())
+        self.write_flags(summed[spec["flags"]["offset"] : spec["flags"]["offset"] + spec["flags"]["bits"]])
+        t4 = time.perf_counter()
+        raw = rt.run(spec["update_program"], read_metrics=read_metrics, histograms=histograms)
+        t5 = time.perf_counter()
+        self.record(t5 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)
+        return raw
+
+    def read_fused(self, step: int) -> np.ndarray:
+        """This rank's fused f32 buffer (the flags word as one 0/1 float per bit), after the hook."""
+        spec, rt = self.spec, self.runtime
+        fused = np.frombuffer(rt.read_gathered(self.regions, self.staging), np.float32)[
+            : spec["floats"]
+        ].copy()
+        loss = spec["loss"]
+        # the other ranks' loss rows are 0 (a staging buffer shared with other reads may hold other bytes)
+        mine = slice(loss["offset"], loss["offset"] + loss["floats"])
+        rows = fused[mine].copy()
+        fused[loss["all_offset"] : loss["all_offset"] + loss["rows"]] = 0
+        fused[mine] = rows
         flags = spec["flags"]
         word = int(fused[flags["offset"] : flags["offset"] + 1].view(np.uint32)[0])
         if word >> flags["bits"]:
@@ -184,27 +239,21 @@ class DataParallelStep:
         ]
         if self.before_allreduce is not None:
             self.before_allreduce(step, fused)
-        t2 = time.perf_counter()
-        summed = self.world.allreduce_sum(fused)
-        t3 = time.perf_counter()
-        for g in spec["gradients"]:
-            rt.write(g["buffer"], summed[g["offset"] : g["offset"] + g["floats"]].tobytes())
-        loss = spec["loss"]
-        rt.write(loss["all"], summed[loss["all_offset"] : loss["all_offset"] + loss["rows"]].tobytes())
-        bits = summed[flags["offset"] : flags["offset"] + flags["bits"]]
-        rt.write(
-            flags["buffer"], np.array([sum(1 << k for k, b in enumerate(bits) if b > 0)], np.uint32).tobytes()
-        )
-        t4 = time.perf_counter()
-        raw = rt.run(spec["update_program"], read_metrics=read_metrics, histograms=histograms)
-        t5 = time.perf_counter()
+        return fused
+
+    def write_flags(self, bits: np.ndarray) -> None:
+        """The flags word whose bit k is set when bits[k] (a sum over the ranks) is not 0."""
+        word = sum(1 << k for k, b in enumerate(bits) if b > 0)
+        self.runtime.write(self.spec["flags"]["buffer"], np.array([word], np.uint32).tobytes())
+
+    def record(self, total: float, *parts: float) -> None:
+        """A step's seconds (its total, then one per TIMES): the first step's kept apart."""
         if self.steps == 0:
-            self.first_step_ms = 1000 * (t5 - t0)
+            self.first_step_ms = 1000 * total
         else:
-            for key, dt in zip(self.TIMES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+            for key, dt in zip(self.TIMES, parts, strict=True):
                 self.totals[key] += 1000 * dt
         self.steps += 1
-        return raw
 
     def summary(self) -> dict[str, Any]:
         """Milliseconds per step, averaged over the steps after the first (first_step_ms: it

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from .rundir import (
     run_summary,
     scale_collapse,
 )
+from .sharded import ShardedStep
 
 # Fields that must match between a checkpoint and the run resuming it (their Meta.locked).
 RESUME_LOCKED = tuple(name for name, meta in FIELD_META.items() if meta.locked)
@@ -162,11 +163,11 @@ class Trainer:
         self.step = self.resume.step if self.resume is not None else 0
         # the evaluation's and the lens's own kernels are made at their first use
         self.runtime = Runtime(self.plan, blob, self.gpu, first=["train_step"])
-        self.data_parallel = (
-            DataParallelStep(self.runtime, self.plan["data_parallel"], self.world, before_allreduce)
-            if "data_parallel" in self.plan
-            else None
-        )
+        self.data_parallel: DataParallelStep | None = None
+        if "data_parallel" in self.plan:
+            dp = self.plan["data_parallel"]
+            step_kind = ShardedStep if dp["zero"] is not None else DataParallelStep
+            self.data_parallel = step_kind(self.runtime, dp, self.world, before_allreduce)
         self.run_path, self.run_dir = self._open_run_dir(out)
         self.last_checkpoint: tuple[Path, int] | None = (self.run_path, self.step) if self.resume else None
         self.records: list[dict] = []
@@ -246,7 +247,11 @@ class Trainer:
     def checkpoint(self) -> Path:
         """Rank 0 saves the checkpoint; data-parallel ranks first check they hold the same bits."""
         contents = {n: self.runtime.read(n) for n in checkpoint_buffers(self.plan)}
-        if self.world.size > 1:
+        plan = self.plan
+        zero = plan["data_parallel"]["zero"] if "data_parallel" in plan else None
+        if zero is not None:
+            contents, plan = self._gathered(contents, zero)
+        elif self.world.size > 1:
             self.world.check_same(
                 f"the weights, optimizer state and state words at step {self.step}",
                 digest([contents[n] for n in checkpoint_buffers(self.plan)]),
@@ -254,9 +259,47 @@ class Trainer:
         path = self.run_path
         if self.run_dir is not None:
             extra: dict[str, Any] = {"adapter": self.gpu.name, **checkpoint_facts(self.data)}
-            path = save_checkpoint(self.run_dir.path, self.plan, contents, extra)
+            path = save_checkpoint(self.run_dir.path, plan, contents, extra)
         self.last_checkpoint = (self.run_path, self.step)
         return path
+
+    def _gathered(self, contents: dict[str, bytes], zero: dict[str, Any]) -> tuple[dict[str, bytes], Plan]:
+        """A sharded run's whole checkpoint on rank 0: the buffers every rank holds (checked the
+        same bits on every rank) and each owner's masters and moments; the plan with every
+        buffer of a whole checkpoint (its `absent` ones added), for save_checkpoint."""
+        owned = {
+            n
+            for p, o in zip(self.plan["params"], zero["owners"], strict=True)
+            for n in (p["master"], p["m"], p["v"])
+            if o == self.world.rank
+        }
+        shared = [g["buffer"] for g in zero["gather"]] + ["state"]  # the same names on every rank
+        self.world.check_same(
+            f"the working copies and state words at step {self.step}", digest([contents[n] for n in shared])
+        )
+        parts = self.world.gather({n: contents[n] for n in owned})
+        whole = dict(contents)
+        for part in parts or []:
+            whole.update(part)
+        plan = dict(self.plan)
+        plan["buffers"] = self.plan["buffers"] + zero["absent"]
+        plan["checkpoint_buffers"] = zero["checkpoint_buffers"]
+        return whole, cast(Plan, plan)
+
+    def optimizer_memory(self) -> dict[str, Any]:
+        """Bytes of masters and Adam moments on each rank (every rank's, by rank), and unsharded."""
+        names = {n for p in self.plan["params"] for n in (p["master"], p["m"], p["v"])}
+        unsharded = sum(b["bytes"] for b in self.plan["buffers"] if b["name"] in names)
+        zero = self.plan["data_parallel"]["zero"] if "data_parallel" in self.plan else None
+        if zero is not None:
+            unsharded = zero["optimizer_bytes_unsharded"]
+        held = sum(b["bytes"] for b in self.plan["buffers"] if b["name"] in names)
+        return {
+            "sharded": zero is not None,
+            "ranks": self.world.size,
+            "per_rank_bytes": self.world.allgather(held),
+            "unsharded_bytes": unsharded,
+        }
 
     def evaluate(self) -> dict:
         """Program 'eval': the test (or validation) counts, and a language model's summed loss."""
@@ -360,6 +403,7 @@ class Trainer:
                 f"webmp: data-parallel over {n} ranks, each {cfg.batch_size // n} of every batch of "
                 f"{cfg.batch_size}"
             )
+        self._log_zero()
         if cfg.grad_accum > 1:
             self.log(
                 f"webmp: gradient accumulation: {cfg.grad_accum} micro-batches of {cfg.batch_size} an "
@@ -369,6 +413,20 @@ class Trainer:
             self.log(f"webmp: resuming at step {self.step} with {change}")
         if cfg.data is not None or isinstance(self.data, TextCorpus):
             self.log(f"webmp: data {describe_data(self.data)}")
+
+    def _log_zero(self) -> None:
+        if self.cfg.zero == 0:
+            return
+        zero = self.plan["data_parallel"]["zero"] if "data_parallel" in self.plan else None
+        if zero is None:
+            self.log("webmp: --zero 1 on one rank: there is nothing to shard (every rank would hold it all)")
+            return
+        mine, whole = zero["optimizer_bytes"], zero["optimizer_bytes_unsharded"]
+        self.log(
+            f"webmp: optimizer state sharded over {self.world.size} ranks (ZeRO-1): rank 0 holds "
+            f"{mine} of {whole} bytes of masters and Adam moments; gradients reduce-scattered, "
+            "updated weights all-gathered"
+        )
 
     def _take_records(self, recs: list[dict], bar) -> None:
         """One read's records (and the lens's counts read with them): stored, counted, shown."""
@@ -412,6 +470,7 @@ class Trainer:
         )
         if self.data_parallel is not None:
             summary["data_parallel"] = self.data_parallel.summary()
+            summary["optimizer_memory"] = self.optimizer_memory()
         if self.run_dir is None:
             return summary
         self.run_dir.write_summary(summary)

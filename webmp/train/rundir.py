@@ -68,9 +68,12 @@ class RunFacts(TypedDict):
 class RunSummary(RunFacts, total=False):
     """summary.json: RunFacts, and for data-parallel runs `data_parallel` (DataParallelStep.summary:
     the ranks, the fused buffer's bytes, milliseconds per step of readback, all-reduce, upload);
-    for precision fp8 `fp8`, its recipe and quantised layers (the plan's "fp8")."""
+    for precision fp8 `fp8`, its recipe and quantised layers (the plan's "fp8"); for data-parallel
+    runs `optimizer_memory` (Trainer.optimizer_memory: bytes of masters and Adam moments each rank
+    holds, and the unsharded figure)."""
 
     data_parallel: dict[str, Any]
+    optimizer_memory: dict[str, Any]
     fp8: dict[str, Any]
 
 
