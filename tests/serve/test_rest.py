@@ -98,7 +98,7 @@ def test_form_is_made_from_the_config_and_its_model_defaults(client):
     assert fields["backoff_factor"]["group"] == "precision" and not fields["backoff_factor"]["common"]
     assert fields["steps"]["common"] and fields["seed"]["group"] == "run"
     # only what a page cannot use is disabled, with check_browser_config's reason
-    assert {n for n, f in fields.items() if f["disabled"]} == set(NOT_IN_BROWSER) == {"init_weights"}
+    assert {n for n, f in fields.items() if f["disabled"]} == set(NOT_IN_BROWSER) == {"init_weights", "zero"}
     assert fields["init_weights"]["kind"] == "text"
     assert "native `webmp train`" in fields["init_weights"]["disabled"]
     with pytest.raises(InvalidConfig, match="native `webmp train`"):

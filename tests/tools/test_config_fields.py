@@ -61,7 +61,7 @@ def test_derived_sets_are_the_expected_ones() -> None:
         "tie_head", "model_spec", "fp8_margin", "fp8_amax_history", "fp8_amax_algo", "fp8_keep_ends",
         "fp8_loss_scale",
     }  # fmt: skip
-    assert set(NOT_IN_BROWSER) == {"init_weights"}
+    assert set(NOT_IN_BROWSER) == {"init_weights", "zero"}
     assert {n for n, m in FIELD_META.items() if m.u32} == {
         "steps", "growth_interval", "hysteresis", "warmup", "checkpoint_every", "val_tokens",
     }  # fmt: skip
@@ -103,7 +103,7 @@ def test_browser_refusal_comes_from_the_meta() -> None:
     check_browser_config(TrainConfig(data=None, init_weights=None))  # the defaults, given: fine
     for name, why in NOT_IN_BROWSER.items():
         with pytest.raises(InvalidConfig) as err:
-            check_browser_config(TrainConfig(**{name: "x"}))
+            check_browser_config(TrainConfig(**{name: {"zero": 1}.get(name, "x")}))  # not the default
         assert str(err.value.args[0]) == why == FIELD_META[name].browser
     # a network is a page's to give; its data only an upload's hash, never a path on the server
     check_browser_config(TrainConfig(model_spec={"input": [64], "layers": [{"type": "linear", "out": 10}]}))
