@@ -99,11 +99,10 @@ class ShardedStep(DataParallelStep):
         t.append(time.perf_counter())
         self.all_gather()
         t.append(time.perf_counter())
+        # d: grads, fused read, reduce-scatter, grads' writes, stats, stats' read, all-reduce,
+        # writes, update, all-gather (its read and writes counted as communication)
         d = np.diff(t)
-        # grads, readback, comm, upload, update (indices into d as the marks above were taken)
-        self.record(
-            t[-1] - t[0], d[0], d[1] + d[5], d[2] + d[6] + d[9], d[3] + d[7], d[4] + d[8]
-        )  # the gather's readback and writes are counted with its communication
+        self.record(t[-1] - t[0], d[0], d[1] + d[5], d[2] + d[6] + d[9], d[3] + d[7], d[4] + d[8])
         return raw
 
     def read_stats(self, fused: np.ndarray) -> np.ndarray:
