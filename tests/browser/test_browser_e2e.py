@@ -124,3 +124,32 @@ def test_browser_and_native_curves_agree(e2e, browser, tmp_path, monkeypatch):
     assert [r["scale"] for r in web] == [r["scale"] for r in nat]
     assert [r["skipped"] for r in web] == [r["skipped"] for r in nat]
     assert abs(summary["test_correct"] - e2e["summary"]["test_correct"]) <= 3
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_bf16_and_fp8_mlps_in_the_browser_equal_native(server, browser, tmp_path, monkeypatch, precision):
+    """The default digits MLP in bf16 and in fp8 (its hidden Linear's casts and scales on the GPU),
+    60 steps in the page against the same run natively with the page's default tiles: bit for bit
+    on the lavapipe Chromium (the same kernels on the same driver); on SwiftShader within
+    test_browser_and_native_curves_agree's bounds (its transcendentals differ by an f32 ulp)."""
+    from webmp.engine.tiles import TileTable
+    from webmp.train.loop import Trainer
+
+    cfg = TrainConfig(precision=precision, steps=60, log_every=20, checkpoint_every=0)
+    run = server.create_run(cfg, browser=browser)
+    wsum = run.wait(timeout=TIMEOUT)
+    web = on_disk(server, run)
+    run.close_page()
+    monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
+    native = Trainer(cfg, out=tmp_path / "native", progress=False, log=None, tiles=TileTable())
+    nsum = native.run()
+    nat = native.run_dir.read_metrics()
+    assert wsum["precision"] == precision and wsum["f16_path"] == nsum["f16_path"] == "bf16"
+    assert wsum.get("fp8") == nsum.get("fp8") and (precision == "fp8") == ("fp8" in wsum)
+    if browser.kind == "lavapipe":
+        assert same(web, nat) and wsum["test_correct"] == nsum["test_correct"]
+        return
+    wl, nl = np.array([r["loss"] for r in web]), np.array([r["loss"] for r in nat])
+    np.testing.assert_allclose(wl[:10], nl[:10], rtol=1e-5)
+    np.testing.assert_allclose(wl, nl, rtol=1e-2)
+    assert abs(wsum["test_correct"] - nsum["test_correct"]) <= 3

@@ -20,17 +20,23 @@ GPT = dict(model="gpt", n_layer=3, n_head=2, d_model=16, context=8, batch_size=4
            checkpoint_every=0, warmup=2, val_tokens=64, init_scale=2.0**24, growth_interval=3)  # fmt: skip
 
 
+FP8_FUSED = dict(precision="fp8", fp8_loss_scale="dynamic", attention="fused")  # its casts recorded twice
+
+
 @pytest.mark.parametrize(
-    "tie_head, grad_accum", [(True, 1), (False, 1), (True, 2)], ids=["tied", "untied", "tied-accumulating"]
+    "tie_head, grad_accum, more",
+    [(True, 1, {}), (False, 1, {}), (True, 2, {}), (True, 1, FP8_FUSED)],
+    ids=["tied", "untied", "tied-accumulating", "fp8-fused-attention"],
 )
-def test_recomputed_blocks_train_the_same_bits(tmp_path, tie_head, grad_accum):
+def test_recomputed_blocks_train_the_same_bits(tmp_path, tie_head, grad_accum, more):
     runs = {}
     for recompute in ("none", "blocks"):
-        cfg = TrainConfig(**GPT, tie_head=tie_head, recompute=recompute, grad_accum=grad_accum)
+        cfg = TrainConfig(**GPT, tie_head=tie_head, recompute=recompute, grad_accum=grad_accum, **more)
         t = Trainer(cfg, out=tmp_path / recompute, progress=False, log=None)
         runs[recompute] = (t, t.run(), t.run_dir.read_metrics())
     (a, sa, ra), (b, sb, rb) = runs["none"], runs["blocks"]
-    assert any(r["skipped"] for r in ra), "the scale backs off: the flags are the same too"
+    # the scale backs off (the flags are the same too); fp8's casts saturate, bf16 has f32's range
+    assert any(r["skipped"] for r in ra) or more, "no step skipped"
     assert json.dumps(ra) == json.dumps(rb), "the records differ"  # (NaN norms of skipped steps too)
     names = [p[k] for p in a.plan["params"] for k in ("master", "copy", "m", "v") if p[k]] + ["state"]
     for n in names:

@@ -68,9 +68,10 @@ def h_rows(rt: Runtime, plan, name: str, rows: int) -> np.ndarray:
     return words[:rows]
 
 
-def lockstep(cfg, params, prompt, tokens, temperature, seed, path, gpu, T, tiles=None) -> dict:
-    """Both plans token by token (module docstring); returns what was compared."""
-    kw = dict(params=params, prompt=prompt, tokens=tokens, temperature=temperature, seed=seed)
+def lockstep(cfg, params, prompt, tokens, temperature, seed, path, gpu, T, tiles=None, **more) -> dict:
+    """Both plans token by token (module docstring); returns what was compared. more: further
+    settings of both plans (fp8_scale)."""
+    kw = dict(params=params, prompt=prompt, tokens=tokens, temperature=temperature, seed=seed, **more)
     cached, blob = build_sample_plan(cfg, VOCAB, path, tiles, **kw)
     window, wblob = build_sample_plan(cfg, VOCAB, path, tiles, kv_cache=False, **kw)
     rc, rw = Runtime(cached, blob, gpu), Runtime(window, wblob, gpu)

@@ -170,3 +170,15 @@ def test_the_steps_rows_must_fit_the_gpus_data_position():
         TrainConfig(grad_accum=0)
     with pytest.raises(ValidationError, match="grad_accum must be at most 256"):
         TrainConfig(grad_accum=257)
+
+
+def test_fp8_accumulates_one_amax_per_step(tmp_path):
+    """fp8: each micro-batch's casts record into the step's amax, so 4 x 16 sets the scales 1 x 64
+    sets (the max over the same rows) and the curves agree as the f16 ones do."""
+    base = {**GPT, "steps": 8, "precision": "fp8", "fp8_amax_history": 4}
+    one_t, one = trained(tmp_path, "one", **base, batch_size=64)
+    four_t, four = trained(tmp_path, "four", **base, batch_size=16, grad_accum=4)
+    assert four[0]["loss"] == one[0]["loss"]
+    diffs = [abs(a["loss"] - b["loss"]) for a, b in zip(one, four, strict=True)]
+    assert max(diffs) <= LOSS_TOLERANCE, diffs
+    assert one_t.runtime.read("fp8_scale") == four_t.runtime.read("fp8_scale")

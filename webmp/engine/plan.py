@@ -413,6 +413,22 @@ class PlanBuilder:
         self.buffers[name] = spec
         return name
 
+    def resize(self, name: str, shape: Sequence[int], init: bytes | None = None) -> None:
+        """Buffer `name` (declared with no contents yet) re-sized to 4-byte elements of `shape`, with
+        `init` its initial contents: for buffers whose size is known only once the programs are
+        built (webmp.models.fp8)."""
+        spec = self.buffers[name]
+        if spec["init"] is not None:
+            raise ValueError(f"buffer {name} has its contents already")
+        n = math.prod(shape)
+        spec["bytes"], spec["shape"] = max(4, 4 * n), list(shape)
+        if init is not None and not self.dry:
+            if len(init) > spec["bytes"]:
+                raise ValueError(f"initial contents of {name} exceed its size")
+            spec["init"] = {"offset": len(self.blob), "bytes": len(init)}
+            self.blob += init
+            self.blob += b"\0" * (-len(self.blob) % 4)
+
     def h(
         self, name: str, rows: int, cols: int, category: str = "activations", init: bytes | None = None
     ) -> str:

@@ -116,8 +116,6 @@ class ModelBuilder:
     attn_softmax_fwd/bwd) take its form as `rows=mb.rows`. With dry=True the builder is dry
     (PlanBuilder): parameters are declared without drawing their initial values."""
 
-    quantises = True  # precision fp8 places its casts (SampleBuilder: not yet)
-
     def __init__(
         self,
         cfg: TrainConfig,
@@ -151,7 +149,7 @@ class ModelBuilder:
         # (dispatch index in grads_program, lens layers counted there): see lens_point
         self.lens_points: list[tuple[int, list[tuple[str, str]]]] = []
         self.histogram_spec: HistogramSpec | None = None  # set by histograms, which finish requires
-        recipe = fp8_recipe(cfg) if self.quantises else None
+        recipe = fp8_recipe(cfg)
         self.fp8 = None if recipe is None else Fp8Layers(self.pb, recipe)  # the fp8 layers (models/fp8.py)
         if self.fp8 is not None and world > 1:
             raise ValueError(

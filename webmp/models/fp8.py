@@ -15,6 +15,8 @@ every layer has its slots, and go into checkpoints."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import ops
 from ..config import TrainConfig
 from ..engine.fp8 import ALGOS, Fp8Recipe
@@ -85,14 +87,26 @@ class Fp8Layers:
                 "attention projections), not convolutions, and keeps a network's first and last layer in "
                 "bf16 (--no-fp8-keep-ends quantises those too)"
             )
-        for name, n in zip(ops.FP8_BUFFERS, (slots, slots, slots * length, 1), strict=True):
-            buf = self.pb.buffers[name]
-            buf["bytes"], buf["shape"] = 4 * n, [n]
-        self.sized = True
+        self.size()
         r = self.recipe
         ops.fp8_scales(
             self.pb, program, slots=slots, length=length, algo=ALGOS[r.amax_compute_algo], margin=r.margin
         )
+
+    def size(self, scale: np.ndarray | None = None) -> None:
+        """The scale buffers sized for the layers' slots (scale: the slots' exponents to start from,
+        a checkpoint's fp8_scale; None: 0, a scale of 1, as a new run starts)."""
+        slots, length = 3 * len(self.layers), self.recipe.amax_history_len
+        if scale is not None and np.shape(scale) != (slots,):
+            raise ValueError(
+                f"fp8_scale holds {np.size(scale)} exponents, but this model has {slots} fp8 slots"
+            )
+        for name, n in zip(ops.FP8_BUFFERS, (slots, slots, slots * length, 1), strict=True):
+            init = (
+                np.asarray(scale, np.int32).tobytes() if name == "fp8_scale" and scale is not None else None
+            )
+            self.pb.resize(name, (n,), init)
+        self.sized = True
 
     def describe(self) -> dict:
         return Fp8Recipe(**{**self.recipe.__dict__, "layers": tuple(self.layers)}).describe()

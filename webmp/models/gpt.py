@@ -307,6 +307,7 @@ def build_gpt_sample_plan(
     seed: int,
     tokens_per_submit: int = TOKENS_PER_SUBMIT,
     kv_cache: bool = True,
+    fp8_scale: np.ndarray | None = None,
 ) -> tuple[SamplePlan, bytes]:
     """The plan generating `tokens` tokens after the token ids `prompt` with the GPT of shape cfg
     (n_layer, n_head, d_model, context, tie_head) and parameters `params` (f32, by name as
@@ -318,6 +319,6 @@ def build_gpt_sample_plan(
     check_params(params, gpt_param_shapes(V, D, L, T, cfg.tie_head))
     return build_net_sample_plan(
         cfg, vocab, path, tiles, params=params, prompt=prompt, tokens=tokens, temperature=temperature,
-        seed=seed, tokens_per_submit=tokens_per_submit, kv_cache=kv_cache,
+        seed=seed, tokens_per_submit=tokens_per_submit, kv_cache=kv_cache, fp8_scale=fp8_scale,
         net=gpt_network(V, D, L, H, T, cfg.tie_head), names=gpt_names(L, cfg.tie_head) | gpt_buffers(L, H),
     )  # fmt: skip

@@ -77,12 +77,14 @@ def build_net_sample_plan(
     kv_cache: bool = True,
     net: Network | None = None,
     names: Mapping[str, str] | None = None,
+    fp8_scale: np.ndarray | None = None,
 ) -> tuple[SamplePlan, bytes]:
     """The plan generating `tokens` tokens after the token ids `prompt` with the token network `net`
     (default cfg.model_spec) and its parameters `params` (f32, by layer path: layers.0.weight, ...,
     or by the names `names` gives a layer path's parameters and values; a checkpoint's masters),
     vocabulary `vocab` (token id -> character), on prelude `path`; kv_cache=False: the window
-    program for every token (module docstring)."""
+    program for every token (module docstring). An fp8 run's model casts as its training plan's
+    evaluation does, at the scales `fp8_scale` (its checkpoint's; None: 1, a new run's)."""
     net = net or cfg.model_spec
     if net is None or not net.is_tokens:
         raise ValueError("sampling needs a token network (model_spec with input {tokens, context})")
@@ -90,7 +92,7 @@ def build_net_sample_plan(
         raise ValueError(f"a vocabulary of {len(vocab)} characters for a network of {net.classes} tokens")
     settings = SampleRequest(prompt, tokens, temperature, seed, tokens_per_submit, net.classes)
     g = SampleNet(SampleBuilder(cfg, path, tiles), net, params, settings, names or {})
-    return g.sample_plan(vocab, kv_cache)
+    return g.sample_plan(vocab, kv_cache, fp8_scale)
 
 
 def sample_schedule(prompt_tokens: int, tokens: int, T: int, kv_cache: bool = True) -> list[SampleRun]:
@@ -140,7 +142,6 @@ class SampleBuilder(ModelBuilder):
     order)."""
 
     one_row = False
-    quantises = False  # an fp8 run samples with its weights in bf16 (SampleJob says so)
     window_rows = 1  # T: the rows of the window's products
 
     def param(
@@ -272,13 +273,17 @@ class SampleNet(TokenNet):
             self.mb.one_row = False
         self.draw(P, logits, 1)
 
-    def sample_plan(self, vocab: Sequence[str], kv_cache: bool) -> tuple[SamplePlan, bytes]:
+    def sample_plan(
+        self, vocab: Sequence[str], kv_cache: bool, fp8_scale: np.ndarray | None = None
+    ) -> tuple[SamplePlan, bytes]:
         """The programs the schedule runs and the plan that replays them."""
         pb, s = self.pb, self.settings
         schedule = sample_schedule(len(s.prompt), s.tokens, self.T, kv_cache)
         self.window_program()
         if any(run["program"] == SAMPLE_ROW for run in schedule):
             self.row_program()
+        if self.mb.fp8 is not None:
+            self.mb.fp8.size(fp8_scale)
         sample: SampleSpec = {
             "schedule": schedule,
             "seq": "seq",

@@ -162,6 +162,7 @@ class SampleJob:
     tokens: int
     temperature: float
     seed: int
+    fp8_scale: np.ndarray | None = None  # an fp8 run's scale exponents (its checkpoint's)
 
     @classmethod
     def new(
@@ -174,22 +175,14 @@ class SampleJob:
         tokens: int = DEFAULT_TOKENS,
         temperature: float = DEFAULT_TEMPERATURE,
         seed: int = DEFAULT_SEED,
+        fp8_scale: np.ndarray | None = None,
     ) -> SampleJob:
         settings = SampleSettings.of(tokens=tokens, temperature=temperature, seed=seed)
         ids = encode_prompt(prompt, vocab)
         return cls(
-            cfg, list(vocab), params, prompt, ids, settings.tokens, settings.temperature, settings.seed
-        )
-
-    @property
-    def note(self) -> str | None:
-        """What a user should know of how this run's model is sampled, where it is not as trained."""
-        if self.cfg.precision == "fp8":
-            return (
-                "an fp8 run: sampling runs its layers in bf16 without the fp8 casts (the sampling plan "
-                "does not quantise yet), so the logits differ slightly from the trained fp8 model's"
-            )
-        return None
+            cfg, list(vocab), params, prompt, ids, settings.tokens, settings.temperature, settings.seed,
+            fp8_scale,
+        )  # fmt: skip
 
     def path(self, has_f16: bool, f16: str | None = None) -> str:
         """The prelude for an adapter with or without shader-f16: the run's precision, and its f16
@@ -203,7 +196,7 @@ class SampleJob:
         return build_sample_plan(
             self.cfg, self.vocab, path, tiles, params=self.params, prompt=self.prompt_ids,
             tokens=self.tokens, temperature=self.temperature, seed=self.seed,
-            tokens_per_submit=tokens_per_submit,
+            tokens_per_submit=tokens_per_submit, fp8_scale=self.fp8_scale,
         )  # fmt: skip
 
     def text(self, generated: Sequence[int] | np.ndarray) -> str:
@@ -223,8 +216,10 @@ def prepare(
     checkpoint); SampleError (one line) for bad settings, before the run is read, or a bad run or
     prompt."""
     SampleSettings.of(tokens=tokens, temperature=temperature, seed=seed)
-    cfg, vocab, params = load_run(run_dir)
-    return SampleJob.new(cfg, vocab, params, prompt, tokens=tokens, temperature=temperature, seed=seed)
+    cfg, vocab, params, fp8_scale = load_run(run_dir)
+    return SampleJob.new(
+        cfg, vocab, params, prompt, tokens=tokens, temperature=temperature, seed=seed, fp8_scale=fp8_scale
+    )
 
 
 def _read_json(path: Path) -> dict:
@@ -234,10 +229,12 @@ def _read_json(path: Path) -> dict:
         raise SampleError(f"{path}: unreadable ({e})") from None
 
 
-def load_run(run_dir: str | Path) -> tuple[TrainConfig, list[str], dict[str, np.ndarray]]:
-    """(config, vocabulary, f32 parameters) of a run directory's checkpoint (the gpt's or a
-    token network's); SampleError (one line) when it is not a directory, not a run that generates
-    text, has no checkpoint or no vocabulary."""
+def load_run(
+    run_dir: str | Path,
+) -> tuple[TrainConfig, list[str], dict[str, np.ndarray], np.ndarray | None]:
+    """(config, vocabulary, f32 parameters, an fp8 run's scale exponents) of a run directory's
+    checkpoint (the gpt's or a token network's); SampleError (one line) when it is not a
+    directory, not a run that generates text, has no checkpoint or no vocabulary."""
     d = Path(run_dir)
     if not d.is_dir():
         raise SampleError(f"{d}: no such run directory")
@@ -278,7 +275,10 @@ def load_run(run_dir: str | Path) -> tuple[TrainConfig, list[str], dict[str, np.
                 f"{len(vocab)} (expected {shape} f32 values)"
             )
         params[name] = np.frombuffer(raw, np.float32).reshape(shape).copy()
-    return cfg, list(vocab), params
+    scale = contents.get("fp8_scale") if cfg.precision == "fp8" else None
+    if cfg.precision == "fp8" and scale is None:
+        raise SampleError(f"{d}: an fp8 run's checkpoint without its fp8_scale")
+    return cfg, list(vocab), params, None if scale is None else np.frombuffer(scale, np.int32).copy()
 
 
 def _vocab_from_data(d: Path, cfg: TrainConfig, sha256: str | None) -> list[str]:

@@ -85,12 +85,14 @@ def generate_ids(
     tiles: TileTable | None = None,
     tokens_per_submit: int = TOKENS_PER_SUBMIT,
     kv_cache: bool = True,
+    fp8_scale: np.ndarray | None = None,
 ) -> np.ndarray:
     """The `tokens` token ids generated after `prompt_ids` on the GPU. path: the prelude (default:
     resolve_f16_path of cfg's precision and f16 choice, as the Trainer); tiles: matmul tiles
     (default: the adapter's tuned table, as the Trainer); tokens_per_submit: program replays a
     submit (the plan's SampleSpec); kv_cache=False: the window program for every token (the same
-    tokens, slower: webmp/models/net_sample.py)."""
+    tokens, slower: webmp/models/net_sample.py); fp8_scale: an fp8 run's scale exponents (its
+    checkpoint's; None: 1)."""
     settings = SampleSettings.of(tokens=tokens, temperature=temperature, seed=seed)
     gpu = gpu or default_gpu()
     path = path or resolve_f16_path(cfg.precision, cfg.f16, gpu.has_f16)
@@ -98,7 +100,7 @@ def generate_ids(
     plan, blob = build_sample_plan(
         cfg, vocab, path, tiles, params=params, prompt=prompt_ids, tokens=settings.tokens,
         temperature=settings.temperature, seed=settings.seed, tokens_per_submit=tokens_per_submit,
-        kv_cache=kv_cache,
+        kv_cache=kv_cache, fp8_scale=fp8_scale,
     )  # fmt: skip
     return replay(plan, blob, gpu)
 
@@ -142,11 +144,9 @@ def sample(
     matmul tiles (default: the adapter's tuned table, as the Trainer; a browser page's plans use
     TileTable(), the defaults)."""
     job = prepare(run_dir, prompt, tokens=tokens, temperature=temperature, seed=seed)  # before the GPU
-    if job.note:
-        warnings.warn(f"webmp: {job.note}", stacklevel=2)
     gpu = gpu or default_gpu()
     ids = generate_ids(
         job.cfg, job.vocab, job.params, job.prompt_ids, tokens=job.tokens, temperature=job.temperature,
-        seed=job.seed, gpu=gpu, path=job.path(gpu.has_f16, f16), tiles=tiles,
+        seed=job.seed, gpu=gpu, path=job.path(gpu.has_f16, f16), tiles=tiles, fp8_scale=job.fp8_scale,
     )  # fmt: skip
     return job.text(ids)
