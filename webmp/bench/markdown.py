@@ -27,6 +27,7 @@ from .sections import (
     adapter,
     cold_section,
     first_step_section,
+    levers_section,
     machine,
     matmul_section,
     memory_section,
@@ -299,6 +300,7 @@ def render(
     ]
     out += runs_table(r, colds, ranks, sbs)
     out += matmul_section(r) + step_section(r) + first_step_section(r) + memory_section(r)
+    out += levers_section(r)
     out += readback_section(r) + sampling_section(r) + profile_section(r)
     out += [line for c in colds for line in cold_section(c)] if colds else cold_section(None)
     out += ranks_section(ranks) + tinygrad + targets_section(r, colds, ratio)

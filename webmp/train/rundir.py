@@ -68,10 +68,12 @@ class RunFacts(TypedDict):
 class RunSummary(RunFacts, total=False):
     """summary.json: RunFacts, and for data-parallel runs `data_parallel` (DataParallelStep.summary:
     the ranks, the fused buffer's bytes, milliseconds per step of readback, all-reduce, upload);
-    for precision fp8 `fp8`, its recipe and quantised layers (the plan's "fp8")."""
+    for precision fp8 `fp8`, its recipe and quantised layers (the plan's "fp8"); for a model with
+    attention `attention`, its form, why and the log's line (webmp.models.attention_form.plan_attention)."""
 
     data_parallel: dict[str, Any]
     fp8: dict[str, Any]
+    attention: dict[str, str]
 
 
 def run_summary(
@@ -94,6 +96,7 @@ def run_summary(
     readbacks: int,
     run_dir: Path,
     fp8: dict[str, Any] | None = None,
+    attention: Mapping[str, str] | None = None,
 ) -> RunSummary:
     """The summary of a finished run from its records and final GPU state (webmp.engine.state names).
     Language models also pass val_loss_sum (program 'eval''s summed loss over test_count
@@ -134,6 +137,8 @@ def run_summary(
     }
     if fp8 is not None:
         summary["fp8"] = fp8
+    if attention is not None:
+        summary["attention"] = dict(attention)
     return summary
 
 
