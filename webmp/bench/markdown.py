@@ -226,6 +226,7 @@ REGENERATE = """\
 ```sh
 make benchmarks     # bench/benchmarks.sh: all of the below, then this page (8-9 min on 2 cores)
 webmp bench --tune --tune-budget 300 --profile --out bench.json   # matmuls to profile, and targets
+                    # (with --memory, MEMORY=1 for make: the GPT's memory levers, ~10 min more)
 webmp bench --cold-start --out cold-mlp.json; webmp bench --cold-start gpt --out cold-gpt.json
 mpirun -n 2 webmp bench --ranks 2 --out ranks.json                # the data-parallel step
 OUT=sbs.jsonl bench/tinygrad_side_by_side.sh 16                   # after its `setup`, once
