@@ -324,7 +324,7 @@ class PageRun:
             readbacks=msg.readbacks,
             run_dir=self.dir.path,
             fp8=plan.get("fp8"),
-            attention=self.attention,
+            attention=self.attention or plan.get("attention"),  # the page's plan's, else the base plan's
         )
         self.dir.write_summary(summary)
         title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — {result_line(summary)}"
