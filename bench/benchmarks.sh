@@ -6,14 +6,15 @@
 #
 # 1. `webmp bench --tune --profile` at the default size, tuned for TUNE_BUDGET seconds (300) first
 #    into OUT_DIR/tune.json, made afresh (or into $WEBMP_TUNE_CACHE where it is set); TUNE_BUDGET=0:
-#    no tuning, the tiles of the cache $WEBMP_TUNE_CACHE (else ~/.cache/webmp/tune.json) names
+#    no tuning, the tiles of the cache $WEBMP_TUNE_CACHE (else ~/.cache/webmp/tune.json) names;
+#    MEMORY=1: with `--memory` (the GPT's memory levers: ~10 min more on a 2-core machine)
 # 2. `webmp bench --cold-start` for the default MLP and for the GPT (new processes, Mesa caches of
 #    their own; the page's half needs Chromium: scripts/setup.sh test)
 # 3. `mpirun -n 2 webmp bench --ranks 2`, where mpirun is (RANKS=0 skips it)
 # 4. bench/tinygrad_side_by_side.sh 16, where its venv is ($TINY_VENV, default /work/tiny-venv,
 #    made by `bench/tinygrad_side_by_side.sh setup`)
 #
-# Environment: SIZE (default), TUNE_BUDGET (300), WEBMP_TUNE_CACHE, COLD_STARTS ("mlp gpt"), RANKS
+# Environment: SIZE (default), TUNE_BUDGET (300), MEMORY, WEBMP_TUNE_CACHE, COLD_STARTS ("mlp gpt"), RANKS
 # (2), TINY_VENV, DOC (the page written: docs/benchmarks.md). `SIZE=tiny TUNE_BUDGET=0 RANKS=0
 # COLD_STARTS= DOC=/tmp/b.md bench/benchmarks.sh /tmp/b` tries the script in a minute.
 #
@@ -36,11 +37,13 @@ if [ "$budget" != 0 ]; then
 else
   tune=()
 fi
+memory=()
+[ "${MEMORY:-0}" = 1 ] && memory=(--memory)
 say() { printf 'benchmarks: %s\n' "$*" >&2; }
 start=$SECONDS
 
-say "webmp bench --size $size ${tune[*]} --profile"
-python3 -m webmp bench --size "$size" "${tune[@]}" --profile --out "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.log"
+say "webmp bench --size $size ${tune[*]} --profile ${memory[*]}"
+python3 -m webmp bench --size "$size" "${tune[@]}" --profile "${memory[@]}" --out "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.log"
 args=("$out/bench.json")
 
 for model in ${COLD_STARTS-mlp gpt}; do

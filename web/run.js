@@ -83,6 +83,7 @@ export async function trainRun(runId) {
       await api(`/api/runs/${runId}/plan?f16=${offer}${tiles}`);
     generatesText = text;
     log(`matmul tiles: ${matmulTiles}`);
+    if (plan.attention) log(plan.attention.line);  // the form and why, as the native log says it
     const {grad_accum: micro, batch_size: batch} = plan.config;
     if (micro > 1) {
       log(`gradient accumulation: ${micro} micro-batches of ${batch} an optimizer step (effective batch ` +

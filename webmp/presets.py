@@ -112,6 +112,9 @@ PRESETS += format_presets()
 #     time per step; each round then alternates at least host_pairs (our step, floor step) pairs
 #     for host CPU time
 #   matmul_s: seconds per timed batch of matmuls; readback_steps, log_every: the readback count
+#   levers: `webmp bench --memory`'s section (webmp/bench/levers.py): the GPT's contexts, those timed
+#     ({context: steps timed after a first}), the effective batch, the accumulating levers'
+#     micro-batches an optimizer step, and config: the step model gpt's config overridden
 #   gpt_corpus: None for the default corpus (webmp.data.text.load_text(), what `webmp train --model gpt`
 #     trains on), or a number of characters of random text over GPT_BENCH_ALPHABET
 # A CNN on the digits as [1, 8, 8] images (a network of webmp.nn layers, model "net"): the README's,
@@ -161,6 +164,8 @@ SIZES: dict[str, dict[str, Any]] = {
             dict(name="cnn", config=dict(model_spec=EXAMPLE_CNN, batch_size=8)),
         ],
         gpt_corpus=2000,
+        # two layers, so that --recompute blocks has a block to drop; one timed context covers the timing
+        levers=dict(contexts=(16, 64), timed={16: 2}, batch=8, grad_accum=4, config=dict(n_layer=2)),
         step_rounds=2,
         step_steps=3,
         step_block_s=0.05,
@@ -189,6 +194,10 @@ SIZES: dict[str, dict[str, Any]] = {
             dict(name="cnn", config=dict(model_spec=EXAMPLE_CNN, batch_size=64)),
         ],
         gpt_corpus=None,
+        # a step at context 1024 takes ~20 s a micro-batch of 16 here: one step after the first
+        levers=dict(
+            contexts=(64, 256, 1024), timed={64: 5, 256: 5, 1024: 1}, batch=64, grad_accum=4, config={}
+        ),
         step_rounds=3,
         step_steps=10,
         step_block_s=0.5,
@@ -207,6 +216,9 @@ SIZES: dict[str, dict[str, Any]] = {
             dict(name="cnn", config=dict(model_spec=EXAMPLE_CNN, batch_size=1024)),
         ],
         gpt_corpus=None,
+        levers=dict(
+            contexts=(64, 256, 1024), timed={64: 5, 256: 5, 1024: 5}, batch=64, grad_accum=4, config={}
+        ),
         step_rounds=5,
         step_steps=20,
         step_block_s=2.0,

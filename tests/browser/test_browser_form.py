@@ -41,10 +41,23 @@ def test_form_shows_each_models_fields_with_the_servers_defaults(server, browser
         return {name: as_shown(values[name]) for name in fields}
 
     assert page.evaluate(shown) == expected("mlp")
-    assert len(expected("mlp")) == 32  # every field the MLP reads, "more settings" included
+    assert len(expected("mlp")) == 37  # every field the MLP reads, "more settings" (and fp8's 5) included
     page.fill("#cfg-steps", "300")
     page.select_option("#cfg-model", "gpt")
     assert page.evaluate(shown) == expected("gpt", steps=300)
+    # the memory levers, in the groups the form puts them in, under their labels
+    levers = page.evaluate(
+        """(names) => names.map((n) => {
+        const label = document.querySelector(`label:has(#cfg-${n})`);
+        return [label.firstChild.textContent, label.closest('fieldset').querySelector('legend').textContent];
+    })""",
+        ["grad_accum", "recompute", "attention"],
+    )
+    assert levers == [
+        ["gradient accumulation", "optimizer and schedule"],
+        ["recompute activations", "optimizer and schedule"],
+        ["attention", "model and data"],
+    ]
     assert page.locator("#cfg-n_layer").get_attribute("title") is None  # help texts are on the labels
     assert page.locator("label:has(#cfg-n_layer)").get_attribute("title") == "gpt: transformer blocks"
     posted = []

@@ -250,6 +250,7 @@ def test_fused_attention_gpt_in_the_browser_equals_native(server, browser, tmp_p
     run = server.create_run(cfg, browser=browser)
     wsum = run.wait(timeout=TIMEOUT)
     web = on_disk(server, run)
+    page_log = run.page.evaluate("document.getElementById('log').innerText")
     run.close_page()
     monkeypatch.setenv("WEBMP_TUNE_CACHE", str(tmp_path / "no-tune-cache.json"))
     native = Trainer(cfg, out=tmp_path / "native", progress=False, log=None, tiles=TileTable())
@@ -257,6 +258,9 @@ def test_fused_attention_gpt_in_the_browser_equals_native(server, browser, tmp_p
     nsum = native.run()
     nat = native.run_dir.read_metrics()
     assert len(web) == len(nat) == 4 and not any(r["skipped"] for r in web)
+    # the form and why in both summaries and in the page's log, as the plan says them
+    assert wsum["attention"] == nsum["attention"] == native.plan["attention"]
+    assert wsum["attention"]["form"] == "fused" and wsum["attention"]["line"] in page_log
     if browser.kind == "lavapipe":
         assert same(web, nat) and wsum["val_loss"] == nsum["val_loss"]
         return

@@ -94,7 +94,10 @@ def test_browser_and_native_run_directories_have_the_same_keys(client, tmp_path,
     native = RunDir(tmp_path / "native")
 
     web, nat = browser.read_summary(), native.read_summary()
-    assert set(web) == set(nat) == set(RunSummary.__required_keys__)  # data_parallel: under MPI only
+    # data_parallel: under MPI only; attention: a model with attention
+    keys = set(RunSummary.__required_keys__) | ({"attention"} if model == "gpt" else set())
+    assert set(web) == set(nat) == keys
+    assert web.get("attention") == nat.get("attention")
     assert {k for k, v in web.items() if v is None} == {k for k, v in nat.items() if v is None}
     assert (web["val_loss"] is None) == (model == "mlp")
     assert web["unigram_bits_per_char"] == nat["unigram_bits_per_char"]  # the same corpus

@@ -15,6 +15,7 @@ import pytest
 
 import webmp
 from webmp.bench.cli import run_bench
+from webmp.bench.levers import LEVERS, lever_configs, lever_line, lever_row, versus_baseline
 from webmp.bench.machine import cpu_info
 from webmp.bench.markdown import render
 from webmp.bench.memory import REDUCED, STEP_PRECISIONS, memory_entry
@@ -108,6 +109,7 @@ def test_result_is_json_with_every_section(result):
         "readbacks",
         "sampling",
         "attention_memory",
+        "levers",
         "profile",
         "summary",
         "seconds",
@@ -314,6 +316,79 @@ def test_attention_memory_rows(result, gpu):
     }  # fmt: skip
     assert all(r["ms_per_step"] is None for r in rows.values())
     assert "attention: fused vs three-kernel" in format_table(result)
+
+
+@pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
+def test_levers_rows_are_the_plans_bytes(result):
+    """The levers' section (the tiny size always runs it): a row per context and lever, its bytes by
+    category those of plan_buffers for the lever's config (one effective batch for all), each lever
+    saving activations against the baseline and all of them together saving the most; the
+    accumulating ones keep a second gradient buffer (the f32 sums); the timed contexts timed."""
+    from webmp.engine.plan import memory_by_category
+    from webmp.models import plan_buffers
+
+    lv, settings = result["levers"], TINY["levers"]
+    gpt = next(m for m in TINY["step_models"] if m["name"] == "gpt")
+    rows = {(r["context"], r["lever"]): r for r in lv["rows"]}
+    assert list(rows) == [(T, name) for T in settings["contexts"] for name, _, _ in LEVERS]
+    configs = lever_configs(
+        {**gpt["config"], **settings["config"]}, settings["batch"], settings["grad_accum"]
+    )
+    corpus = model_data(gpt, TINY)
+    for (T, name), row in rows.items():
+        cfg = TrainConfig(**{**configs[name][1], "context": T})
+        assert cfg.effective_batch == settings["batch"]
+        assert row["memory"] == memory_by_category(plan_buffers(cfg, corpus, lv["path"]))
+        assert row["refused"] is None  # the tiny shape fits everywhere
+        assert (row["ms_per_step"] is not None) == (T in settings["timed"])
+        assert row["ms_per_step"] is None or positive(row["ms_per_step"])
+    for T in settings["contexts"]:
+        base = rows[T, "baseline"]["memory"]
+        acts = {name: rows[T, name]["memory"]["activations"] for name, _, _ in LEVERS}
+        assert all(acts[n] < acts["baseline"] for n in acts if n != "baseline"), acts
+        assert acts["all"] < min(v for n, v in acts.items() if n != "all")
+        assert rows[T, "grad_accum"]["memory"]["gradients"] == 2 * base["gradients"]
+        assert rows[T, "fused"]["memory"]["gradients"] == base["gradients"]
+    assert "memory levers (the gpt's shape" in format_table(result)
+
+
+def test_lever_configs_share_the_effective_batch():
+    configs = lever_configs({"model": "gpt", "attention": "auto"}, 64, 4)
+    assert list(configs) == [name for name, _, _ in LEVERS]
+    assert configs["baseline"] == ("--attention unfused", {
+        "model": "gpt", "attention": "unfused", "recompute": "none", "grad_accum": 1, "batch_size": 64,
+    })  # fmt: skip
+    flags, cfg = configs["all"]
+    assert flags == "--grad-accum 4 --batch-size 16 --recompute blocks --attention fused"
+    assert (cfg["grad_accum"], cfg["batch_size"], cfg["recompute"], cfg["attention"]) == (
+        4,
+        16,
+        "blocks",
+        "fused",
+    )
+    assert configs["recompute"][1]["grad_accum"] == 1 and configs["fused"][1]["recompute"] == "none"
+    with pytest.raises(ValueError, match="multiple"):
+        lever_configs({"model": "gpt"}, 10, 4)
+
+
+def test_lever_row_refused(gpu):
+    """A plan above the adapter's largest binding is refused, naming the buffer; one the kernels
+    cannot dispatch is refused with the builder's reason; refused rows have no ratio of step time."""
+    from webmp.data.text import tokenize
+
+    corpus = tokenize("abcdefghij " * 200, "test", "test", "")
+    fields = {"model": "gpt", "n_layer": 1, "n_head": 2, "d_model": 16, "context": 64, "batch_size": 4,
+              "attention": "unfused"}  # fmt: skip
+    ok = lever_row(gpu, 64, "baseline", fields, corpus, "emulated", 1 << 30)
+    assert ok["refused"] is None and ok["largest"]["name"] == "S"
+    S = 4 * 4 * 2 * 64 * 64
+    small = lever_row(gpu, 64, "baseline", fields, corpus, "emulated", S - 1)
+    assert small["refused"] == f"S takes {S} bytes, the adapter binds {S - 1}"
+    assert small["memory"] == ok["memory"] and "refused: S takes" in lever_line(small, [small])
+    wide = lever_row(gpu, 64, "baseline", {**fields, "batch_size": 1100}, corpus, "emulated", 1 << 40)
+    assert wide["memory"] is None and wide["refused"].startswith("the plan cannot be built: ")
+    assert versus_baseline(wide, [ok]) == (None, None)
+    assert versus_baseline(small, [ok]) == (1.0, None)
 
 
 @pytest.mark.slow  # the tiny bench run (module fixture `result`, ~10 s)
@@ -542,7 +617,8 @@ WEBMP = {"version": "0.1.0", "commit": "0123456789abcdef", "modified": False}
 MACHINE = "AMD EPYC 9B14 (2 CPUs, family 25 model 17, 2600 MHz, x86_64)"
 SECTIONS = [
     "## Matmul kernels", "### The GPT's matmul shapes", "## Training step", "## Time to the first step",
-    "## Memory by category", "## Readbacks in the training loop", "## Sampling", "## GPU time per kernel",
+    "## Memory by category", "## Memory levers", "## Readbacks in the training loop", "## Sampling",
+    "## GPU time per kernel",
     "## Cold start",
     "## Data-parallel step", "## Side by side with tinygrad", "## Targets", "## How the figures are taken",
     "## Making this page", "## History",
@@ -600,21 +676,26 @@ def test_markdown_from_the_tiny_bench(result, tmp_path):
     text = out.stdout
     host, adapter = result["host"], result["adapter"]
     ours = f"{host['cpu_model']} ({host['cpus']} CPUs"
-    assert_tables_and_machine(text, ours, SECTIONS[:8])
+    assert_tables_and_machine(text, ours, SECTIONS[:9])
     assert_tables_and_machine(text, ours, ["## Targets"])
     assert f"driver {adapter['driver']}" in text and result["date"] in text
-    assert_tables_and_machine(text, MACHINE, SECTIONS[8:11])
+    assert_tables_and_machine(text, MACHINE, SECTIONS[9:12])
     for m in result["matmul"]:
         assert f"| {m['M']} x {m['N']} x {m['K']} |" in text
     assert f"**{result['model_matmuls']['gpt']['median_gflops']['native']:.2f}**" in text
     for s in result["train_step"]:
         assert f"| {s['model']} | {s['shape']} | {s['batch']} | {s['precision']} |" in text
     for name, m in result["memory"].items():
-        row = f"| {name} | activations | {m['mixed']['activations']} | {m['bf16']['activations']} | "
-        row += f"{m['fp32']['activations']} | **{m['activation_ratios']['mixed']:.3f}** | "
-        assert row + f"**{m['activation_ratios']['bf16']:.3f}** |" in text, name
+        row = f"| {name} | activations | " + " | ".join(str(m[p]["activations"]) for p in (*REDUCED, "fp32"))
+        row += " | " + " | ".join(f"**{m['activation_ratios'][p]:.3f}**" for p in REDUCED) + " |"
+        assert row in text, name
     for p in REDUCED:
         assert f"`{p}` / `fp32` wall per step: digits " in text
+    lv = result["levers"]
+    for row in lv["rows"]:
+        total = sum(row["memory"].values()) / 2**20
+        assert f"| {row['context']} | `{row['lever']}` | " in text and f"| {total:.2f} |" in text
+    assert f"- `grad_accum`: `{lv['levers']['grad_accum']}`" in text
     assert "| 0.109 | 1.440 (1.630) | **0.076** |" in text
     assert "Not recorded" not in text
 
@@ -629,14 +710,14 @@ def test_markdown_says_what_is_missing():
     for section in SECTIONS:
         assert section in text
     for what in ("the matmul section", "the training step", "the first steps", "memory", "readbacks",
-                 "sampling", "a profile", "a cold-start run", "a data-parallel run",
+                 "sampling", "the memory levers", "a profile", "a cold-start run", "a data-parallel run",
                  "a side-by-side run"):  # fmt: skip
         assert f"*Not recorded: {what}" in text, what
     assert "CPU model not recorded (2 CPUs, x86_64)" in text and ADAPTER["name"] in text
     assert "webmp version not recorded" in text
     colds, ranks, sbs = other_runs()
     text = render(r, colds, ranks, sbs)
-    assert_tables_and_machine(text, MACHINE, SECTIONS[8:11])
+    assert_tables_and_machine(text, MACHINE, SECTIONS[9:12])
     assert "| native | cold | 26 | - | 0.01 | 0.60 | 2.30 | 2.90 |" in text
     assert "webmp 0.1.0 at 0123456789" in text
 

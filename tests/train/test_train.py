@@ -107,6 +107,8 @@ TINY_GPT = [
 
 @pytest.mark.slow  # a GPT plan's pipelines; test_gpt covers the plan in the fast tier
 def test_webmp_train_gpt_on_a_text_file(capsys, tmp_path):
+    from webmp.models.attention_form import describe_attention
+
     """A tiny GPT through the CLI on a repetitive text: the summary's validation loss (from the
     GPU's summed loss) is the mean of the float64 reference on the saved weights, below the
     unigram baseline, and the run directory holds the usual files."""
@@ -124,6 +126,11 @@ def test_webmp_train_gpt_on_a_text_file(capsys, tmp_path):
         p.name for p in out.iterdir()
     }
     assert json.loads((out / "config.json").read_text())["model"] == "gpt"
+    # the attention form the run took and why, as the log said it
+    attention = summary["attention"]
+    assert attention["form"] in ("fused", "unfused") and attention["why"]
+    assert attention["line"] == describe_attention(attention["form"], attention["why"])
+    assert f"webmp: {attention['line']}\n" in log
 
 
 def test_gpt_bad_text_file_is_one_line(capsys, tmp_path):

@@ -21,6 +21,8 @@ of its own:
 - sampling: tokens per second of text generation with the GPT's shape, with the attention caches
   and window-only, inside the window and at `webmp sample`'s default length.
 - profile (--profile): GPU time per kernel from timestamp queries, one pass per dispatch.
+- levers (--memory; always at --size tiny): the GPT's GPU bytes by category and step time with each
+  memory lever (--grad-accum, --recompute, --attention fused) alone and all together.
 - report: the targets, the summary and the printed table; markdown: docs/benchmarks.md from the
   JSON; cold (--cold-start) and ranks (--ranks N): runs of their own.
 """
@@ -39,6 +41,7 @@ from ..engine.plan import Plan
 from ..engine.tune_cache import cache_path, load_cache
 from ..presets import SIZES
 from ..tune import native as tune
+from .levers import bench_levers
 from .machine import adapter_info, run_info
 from .matmul import PRODUCTS, bench_matmul, bench_model_matmuls, matmul_shapes
 from .memory import STEP_PRECISIONS, attention_memory, memory_entry
@@ -129,6 +132,16 @@ def _bench_readbacks(gpu, step_models, preset, data, log) -> dict:
     return out
 
 
+def _bench_levers(gpu, preset: dict, data: dict, log) -> dict:
+    """The levers' section on the preset's gpt step model (run whether or not --models has it)."""
+    gpt = next(m for m in preset["step_models"] if m["name"] == "gpt")
+    settings = preset["levers"]
+    corpus = data["gpt"] if "gpt" in data else model_data(gpt, preset)
+    path = "native" if gpu.has_f16 else "emulated"
+    log(f"memory levers (the gpt's shape, {path} path, effective batch {settings['batch']}):")
+    return bench_levers(gpu, {**gpt["config"], **settings["config"]}, corpus, path, settings, log)
+
+
 def run_bench(
     size: str = "default",
     profile: bool = False,
@@ -138,10 +151,12 @@ def run_bench(
     log=print,
     tune_budget: float = 60.0,
     models: list[str] | None = None,
+    memory: bool = False,
 ) -> dict:
     """Runs the benchmark at a preset size ('tiny', 'default', 'gpu') and returns its JSON dict.
     Matmul tiles come from the auto-tune cache for this adapter (tuned first with tune_first).
-    models: the names of the preset's step models to run (default all: digits, wide, gpt, cnn)."""
+    models: the names of the preset's step models to run (default all: digits, wide, gpt, cnn).
+    memory: the levers' section too (webmp.bench.levers; the tiny size always runs its small one)."""
     from ..engine.runtime import default_gpu
 
     gpu = gpu or default_gpu()
@@ -184,6 +199,8 @@ def run_bench(
             gpu, gpts[0]["config"], data[gpts[0]["name"]], "native" if gpu.has_f16 else "emulated",
             timed=size != "tiny", log=log,
         )  # fmt: skip
+    if memory or size == "tiny":
+        result["levers"] = _bench_levers(gpu, preset, data, log)
     result["summary"] = summarize(result)
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     return result
@@ -219,6 +236,12 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         choices=sorted({m["name"] for size in SIZES.values() for m in size["step_models"]}),
         help="the training-step models to run (default: all of the size's: digits, wide, gpt, cnn)",
+    )
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="also the memory levers: the GPT's GPU bytes by category and step time with --grad-accum, "
+        "--recompute blocks and --attention fused, alone and together, at contexts 64, 256, 1024",
     )
     p.add_argument(
         "--ranks",
@@ -260,6 +283,7 @@ def cli_bench(argv: list[str]) -> int:
             paths=args.paths,
             tune_budget=args.tune_budget,
             models=args.models,
+            memory=args.memory,
             log=lambda *a: print(*a, file=sys.stderr, flush=True),
         )
     except RuntimeError as e:

@@ -27,6 +27,7 @@ from .sections import (
     adapter,
     cold_section,
     first_step_section,
+    levers_section,
     machine,
     matmul_section,
     memory_section,
@@ -225,6 +226,7 @@ REGENERATE = """\
 ```sh
 make benchmarks     # bench/benchmarks.sh: all of the below, then this page (8-9 min on 2 cores)
 webmp bench --tune --tune-budget 300 --profile --out bench.json   # matmuls to profile, and targets
+                    # (with --memory, MEMORY=1 for make: the GPT's memory levers, ~10 min more)
 webmp bench --cold-start --out cold-mlp.json; webmp bench --cold-start gpt --out cold-gpt.json
 mpirun -n 2 webmp bench --ranks 2 --out ranks.json                # the data-parallel step
 OUT=sbs.jsonl bench/tinygrad_side_by_side.sh 16                   # after its `setup`, once
@@ -299,6 +301,7 @@ def render(
     ]
     out += runs_table(r, colds, ranks, sbs)
     out += matmul_section(r) + step_section(r) + first_step_section(r) + memory_section(r)
+    out += levers_section(r)
     out += readback_section(r) + sampling_section(r) + profile_section(r)
     out += [line for c in colds for line in cold_section(c)] if colds else cold_section(None)
     out += ranks_section(ranks) + tinygrad + targets_section(r, colds, ratio)

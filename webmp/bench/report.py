@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .levers import lever_line
 from .matmul import CORE_TILES
 from .memory import REDUCED, SIXTEEN_BIT, attention_line
 from .readbacks import readback_line
@@ -310,6 +311,11 @@ def format_table(r: dict) -> str:
     if r.get("attention_memory"):
         out += ["", "attention: fused vs three-kernel (the gpt's shape; memory from the plan)"]
         out += [f"  {attention_line(row)}" for row in r["attention_memory"]]
+    if r.get("levers"):
+        lv = r["levers"]
+        out += ["", f"memory levers (the gpt's shape, effective batch {lv['batch']}; memory from the plan)"]
+        out += [f"  {name}: {flags}" for name, flags in lv["levers"].items()]
+        out += [f"  {lever_line(row, lv['rows'])}" for row in lv["rows"]]
     out += _profile_tables(r) + _summary_lines(r["summary"])
     out.append(f"\n{r['seconds']} s in all")
     return "\n".join(out)

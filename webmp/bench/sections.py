@@ -9,6 +9,7 @@ import math
 import statistics
 from typing import Any
 
+from .levers import versus_baseline
 from .matmul import CORE_TILES
 from .memory import REDUCED
 from .report import readback_verdict
@@ -268,6 +269,51 @@ def memory_section(r: dict) -> list[str]:
             f"{num(mem[n].get('expected_activation_ratio'), '.4f')}."
         )
     return out + [""]
+
+
+def levers_section(r: dict) -> list[str]:
+    """The GPT's memory levers (`--memory`): a row per context and lever, its bytes by category."""
+    out = ["## Memory levers (`webmp bench --memory`)", "", ran_on(r, r.get("adapter")), ""]
+    lv = r.get("levers")
+    if not lv:
+        return out + missing("the memory levers (`levers`)", "`webmp bench --memory` writes them.")
+    mib = 2**20
+    timed = ", ".join(f"{T}: {n}" for T, n in lv["steps_timed"].items()) or "none"
+    cats = list(dict.fromkeys(c for row in lv["rows"] if row["memory"] for c in row["memory"]))
+    body = []
+    for row in lv["rows"]:
+        mem, ms = versus_baseline(row, lv["rows"])
+        cells = [str(row["context"]), f"`{row['lever']}`"]
+        cells += [num(row["memory"][c] / mib, ".2f") if row["memory"] else "-" for c in cats]
+        total = sum(row["memory"].values()) / mib if row["memory"] else None
+        cells += [num(total, ".2f"), num(mem, ".3f")]
+        if row["refused"]:
+            cells += ["refused", "-"]
+        else:
+            cells += [num(row["ms_per_step"], ".1f") if row["ms_per_step"] else "not timed", num(ms)]
+        body.append(cells)
+    header = ["context", "lever", *(f"{c} MiB" for c in cats), "total MiB", "total / baseline"]
+    header += ["ms / optimizer step", "step / baseline"]
+    out += [
+        f"The GPT ({', '.join(f'{k} {v}' for k, v in lv['config'].items())}) on the `{lv['path']}` path, "
+        f"every entry at the effective batch {lv['batch']}; GPU bytes from the plan's accounting (a dry "
+        f"run); the step time the median of N optimizer steps after a first (each round one step of "
+        f"each lever in turn), N at each timed context: {timed}. The levers:",
+        "",
+    ]
+    out += [f"- `{name}`: `{flags}`" for name, flags in lv["levers"].items()] + [""]
+    out += table(header, body, set(range(2, len(header))))
+    refusals = [
+        f"- {row['context']} `{row['lever']}`: {row['refused']}" for row in lv["rows"] if row["refused"]
+    ]
+    if refusals:
+        out += [
+            f"Refused (the adapter binds at most {lv['adapter_limit']} bytes a buffer):",
+            "",
+            *refusals,
+            "",
+        ]
+    return out
 
 
 def readback_section(r: dict) -> list[str]:

@@ -215,10 +215,12 @@ class Plan(TrainPlan, total=False):
     """A training plan: programs 'train_step', 'eval' and 'histograms' (the gradient-range lens); a
     data-parallel rank's has 'train_grads' and 'train_update' instead of 'train_step', and
     `data_parallel` says how to run them. `fp8`: precision fp8's recipe and quantised layers
-    (webmp.engine.fp8.Fp8Recipe.describe)."""
+    (webmp.engine.fp8.Fp8Recipe.describe). `attention`: the GPT's attention form and why
+    (webmp.models.attention_form.attention_entry: form, why, the log's line)."""
 
     data_parallel: DataParallelSpec
     fp8: dict[str, Any]
+    attention: dict[str, str]
 
 
 class SampleRun(TypedDict):

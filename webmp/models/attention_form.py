@@ -47,22 +47,23 @@ def attention_form(
 
 
 def describe_attention(form: str, why: str) -> str:
-    """The run log's line."""
+    """The run log's line (after "webmp: "; the page's log prints it as it is)."""
     name = "fused (flash-style)" if form == "fused" else "three-kernel (S, P, PV)"
-    return f"webmp: attention: {name}: {why}"
+    return f"attention: {name}: {why}"
 
 
-def plan_attention(plan: Plan, cfg: TrainConfig, tiles: TileTable, path: str, world: int = 1) -> str | None:
-    """The run log's line on the plan's attention form and why (None: the plan has no attention)."""
+def attention_entry(form: str, why: str) -> dict[str, str]:
+    """The plan's and summary.json's `attention`: the form, why, and the log's line."""
+    return {"form": form, "why": why, "line": describe_attention(form, why)}
+
+
+def plan_attention(plan: Plan, cfg: TrainConfig) -> dict[str, str] | None:
+    """The plan's attention form, why and the log's line (attention_entry; None: the plan has no
+    attention): the GPT's plan says (its `attention`); a token network's is read off its kernels."""
+    if "attention" in plan:
+        return plan["attention"]
     entries = {k["entry"] for k in plan["kernels"]}
     fused = "flash_fwd" in entries
     if not fused and not entries & {"attn_softmax_fwd", "attn_softmax_fwd_thread"}:
         return None
-    if cfg.model == "gpt":
-        H = cfg.n_head
-        _, why = attention_form(
-            cfg.attention, tiles, path, cfg.batch_size // world, cfg.context, H, cfg.d_model // H
-        )
-    else:
-        why = f"--attention {cfg.attention}"
-    return describe_attention("fused" if fused else "unfused", why)
+    return attention_entry("fused" if fused else "unfused", f"--attention {cfg.attention}")

@@ -44,7 +44,7 @@ from ..engine.tiles import TileTable
 from ..nn.gpt import gpt_names, gpt_network
 from ..nn.layers import CausalSelfAttention, Layer, ParamShape
 from ..nn.network import Residual
-from .attention_form import attention_form
+from .attention_form import attention_entry, attention_form
 from .common import Init, ModelBuilder, Param, check_params
 from .net_nodes import Node, ResidualNode
 from .net_sample import TOKENS_PER_SUBMIT, build_net_sample_plan
@@ -143,7 +143,9 @@ def build_gpt_plan(
     mb.optimizer()
     evaluation = gpt.evaluation()
     mb.histograms(gpt.lens_layers())
-    return mb.finish([gpt.V, *([gpt.D] * gpt.L), gpt.V], evaluation)
+    plan, blob = mb.finish([gpt.V, *([gpt.D] * gpt.L), gpt.V], evaluation)
+    plan["attention"] = attention_entry(gpt.attention, gpt.attention_why)
+    return plan, blob
 
 
 def gpt_buffers(n_layer: int, n_head: int, shared_blocks: bool = False) -> dict[str, str]:

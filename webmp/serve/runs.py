@@ -96,6 +96,7 @@ class PageRun:
         self.data = data if data is not None else PageData(None)
         self.plans = RunPlans(self.id, cfg, self.dir, cache if cache is not None else PlanCache(), self.data)
         self.matmul_tiles = "default"  # TileTable.describe() of the last plan the page asked for
+        self.attention: dict[str, str] | None = None  # that plan's attention form and why
         self.sampler = RunSampler(self.dir)
         self._changed = asyncio.Event()
 
@@ -173,6 +174,7 @@ class PageRun:
         resumed from the last checkpoint if there is one (RunPlans.resumed)."""
         built = self.plans.resumed(offer, tiles, self.checkpoint_step)
         self.matmul_tiles = TileTable.for_adapter(tiles).describe()
+        self.attention = built[0].get("attention")
         return built
 
     def checkpoint_layout(self, offer: Offer) -> tuple[Plan, Layout]:
@@ -322,6 +324,7 @@ class PageRun:
             readbacks=msg.readbacks,
             run_dir=self.dir.path,
             fp8=plan.get("fp8"),
+            attention=self.attention or plan.get("attention"),  # the page's plan's, else the base plan's
         )
         self.dir.write_summary(summary)
         title = f"{self.cfg.precision} / {summary['f16_path']} (browser) — {result_line(summary)}"

@@ -160,6 +160,7 @@ class Trainer:
         self.tiles = self._limited(self.tiles)
         self.f16_description = describe_f16(self.path, cfg.f16, cfg.precision)
         self.plan, blob = self._build_plan()
+        self.attention = plan_attention(self.plan, cfg)  # the form and why: the log, summary.json
         self.step = self.resume.step if self.resume is not None else 0
         # the evaluation's and the lens's own kernels are made at their first use
         self.runtime = Runtime(self.plan, blob, self.gpu, first=["train_step"])
@@ -394,9 +395,8 @@ class Trainer:
         if self.tuning is not None:
             self.log(f"webmp: first-use tuning: {self.tuning}")
         self.log(f"webmp: matmul tiles: {self.tiles.describe(plan_classes(self.plan))}")
-        attention = plan_attention(self.plan, cfg, self.tiles, self.path, self.world.size)
-        if attention is not None:
-            self.log(attention)
+        if self.attention is not None:
+            self.log(f"webmp: {self.attention['line']}")
         if self.world.size > 1:
             n = self.world.size
             self.log(
@@ -467,6 +467,7 @@ class Trainer:
             readbacks=self.runtime.readbacks,
             run_dir=self.run_path,
             fp8=self.plan.get("fp8"),
+            attention=self.attention,
         )
         if self.data_parallel is not None:
             summary["data_parallel"] = self.data_parallel.summary()

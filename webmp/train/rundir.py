@@ -70,11 +70,13 @@ class RunSummary(RunFacts, total=False):
     the ranks, the fused buffer's bytes, milliseconds per step of readback, all-reduce, upload);
     for precision fp8 `fp8`, its recipe and quantised layers (the plan's "fp8"); for data-parallel
     runs `optimizer_memory` (Trainer.optimizer_memory: bytes of masters and Adam moments each rank
-    holds, and the unsharded figure)."""
+    holds, and the unsharded figure); for a model with attention `attention`, its form, why and the
+    log's line (webmp.models.attention_form.plan_attention)."""
 
     data_parallel: dict[str, Any]
     optimizer_memory: dict[str, Any]
     fp8: dict[str, Any]
+    attention: dict[str, str]
 
 
 def run_summary(
@@ -97,6 +99,7 @@ def run_summary(
     readbacks: int,
     run_dir: Path,
     fp8: dict[str, Any] | None = None,
+    attention: Mapping[str, str] | None = None,
 ) -> RunSummary:
     """The summary of a finished run from its records and final GPU state (webmp.engine.state names).
     Language models also pass val_loss_sum (program 'eval''s summed loss over test_count
@@ -137,6 +140,8 @@ def run_summary(
     }
     if fp8 is not None:
         summary["fp8"] = fp8
+    if attention is not None:
+        summary["attention"] = dict(attention)
     return summary
 
 
