@@ -84,6 +84,20 @@ def _network_file(path: str) -> Network:
 _network_file.__name__ = "network file"
 
 
+def _choice_of(kind: type, choices: tuple) -> Any:
+    """argparse's type for numeric choices: a value that is not even a number is an invalid choice
+    too (argparse would call it an invalid int), naming the choices."""
+
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            listed = ", ".join(map(repr, choices))
+            raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {listed})") from None
+
+    return convert
+
+
 def _flag_spec(name: str, field: FieldInfo, default: object) -> dict[str, Any]:
     """add_argument keywords for one config field, from its annotation."""
     ann = field.annotation
@@ -91,7 +105,8 @@ def _flag_spec(name: str, field: FieldInfo, default: object) -> dict[str, Any]:
         choices = get_args(ann)
         kinds = {type(c) for c in choices}
         if len(kinds) == 1 and kinds <= set(SCALARS):
-            return {"type": kinds.pop(), "choices": choices}
+            kind = kinds.pop()
+            return {"type": kind if kind is str else _choice_of(kind, choices), "choices": choices}
     elif ann is bool:
         return {"action": argparse.BooleanOptionalAction}
     elif isinstance(ann, type) and ann in SCALARS:

@@ -41,7 +41,7 @@ def test_form_shows_each_models_fields_with_the_servers_defaults(server, browser
         return {name: as_shown(values[name]) for name in fields}
 
     assert page.evaluate(shown) == expected("mlp")
-    assert len(expected("mlp")) == 37  # every field the MLP reads, "more settings" (and fp8's 5) included
+    assert len(expected("mlp")) == 38  # every field the MLP reads, "more settings" (fp8's 5, zero) included
     page.fill("#cfg-steps", "300")
     page.select_option("#cfg-model", "gpt")
     assert page.evaluate(shown) == expected("gpt", steps=300)

@@ -168,7 +168,7 @@ def test_model_matmul_shapes(result, plans, gpu):
 def test_train_step_rows(result, plans):
     rows = result["train_step"]
     assert MODELS == ["digits", "wide", "gpt", "cnn"]
-    assert STEP_PRECISIONS == ("mixed", "bf16", "fp32")
+    assert STEP_PRECISIONS == ("mixed", "bf16", "fp8", "fp32")
     want = {(m, p) for m in MODELS for p in STEP_PRECISIONS}
     assert {(r["model"], r["precision"]) for r in rows} == want
     for r in rows:
@@ -187,7 +187,7 @@ def test_train_step_rows(result, plans):
         assert r["steps_timed"] >= 2 and r["host_steps_timed"] >= TINY["host_pairs"]
         assert 0 < r["host_pairs_in_median"] <= r["host_steps_timed"]
         assert r["shape"] == model_shape(plan)
-        assert r["f16_path"] == (r["precision"] if r["precision"] != "mixed" else plan["f16_path"])
+        assert r["f16_path"] == {"mixed": plan["f16_path"], "fp8": "bf16"}.get(r["precision"], r["precision"])
         if r["model"] == "gpt":
             cfg = plan["config"]
             assert r["tokens_per_step"] == cfg["batch_size"] * cfg["context"] == 4 * 8
@@ -238,8 +238,8 @@ def test_cache_warm_from_this_process_writes():
 def test_memory_from_plan_accounting(result, plans):
     assert list(result["memory"]) == MODELS
     for name, m in result["memory"].items():
-        assert set(m["activation_ratios"]) == set(m["total_ratios"]) == {"mixed", "bf16"}
-        for p in REDUCED:  # f32 masters, 16-bit working weights (f16 or bf16)
+        assert set(m["activation_ratios"]) == set(m["total_ratios"]) == {"mixed", "bf16", "fp8"}
+        for p in REDUCED:  # f32 masters, 16-bit working weights (f16 or bf16; fp8's in bf16)
             assert m[p]["master_weights"] == m["fp32"]["master_weights"] > 0
             assert m[p]["working_weights"] * 2 == m["fp32"]["working_weights"]
         # f16 activations: half the bytes, except the f32 logits, loss rows and labels
@@ -269,9 +269,15 @@ def test_memory_from_plan_accounting(result, plans):
         assert m["total_ratios"]["bf16"] == sum(m["bf16"].values()) / sum(m["fp32"].values()) < 1
     t = result["summary"]["targets"]["activation_ratio"]
     worst = max(
-        (r, f"{n} {p}") for n, m in result["memory"].items() for p, r in m["activation_ratios"].items()
+        (r, f"{n} {p}")
+        for n, m in result["memory"].items()
+        for p, r in m["activation_ratios"].items()
+        if p in ("mixed", "bf16")
     )
     assert (t["value"], t["worst"]) == worst and t["met"]
+    # fp8 is judged apart (<= 0.30): its casts' scratch sits on bf16 storage, so it is not met
+    t8 = result["summary"]["targets"]["fp8_activation_ratio"]
+    assert t8["value"] == max(m["activation_ratios"]["fp8"] for m in result["memory"].values())
 
 
 def test_memory_entry_takes_any_number_of_formats():
@@ -478,7 +484,7 @@ def test_table_prints_every_section(result):
     assert len(gpt_rows) == len(STEP_PRECISIONS) and all(
         " tok " in line and line.endswith(("pass", "FAIL")) for line in gpt_rows
     )
-    assert any(line.startswith("gpt      activations ") and line.endswith(" pass") for line in lines)
+    assert any(line.startswith("gpt      activations ") and " 16-bit pass" in line for line in lines)
     assert any(line.startswith("  gpt: 4 reads in 20 steps") and line.endswith(": pass") for line in lines)
 
 

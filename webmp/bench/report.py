@@ -242,8 +242,9 @@ def _memory_table(r: dict) -> list[str]:
     precisions = [p for p in (*REDUCED, "fp32") if any(p in m for m in r["memory"].values())]
     reduced = [p for p in precisions if p != "fp32"]
     out = [
-        f"memory (bytes, from the plan); target activations {'/'.join(reduced)} / fp32 <= "
-        f"{TARGETS['activation_ratio']:g} each",
+        f"memory (bytes, from the plan); target activations "
+        f"{'/'.join(p for p in reduced if p in SIXTEEN_BIT)} / fp32 <= {TARGETS['activation_ratio']:g} "
+        f"each, fp8 / fp32 <= {TARGETS['fp8_activation_ratio']:g}",
         f"{'model':8} {'category':16} "
         + " ".join(f"{p:>12}" for p in precisions)
         + " "
@@ -256,8 +257,11 @@ def _memory_table(r: dict) -> list[str]:
             ratios = [f"{m[p][cat] / b if b else 0:10.3f}" if p in m else f"{'-':>10}" for p in reduced]
             verdict = ""
             if cat == "activations":
-                met = all(v <= TARGETS["activation_ratio"] for v in activation_ratios(m).values())
-                verdict = f" {_pass(met)}"
+                ratios_of = activation_ratios(m)
+                met = all(v <= TARGETS["activation_ratio"] for p, v in ratios_of.items() if p in SIXTEEN_BIT)
+                verdict = f" 16-bit {_pass(met)}"
+                if "fp8" in ratios_of:
+                    verdict += f", fp8 {_pass(ratios_of['fp8'] <= TARGETS['fp8_activation_ratio'])}"
             out.append(f"{name:8} {cat:16} " + " ".join(cells) + " " + " ".join(ratios) + verdict)
         wide = ", ".join(f"{k} {v}" for k, v in m["activations_not_h"].items())
         out.append(
