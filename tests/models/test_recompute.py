@@ -23,9 +23,17 @@ GPT = dict(model="gpt", n_layer=3, n_head=2, d_model=16, context=8, batch_size=4
 FP8_FUSED = dict(precision="fp8", fp8_loss_scale="dynamic", attention="fused")  # its casts recorded twice
 
 
+SLOW = pytest.mark.slow  # ~25 s each here: the fast tier keeps the tied case
+
+
 @pytest.mark.parametrize(
     "tie_head, grad_accum, more",
-    [(True, 1, {}), (False, 1, {}), (True, 2, {}), (True, 1, FP8_FUSED)],
+    [
+        (True, 1, {}),
+        pytest.param(False, 1, {}, marks=SLOW),
+        pytest.param(True, 2, {}, marks=SLOW),
+        pytest.param(True, 1, FP8_FUSED, marks=SLOW),
+    ],
     ids=["tied", "untied", "tied-accumulating", "fp8-fused-attention"],
 )
 def test_recomputed_blocks_train_the_same_bits(tmp_path, tie_head, grad_accum, more):
@@ -64,6 +72,7 @@ def test_recompute_keeps_one_blocks_activations():
     print(f"default GPT, 4 blocks: activations {act['none']} B, with recompute blocks {act['blocks']} B")
 
 
+@pytest.mark.slow  # ~23 s here
 def test_a_resume_may_switch_recomputation_on(tmp_path):
     """recompute changes no bit, so a resumed run may change it (it is not resume-locked): 4 steps
     without, 4 resumed with, are the 8 steps without."""
