@@ -12,13 +12,7 @@
 @group(0) @binding(4) var<storage, read_write> dqkv: array<HW>;  // [B*T, 3D]: this kernel, the k and v thirds
 @group(0) @binding(5) var<storage, read_write> flags: array<atomic<u32>>;
 
-// Quad c4 of head h's third `part` of row t of qkv, and of row t of dO (zeros past the head).
-fn qkv_quad(b: u32, t: u32, part: u32, h: u32, c4: u32) -> vec4<f32> {
-  let w = qkv_word(b, t, part, h, 4u * c4);
-  var hi = vec2<f32>(0.0);
-  if (has_hi(c4)) { hi = h_unpack(qkv[w + 1u]); }
-  return vec4<f32>(h_unpack(qkv[w]), hi);
-}
+// Quad c4 of row t of dO (zeros past the head).
 fn do_quad(b: u32, t: u32, h: u32, c4: u32) -> vec4<f32> {
   let w = o_word(b, t, h, 4u * c4);
   var hi = vec2<f32>(0.0);

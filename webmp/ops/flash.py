@@ -53,7 +53,8 @@ def _check(B: int, T: int, H: int, d: int) -> None:
 def _dispatch(pb: PlanBuilder, program: str, entry: str, binds: dict, B: int, T: int, H: int, d: int) -> None:
     _check(B, T, H, d)
     consts = {"T": T, "H": H, "DH": d, "BC": flash_tile(d), "SCALE": attention_scale(d)}
-    pb.dispatch(program, [*SOURCES, f"{entry}.wgsl"], entry, consts, binds, [cdiv(T, FLASH_WG), B * H])
+    files = [*SOURCES, *([] if entry == "flash_bwd_dot" else ["flash_qkv.wgsl"]), f"{entry}.wgsl"]
+    pb.dispatch(program, files, entry, consts, binds, [cdiv(T, FLASH_WG), B * H])
 
 
 def flash_attention_fwd(
