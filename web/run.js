@@ -84,11 +84,7 @@ export async function trainRun(runId) {
     generatesText = text;
     log(`matmul tiles: ${matmulTiles}`);
     if (plan.attention) log(plan.attention.line);  // the form and why, as the native log says it
-    const {grad_accum: micro, batch_size: batch} = plan.config;
-    if (micro > 1) {
-      log(`gradient accumulation: ${micro} micro-batches of ${batch} an optimizer step (effective batch ` +
-          `${micro * batch}), activations of one micro-batch`);
-    }
+    if (plan.accumulation) log(plan.accumulation);  // the native log's line, from the plan
     page.f16Path = f16Path;
     showPath(f16Path, plan);
     checkPlan(plan, gpu);  // before downloading the blob

@@ -455,6 +455,14 @@ class TrainConfig(BaseModel):
         return self.batch_size * self.grad_accum
 
     @property
+    def accumulation_line(self) -> str:
+        """The logs' sentence on gradient accumulation (native and page alike: the plan carries it)."""
+        return (
+            f"gradient accumulation: {self.grad_accum} micro-batches of {self.batch_size} an optimizer step "
+            f"(effective batch {self.effective_batch}), activations of one micro-batch"
+        )
+
+    @property
     def window(self) -> int:
         """Loss rows an example: the context of the gpt or of a token network, else 1."""
         if self.model == "gpt":

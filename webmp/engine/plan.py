@@ -220,6 +220,7 @@ class Plan(TrainPlan, total=False):
 
     data_parallel: DataParallelSpec
     fp8: dict[str, Any]
+    accumulation: str  # with grad_accum > 1: the logs' line (TrainConfig.accumulation_line)
     attention: dict[str, str]
 
 

@@ -488,6 +488,8 @@ class ModelBuilder:
         }
         if self.fp8 is not None:
             plan["fp8"] = self.fp8.describe()
+        if cfg.grad_accum > 1:
+            plan["accumulation"] = cfg.accumulation_line
         if self.world > 1:
             plan["data_parallel"] = self.data_parallel_spec()
         return plan, bytes(pb.blob)

@@ -405,10 +405,7 @@ class Trainer:
             )
         self._log_zero()
         if cfg.grad_accum > 1:
-            self.log(
-                f"webmp: gradient accumulation: {cfg.grad_accum} micro-batches of {cfg.batch_size} an "
-                f"optimizer step (effective batch {cfg.effective_batch}), activations of one micro-batch"
-            )
+            self.log(f"webmp: {cfg.accumulation_line}")
         for change in self.resume_changes:
             self.log(f"webmp: resuming at step {self.step} with {change}")
         if cfg.data is not None or isinstance(self.data, TextCorpus):
