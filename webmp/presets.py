@@ -113,8 +113,9 @@ PRESETS += format_presets()
 #     for host CPU time
 #   matmul_s: seconds per timed batch of matmuls; readback_steps, log_every: the readback count
 #   levers: `webmp bench --memory`'s section (webmp/bench/levers.py): the GPT's contexts, those timed
-#     ({context: steps timed after a first}), the effective batch, the accumulating levers'
-#     micro-batches an optimizer step, and config: the step model gpt's config overridden
+#     ({context: steps timed after a first}), the effective batch, batch_at: {context: its own
+#     effective batch}, the accumulating levers' micro-batches an optimizer step, and config: the
+#     step model gpt's config overridden
 #   gpt_corpus: None for the default corpus (webmp.data.text.load_text(), what `webmp train --model gpt`
 #     trains on), or a number of characters of random text over GPT_BENCH_ALPHABET
 # A CNN on the digits as [1, 8, 8] images (a network of webmp.nn layers, model "net"): the README's,
@@ -165,7 +166,9 @@ SIZES: dict[str, dict[str, Any]] = {
         ],
         gpt_corpus=2000,
         # two layers, so that --recompute blocks has a block to drop; one timed context covers the timing
-        levers=dict(contexts=(16, 64), timed={16: 2}, batch=8, grad_accum=4, config=dict(n_layer=2)),
+        levers=dict(
+            contexts=(16, 64), timed={16: 2}, batch=8, batch_at={64: 4}, grad_accum=4, config=dict(n_layer=2)
+        ),
         step_rounds=2,
         step_steps=3,
         step_block_s=0.05,
@@ -194,9 +197,15 @@ SIZES: dict[str, dict[str, Any]] = {
             dict(name="cnn", config=dict(model_spec=EXAMPLE_CNN, batch_size=64)),
         ],
         gpt_corpus=None,
-        # a step at context 1024 takes ~20 s a micro-batch of 16 here: one step after the first
+        # at context 1024 the GPT's own batch of 16 (a fused step of it takes ~20 s here), timed
+        # one step after the first
         levers=dict(
-            contexts=(64, 256, 1024), timed={64: 5, 256: 5, 1024: 1}, batch=64, grad_accum=4, config={}
+            contexts=(64, 256, 1024),
+            timed={64: 5, 256: 5, 1024: 1},
+            batch=64,
+            batch_at={1024: 16},
+            grad_accum=4,
+            config={},
         ),
         step_rounds=3,
         step_steps=10,

@@ -43,3 +43,7 @@ fn serial_reduce(op: u32) -> RedT {
   }
   return lanes[0];
 }
+
+// The row of a workgroup-a-row kernel. Its grid is [x, y], y > 1 only where the rows exceed one
+// dimension's 65535 workgroups (webmp/ops/rows.py _row_grid); the last row's workgroups past M return.
+fn grid_row(wg: vec3<u32>, nwg: vec3<u32>) -> u32 { return wg.x + wg.y * nwg.x; }

@@ -49,8 +49,13 @@ fn store_row(r: u32, w0: u32, step: u32, sums: vec2<f32>) -> bool {
 }
 
 @compute @workgroup_size(WG)
-fn layernorm_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-  let r = wg.x;
+fn layernorm_bwd(
+  @builtin(workgroup_id) wg: vec3<u32>,
+  @builtin(num_workgroups) nwg: vec3<u32>,
+  @builtin(local_invocation_id) lid: vec3<u32>,
+) {
+  let r = grid_row(wg, nwg);
+  if (r >= M) { return; }  // the 2-D grid's last workgroups (uniform: a whole workgroup returns)
   let t = lid.x;
   let sums = workgroup_sum(lane_acc(r, t), t) / f32(N);
   if (store_row(r, t, WG, sums)) { atomicOr(&flags[0], FLAG_H_STORE); }

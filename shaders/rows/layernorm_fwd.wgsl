@@ -51,8 +51,13 @@ fn store_row(r: u32, w0: u32, step: u32, mean: f32, rstd: f32) -> bool {
 }
 
 @compute @workgroup_size(WG)
-fn layernorm_fwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-  let r = wg.x;
+fn layernorm_fwd(
+  @builtin(workgroup_id) wg: vec3<u32>,
+  @builtin(num_workgroups) nwg: vec3<u32>,
+  @builtin(local_invocation_id) lid: vec3<u32>,
+) {
+  let r = grid_row(wg, nwg);
+  if (r >= M) { return; }  // the 2-D grid's last workgroups (uniform: a whole workgroup returns)
   let t = lid.x;
   let mean = workgroup_sum(lane_sum(r, t), t) / f32(N);
   let rstd = inverseSqrt(workgroup_sum(lane_sq(r, t, mean), t) / f32(N) + EPS);

@@ -44,8 +44,13 @@ fn store_row(r: u32, w0: u32, step: u32, m: f32) -> bool {
 }
 
 @compute @workgroup_size(WG)
-fn rmsnorm_bwd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-  let r = wg.x;
+fn rmsnorm_bwd(
+  @builtin(workgroup_id) wg: vec3<u32>,
+  @builtin(num_workgroups) nwg: vec3<u32>,
+  @builtin(local_invocation_id) lid: vec3<u32>,
+) {
+  let r = grid_row(wg, nwg);
+  if (r >= M) { return; }  // the 2-D grid's last workgroups (uniform: a whole workgroup returns)
   let t = lid.x;
   let m = workgroup_sum(lane_acc(r, t), t) / f32(N);
   if (store_row(r, t, WG, m)) { atomicOr(&flags[0], FLAG_H_STORE); }

@@ -190,7 +190,13 @@ for _n in LN_NAMES:
 @pytest.mark.parametrize("name", LN_NAMES)
 def test_layernorm_fwd(name, path):
     inp, out = run(name + "/fwd", path)
-    Z, gamma, beta = inp["Z"], inp["gamma"].astype(np.float64), inp["beta"].astype(np.float64)
+    _check_layernorm_fwd(inp["Z"], inp["gamma"], inp["beta"], out, name, path)
+    assert out["flags"][0] == 0
+
+
+def _check_layernorm_fwd(Z, gamma, beta, out, name, path):
+    """out's stats and Y against the float64 LayerNorm of Z, within the f32 bounds derived below."""
+    gamma, beta = gamma.astype(np.float64), beta.astype(np.float64)
     Y, stats = ref.layernorm_fwd(Z, gamma, beta)
     mean_err, rstd_rel = _ln_stats_error(Z)
     check_close(out["stats"][:, 0], stats[:, 0], mean_err, f"{name} mean")
@@ -206,7 +212,6 @@ def test_layernorm_fwd(name, path):
     check_close(out["Y"][:, :N], Y, stored_bound(Y, f32_err, path), f"{name} Y")
     if N % 2:
         assert not out["Y"][:, N].any(), "padding stays zero"
-    assert out["flags"][0] == 0
 
 
 @pytest.mark.parametrize("name", LN_NAMES)
@@ -355,7 +360,6 @@ def test_rmsnorm_fwd(name, path):
     check_close(out["Y"][:, :N], Y, stored_bound(Y, f32_err, path), f"{name} Y")
     if N % 2:
         assert not out["Y"][:, N].any(), "padding stays zero"
-    assert out["flags"][0] == 0
 
 
 @pytest.mark.parametrize("name", RMS_NAMES)
@@ -393,6 +397,32 @@ def test_rmsnorm_thread_form_bit_identical(path):
     bwd_inp = {"dY": rand_h(rng, (M, N), path), "X": inp["X"], "rstd": fwd["rstd"], "gamma": inp["gamma"],
                "flags": inp["flags"]}  # fmt: skip
     _ln_forms(ops.rmsnorm_bwd, bwd_inp, {"dX": ((M, N), "padded"), "flags": None}, path, M, N)
+
+
+ROWS_PAST_ONE_DIM = 65573  # > 65535 workgroups: the workgroup form's grid is [32787, 2], one workgroup past M
+
+
+def test_row_kernels_past_one_grid_dimension(path):
+    """LayerNorm and RMSNorm over more rows than one grid dimension takes: the workgroup form's 2-D
+    grid (grid_row) gives every row the thread form's bits (rows found by gid.x), the last
+    workgroup past M writes nothing (a sentinel row after the last), and the rows are the reference's."""
+    M, N = ROWS_PAST_ONE_DIM, 3
+    rng = np.random.default_rng(3)
+    Z = ref.round_h(rand_h(rng, (M, N), path, 2.0), path)
+    gamma, beta = np.ones(N, np.float32), np.zeros(N, np.float32)
+    sentinel = np.full((M + 1, N), SENTINEL, np.float32)
+    ln_in = {"Z": Z, "gamma": gamma, "beta": beta, "flags": np.zeros(4, np.uint32), "Y": sentinel}
+    ln_in["stats"] = np.full((M + 1, 2), SENTINEL, np.float32)
+    ln = _ln_forms(ops.layernorm_fwd, ln_in, {"Y": ((M + 1, N), "padded"), "stats": (M + 1, 2)}, path, M, N)
+    assert (ln["Y"][M, :N] == SENTINEL).all() and (ln["stats"][M] == SENTINEL).all()
+    _check_layernorm_fwd(Z, gamma, beta, {k: v[:M] for k, v in ln.items()}, f"layernorm/{M}x{N}", path)
+    dY = rand_h(rng, (M, N), path)
+    bwd_in = {"dY": dY, "Z": Z, "stats": ln["stats"][:M], "gamma": gamma, "flags": np.zeros(4, np.uint32)}
+    _ln_forms(ops.layernorm_bwd, bwd_in, {"dZ": ((M, N), "padded"), "flags": None}, path, M, N)
+    rms_in = {"X": Z, "gamma": gamma, "flags": np.zeros(4, np.uint32)}
+    rms = _ln_forms(ops.rmsnorm_fwd, rms_in, {"Y": ((M, N), "padded"), "rstd": (M,), "flags": None}, path, M, N)
+    bwd_in = {"dY": dY, "X": Z, "rstd": rms["rstd"], "gamma": gamma, "flags": np.zeros(4, np.uint32)}
+    _ln_forms(ops.rmsnorm_bwd, bwd_in, {"dX": ((M, N), "padded"), "flags": None}, path, M, N)
 
 
 @pytest.mark.parametrize("rows", ops.ROW_FORMS)

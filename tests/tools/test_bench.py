@@ -15,7 +15,16 @@ import pytest
 
 import webmp
 from webmp.bench.cli import run_bench
-from webmp.bench.levers import LEVERS, lever_configs, lever_line, lever_row, versus_baseline
+from webmp.bench.levers import (
+    LEVERS,
+    RANK_LEVERS,
+    RANKS,
+    lever_configs,
+    lever_line,
+    lever_row,
+    rank_configs,
+    versus_baseline,
+)
 from webmp.bench.machine import cpu_info
 from webmp.bench.markdown import render
 from webmp.bench.memory import REDUCED, STEP_PRECISIONS, memory_entry
@@ -336,17 +345,23 @@ def test_levers_rows_are_the_plans_bytes(result):
     lv, settings = result["levers"], TINY["levers"]
     gpt = next(m for m in TINY["step_models"] if m["name"] == "gpt")
     rows = {(r["context"], r["lever"]): r for r in lv["rows"]}
-    assert list(rows) == [(T, name) for T in settings["contexts"] for name, _, _ in LEVERS]
-    configs = lever_configs(
-        {**gpt["config"], **settings["config"]}, settings["batch"], settings["grad_accum"]
-    )
+    names = [name for name, _, _ in LEVERS + RANK_LEVERS]
+    assert list(rows) == [(T, name) for T in settings["contexts"] for name in names]
+    config = {**gpt["config"], **settings["config"]}
     corpus = model_data(gpt, TINY)
     for (T, name), row in rows.items():
+        batch = settings["batch_at"].get(T, settings["batch"])
+        configs = lever_configs(config, batch, settings["grad_accum"]) | rank_configs(config, batch)
         cfg = TrainConfig(**{**configs[name][1], "context": T})
-        assert cfg.effective_batch == settings["batch"]
-        assert row["memory"] == memory_by_category(plan_buffers(cfg, corpus, lv["path"]))
+        assert cfg.effective_batch == batch == row["batch"]
+        world = RANKS if name in dict((n, 0) for n, _, _ in RANK_LEVERS) else 1
+        fullest = max(
+            (memory_by_category(plan_buffers(cfg, corpus, lv["path"], rank=r, world=world)) for r in range(world)),
+            key=lambda m: sum(m.values()),
+        )
+        assert row["memory"] == fullest and row["ranks"] == world
         assert row["refused"] is None  # the tiny shape fits everywhere
-        assert (row["ms_per_step"] is not None) == (T in settings["timed"])
+        assert (row["ms_per_step"] is not None) == (T in settings["timed"] and world == 1)
         assert row["ms_per_step"] is None or positive(row["ms_per_step"])
     for T in settings["contexts"]:
         base = rows[T, "baseline"]["memory"]
@@ -355,6 +370,11 @@ def test_levers_rows_are_the_plans_bytes(result):
         assert acts["all"] < min(v for n, v in acts.items() if n != "all")
         assert rows[T, "grad_accum"]["memory"]["gradients"] == 2 * base["gradients"]
         assert rows[T, "fused"]["memory"]["gradients"] == base["gradients"]
+        # a rank of 2 holds half the activations; ZeRO-1 about half its optimizer state, nothing else less
+        ranks, zero = rows[T, "ranks"]["memory"], rows[T, "zero"]["memory"]
+        assert ranks["activations"] < base["activations"] and ranks["optimizer_state"] == base["optimizer_state"]
+        assert 0.4 < zero["optimizer_state"] / ranks["optimizer_state"] < 0.75
+        assert zero["activations"] == ranks["activations"] and zero["gradients"] == ranks["gradients"]
     assert "memory levers (the gpt's shape" in format_table(result)
 
 
@@ -391,9 +411,12 @@ def test_lever_row_refused(gpu):
     small = lever_row(gpu, 64, "baseline", fields, corpus, "emulated", S - 1)
     assert small["refused"] == f"S takes {S} bytes, the adapter binds {S - 1}"
     assert small["memory"] == ok["memory"] and "refused: S takes" in lever_line(small, [small])
-    wide = lever_row(gpu, 64, "baseline", {**fields, "batch_size": 1100}, corpus, "emulated", 1 << 40)
+    wide = lever_row(gpu, 64, "baseline", {**fields, "batch_size": 40000}, corpus, "emulated", 1 << 40)
     assert wide["memory"] is None and wide["refused"].startswith("the plan cannot be built: ")
     assert versus_baseline(wide, [ok]) == (None, None)
+    # 64 x 1024 = 65,536 rows: the row kernels' 2-D grid builds it (a 1-D grid refused it)
+    long = {**fields, "context": 1024, "batch_size": 64, "attention": "fused"}
+    assert lever_row(gpu, 1024, "fused", long, corpus, "emulated", 1 << 40)["refused"] is None
     assert versus_baseline(small, [ok]) == (1.0, None)
 
 
@@ -700,8 +723,9 @@ def test_markdown_from_the_tiny_bench(result, tmp_path):
     lv = result["levers"]
     for row in lv["rows"]:
         total = sum(row["memory"].values()) / 2**20
-        assert f"| {row['context']} | `{row['lever']}` | " in text and f"| {total:.2f} |" in text
+        assert f"| {row['context']} | {row['batch']} | `{row['lever']}` | " in text and f"| {total:.2f} |" in text
     assert f"- `grad_accum`: `{lv['levers']['grad_accum']}`" in text
+    assert "effective batch 8 (4 at context 64)" in text and "| one rank of 2 |" in text
     assert "| 0.109 | 1.440 (1.630) | **0.076** |" in text
     assert "Not recorded" not in text
 

@@ -41,7 +41,7 @@ from ..engine.plan import Plan
 from ..engine.tune_cache import cache_path, load_cache
 from ..presets import SIZES
 from ..tune import native as tune
-from .levers import bench_levers
+from .levers import batches_text, bench_levers
 from .machine import adapter_info, run_info
 from .matmul import PRODUCTS, bench_matmul, bench_model_matmuls, matmul_shapes
 from .memory import STEP_PRECISIONS, attention_memory, memory_entry
@@ -138,7 +138,7 @@ def _bench_levers(gpu, preset: dict, data: dict, log) -> dict:
     settings = preset["levers"]
     corpus = data["gpt"] if "gpt" in data else model_data(gpt, preset)
     path = "native" if gpu.has_f16 else "emulated"
-    log(f"memory levers (the gpt's shape, {path} path, effective batch {settings['batch']}):")
+    log(f"memory levers (the gpt's shape, {path} path, {batches_text(settings)}):")
     return bench_levers(gpu, {**gpt["config"], **settings["config"]}, corpus, path, settings, log)
 
 

@@ -2,8 +2,10 @@
 preset and each entry of LEVERS: the plan's GPU bytes by category (plan_buffers, a dry run), its
 largest buffer, whether the adapter takes it ("refused" with the reason where it does not) and, at
 the preset's timed contexts, the median wall time of an optimizer step (the levers' steps taken in
-turn, round after round). Every entry trains the same
-effective batch (batch x grad_accum), so the rows of one context compare like with like."""
+turn, round after round). Every entry of one context trains the same effective batch (batch x
+grad_accum; the preset's own at each context, a smaller one at the longest), so the rows of one
+context compare like with like. RANK_LEVERS add what one rank of a data-parallel run holds,
+without and with ZeRO-1 (bytes only: one process is one rank)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,27 @@ LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
         {"grad_accum": "accum", "recompute": "blocks", "attention": "fused"},
     ),
 )
+
+
+# Memory-only entries: a data-parallel rank's plan at the same effective batch, split over RANKS
+# ranks (`mpirun -n 2 webmp train ...`), without and with ZeRO-1. One bench process is one rank, so
+# these are not timed; each row is the rank holding the most bytes.
+RANKS = 2
+RANK_LEVERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("ranks", f"mpirun -n {RANKS}, --attention unfused", {}),
+    ("zero", f"mpirun -n {RANKS}, --attention unfused --zero 1", {"zero": 1}),
+)
+
+
+def rank_configs(config: dict, batch: int) -> dict[str, tuple[str, dict]]:
+    """{lever: (how it runs, its TrainConfig fields)} of RANK_LEVERS at the effective batch `batch`
+    (a data-parallel run's batch_size is the global batch: each rank takes batch / RANKS rows)."""
+    if batch % RANKS:
+        raise ValueError(f"the effective batch {batch} does not split over {RANKS} ranks")
+    return {
+        name: (flags, {**config, **BASELINE, "batch_size": batch, **overrides})
+        for name, flags, overrides in RANK_LEVERS
+    }
 
 
 def lever_configs(config: dict, batch: int, accum: int) -> dict[str, tuple[str, dict]]:
@@ -74,19 +97,23 @@ def time_interleaved(runtimes: dict, steps: int) -> dict[str, float]:
     return {name: round(1e3 * median(t), 1) for name, t in times.items()}
 
 
-def lever_row(gpu, context: int, lever: str, fields: dict, corpus, path: str, limit: int) -> dict:
-    """One (context, lever) row from a dry run of its plan; refused: why the adapter cannot take it
-    (None where it can)."""
+def lever_row(
+    gpu, context: int, lever: str, fields: dict, corpus, path: str, limit: int, world: int = 1
+) -> dict:
+    """One (context, lever) row from a dry run of its plan (with `world` > 1, the fullest rank's);
+    refused: why the adapter cannot take it (None where it can)."""
     from ..config import TrainConfig
     from ..models import plan_buffers
 
-    row: dict = {"context": context, "lever": lever, "memory": None, "largest": None}
-    row.update(refused=None, ms_per_step=None)
+    row: dict = {"context": context, "lever": lever, "batch": fields["batch_size"] * fields.get("grad_accum", 1)}
+    row.update(memory=None, largest=None, refused=None, ms_per_step=None, ranks=world)
     try:
-        bufs = plan_buffers(TrainConfig(**fields), corpus, path)
+        cfg = TrainConfig(**fields)
+        ranks = [plan_buffers(cfg, corpus, path, rank=r, world=world) for r in range(world)]
     except ValueError as e:  # a dispatch grid or shape the kernels cannot take
         row["refused"] = f"the plan cannot be built: {e}"
         return row
+    bufs = max(ranks, key=lambda bs: sum(b["bytes"] for b in bs))
     largest = max(bufs, key=lambda b: b["bytes"])
     row["memory"] = memory_by_category(bufs)
     row["largest"] = {"name": largest["name"], "bytes": largest["bytes"]}
@@ -96,43 +123,57 @@ def lever_row(gpu, context: int, lever: str, fields: dict, corpus, path: str, li
 
 
 def bench_levers(gpu, config: dict, corpus, path: str, settings: dict, log=print) -> dict:
-    """The levers' section: settings are the preset's "levers" (contexts, timed, batch, grad_accum).
-    Rows per context of settings["contexts"], per lever of LEVERS; a row of a context in
-    settings["timed"] ({context: rounds}) that fits is timed (ms per optimizer step, the median of
-    that many rounds after a first step)."""
+    """The levers' section: settings are the preset's "levers" (contexts, timed, batch, batch_at,
+    grad_accum). Rows per context of settings["contexts"], per lever of LEVERS and RANK_LEVERS, at
+    the effective batch settings["batch_at"][context] where it has one, else settings["batch"]; a
+    row of LEVERS at a context in settings["timed"] ({context: rounds}) that fits is timed (ms per
+    optimizer step, the median of that many rounds after a first)."""
     from ..config import TrainConfig
 
     limit = min(gpu.limits.get("maxStorageBufferBindingSize", 0), gpu.limits.get("maxBufferSize", 0))
+    batch_at = settings.get("batch_at", {})
     configs = lever_configs(config, settings["batch"], settings["grad_accum"])
     base = TrainConfig(**configs["baseline"][1])
     rows: list[dict] = []
     for T in settings["contexts"]:
+        batch = batch_at.get(T, settings["batch"])
+        at_T = lever_configs(config, batch, settings["grad_accum"])
         here = {
             lever: lever_row(gpu, T, lever, {**f, "context": T}, corpus, path, limit)
-            for lever, (_, f) in configs.items()
+            for lever, (_, f) in at_T.items()
         }
         if T in settings["timed"]:
             runtimes = {
-                lever: step_runtime(gpu, TrainConfig(**{**configs[lever][1], "context": T}), corpus, path)
+                lever: step_runtime(gpu, TrainConfig(**{**at_T[lever][1], "context": T}), corpus, path)
                 for lever, row in here.items()
                 if row["refused"] is None
             }
             for lever, ms in time_interleaved(runtimes, settings["timed"][T]).items():
                 here[lever]["ms_per_step"] = ms
             del runtimes
+        for lever, (_, f) in rank_configs(config, batch).items():
+            here[lever] = lever_row(gpu, T, lever, {**f, "context": T}, corpus, path, limit, RANKS)
         rows += here.values()
         for row in here.values():
             log(lever_line(row, rows))
     return {
         "path": path,
         "batch": settings["batch"],
+        "batch_at": {str(T): b for T, b in batch_at.items()},
         "grad_accum": settings["grad_accum"],
         "steps_timed": {str(T): n for T, n in settings["timed"].items()},  # rounds at each timed context
         "adapter_limit": limit,
-        "levers": {name: flags for name, (flags, _) in configs.items()},
+        "levers": {name: flags for name, (flags, _) in configs.items()}
+        | {name: flags for name, (flags, _) in rank_configs(config, settings["batch"]).items()},
         "config": {k: getattr(base, k) for k in ("n_layer", "n_head", "d_model")},
         "rows": rows,
     }
+
+
+def batches_text(lv: dict) -> str:
+    """The section's effective batches in words: "effective batch 64 (16 at context 1024)"."""
+    at = ", ".join(f"{b} at context {T}" for T, b in lv.get("batch_at", {}).items())
+    return f"effective batch {lv['batch']}" + (f" ({at})" if at else "")
 
 
 def versus_baseline(row: dict, rows: list[dict]) -> tuple[float | None, float | None]:
@@ -153,7 +194,7 @@ def versus_baseline(row: dict, rows: list[dict]) -> tuple[float | None, float | 
 def lever_line(row: dict, rows: list[dict]) -> str:
     """One row as the bench prints it."""
     mib = 2**20
-    head = f"context {row['context']:5d} {row['lever']:10}"
+    head = f"context {row['context']:5d} batch {row.get('batch', '?'):>3} {row['lever']:10}"
     if row["memory"] is None:
         return f"{head} refused: {row['refused']}"
     mem, ms = versus_baseline(row, rows)
@@ -163,5 +204,5 @@ def lever_line(row: dict, rows: list[dict]) -> str:
     if row["refused"]:
         return f"{out}; refused: {row['refused']}"
     if row["ms_per_step"] is None:
-        return f"{out}; not timed"
+        return f"{out}; not timed" + (f" (one rank of {row['ranks']})" if row.get("ranks", 1) > 1 else "")
     return f"{out}; {row['ms_per_step']:.1f} ms/step" + (f" ({ms:.2f}x baseline)" if ms is not None else "")

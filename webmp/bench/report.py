@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .levers import lever_line
+from .levers import batches_text, lever_line
 from .matmul import CORE_TILES
 from .memory import REDUCED, SIXTEEN_BIT, attention_line
 from .readbacks import readback_line
@@ -317,7 +317,7 @@ def format_table(r: dict) -> str:
         out += [f"  {attention_line(row)}" for row in r["attention_memory"]]
     if r.get("levers"):
         lv = r["levers"]
-        out += ["", f"memory levers (the gpt's shape, effective batch {lv['batch']}; memory from the plan)"]
+        out += ["", f"memory levers (the gpt's shape, {batches_text(lv)}; memory from the plan)"]
         out += [f"  {name}: {flags}" for name, flags in lv["levers"].items()]
         out += [f"  {lever_line(row, lv['rows'])}" for row in lv["rows"]]
     out += _profile_tables(r) + _summary_lines(r["summary"])

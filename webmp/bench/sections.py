@@ -9,7 +9,7 @@ import math
 import statistics
 from typing import Any
 
-from .levers import versus_baseline
+from .levers import batches_text, versus_baseline
 from .matmul import CORE_TILES
 from .memory import REDUCED
 from .report import readback_verdict
@@ -261,7 +261,7 @@ def memory_section(r: dict) -> list[str]:
                 ratio = num(a / b, ".3f") if a is not None and b else "-"
                 cells.append(f"**{ratio}**" if cat == "activations" else ratio)
             body.append(cells)
-    out += table(header, body, set(range(2, len(header))))
+    out += table(header, body, set(range(3, len(header))))
     for n in mem:
         wide = ", ".join(f"`{k}` {v}" for k, v in mem[n].get("activations_not_h", {}).items())
         out.append(
@@ -283,26 +283,28 @@ def levers_section(r: dict) -> list[str]:
     body = []
     for row in lv["rows"]:
         mem, ms = versus_baseline(row, lv["rows"])
-        cells = [str(row["context"]), f"`{row['lever']}`"]
+        cells = [str(row["context"]), str(row.get("batch", lv["batch"])), f"`{row['lever']}`"]
         cells += [num(row["memory"][c] / mib, ".2f") if row["memory"] else "-" for c in cats]
         total = sum(row["memory"].values()) / mib if row["memory"] else None
         cells += [num(total, ".2f"), num(mem, ".3f")]
         if row["refused"]:
             cells += ["refused", "-"]
         else:
-            cells += [num(row["ms_per_step"], ".1f") if row["ms_per_step"] else "not timed", num(ms)]
+            untimed = f"one rank of {row['ranks']}" if row.get("ranks", 1) > 1 else "not timed"
+            cells += [num(row["ms_per_step"], ".1f") if row["ms_per_step"] else untimed, num(ms)]
         body.append(cells)
-    header = ["context", "lever", *(f"{c} MiB" for c in cats), "total MiB", "total / baseline"]
+    header = ["context", "batch", "lever", *(f"{c} MiB" for c in cats), "total MiB", "total / baseline"]
     header += ["ms / optimizer step", "step / baseline"]
     out += [
         f"The GPT ({', '.join(f'{k} {v}' for k, v in lv['config'].items())}) on the `{lv['path']}` path, "
-        f"every entry at the effective batch {lv['batch']}; GPU bytes from the plan's accounting (a dry "
+        f"every entry of a context at one effective batch ({batches_text(lv)}); GPU bytes from the "
+        f"plan's accounting (a dry "
         f"run); the step time the median of N optimizer steps after a first (each round one step of "
         f"each lever in turn), N at each timed context: {timed}. The levers:",
         "",
     ]
     out += [f"- `{name}`: `{flags}`" for name, flags in lv["levers"].items()] + [""]
-    out += table(header, body, set(range(2, len(header))))
+    out += table(header, body, set(range(3, len(header))))
     refusals = [
         f"- {row['context']} `{row['lever']}`: {row['refused']}" for row in lv["rows"] if row["refused"]
     ]

@@ -24,6 +24,8 @@ from .formats import FORMATS, f32_bits_to_narrow
 from .state import METRIC_FIELDS, STATE_FIELDS, WordKind
 from .wgsl import PRELUDES, Binding, parse_bindings, source_features
 
+MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension; no plan asks more
+
 PLAN_FORMAT = "webmp-plan/1"
 
 
@@ -494,6 +496,10 @@ class PlanBuilder:
                     f"{entry}: binding {b['name']} wants {want}, got buffer {buf['name']} ({have})"
                 )
         wg = list(workgroups) + [1] * (3 - len(workgroups))
+        if not all(1 <= int(x) <= MAX_WORKGROUPS_PER_DIM for x in wg):
+            raise ValueError(
+                f"{entry} in {program}: workgroups {wg}, each dimension 1 .. {MAX_WORKGROUPS_PER_DIM}"
+            )
         self.programs.setdefault(program, []).append(
             {"kernel": k["name"], "bind": [binds[n] for n in names], "workgroups": [int(x) for x in wg]}
         )

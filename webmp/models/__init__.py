@@ -59,12 +59,17 @@ def build_plan(
 
 
 def plan_buffers(
-    cfg: TrainConfig, data: Dataset | TextCorpus, path: str, tiles: TileTable | None = None
+    cfg: TrainConfig,
+    data: Dataset | TextCorpus,
+    path: str,
+    tiles: TileTable | None = None,
+    rank: int = 0,
+    world: int = 1,
 ) -> list[BufferSpec]:
-    """The buffers build_plan(cfg, data, path, tiles) declares (names, bytes, categories, shapes),
-    from a dry run of the same code: no parameter is drawn and no blob built (their `init` is
-    None), so that a config too large to build is sized in milliseconds."""
-    return build_plan(cfg, data, path, tiles, dry=True)[0]["buffers"]
+    """The buffers build_plan(cfg, data, path, tiles, rank, world) declares (names, bytes,
+    categories, shapes), from a dry run of the same code: no parameter is drawn and no blob built
+    (their `init` is None), so that a config too large to build is sized in milliseconds."""
+    return build_plan(cfg, data, path, tiles, rank=rank, world=world, dry=True)[0]["buffers"]
 
 
 def sample_param_shapes(cfg: TrainConfig, vocab_size: int) -> dict[str, tuple[int, ...]]:

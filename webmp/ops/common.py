@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ..engine.plan import MAX_WORKGROUPS_PER_DIM  # noqa: F401 (the launchers' import)
+
 MAX_WORKGROUPS = 4096  # for grid-stride kernels
-MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension
 ACT_CODES = {"none": 0, "relu": 1, "gelu": 2, "silu": 3, "tanh": 4}  # common.wgsl's ACT_*
 
 

@@ -232,8 +232,12 @@ def _require_rows(
 
 
 def _row_grid(M: int, rows: str) -> list[int]:
-    """Workgroups of a LayerNorm or RMSNorm kernel over M rows in its form."""
-    n = M if rows == "workgroup" else cdiv(M, ROWS_PER_WG)
-    if not 1 <= n <= MAX_WORKGROUPS_PER_DIM:
-        raise ValueError(f"{M} rows: {n} workgroups in form {rows!r}, 1 .. {MAX_WORKGROUPS_PER_DIM} allowed")
-    return [n]
+    """Workgroups of a LayerNorm or RMSNorm kernel over M rows in its form. The workgroup form
+    takes a 2-D grid where M rows exceed one dimension (its shaders' grid_row, whole workgroups past
+    M returning): x as even as the split allows, y = cdiv(M, x)."""
+    if M < 1:
+        raise ValueError(f"{M} rows: at least one")
+    if rows != "workgroup":
+        return [cdiv(M, ROWS_PER_WG)]
+    x = cdiv(M, cdiv(M, MAX_WORKGROUPS_PER_DIM))
+    return [x, cdiv(M, x)]
