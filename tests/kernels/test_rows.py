@@ -420,7 +420,9 @@ def test_row_kernels_past_one_grid_dimension(path):
     bwd_in = {"dY": dY, "Z": Z, "stats": ln["stats"][:M], "gamma": gamma, "flags": np.zeros(4, np.uint32)}
     _ln_forms(ops.layernorm_bwd, bwd_in, {"dZ": ((M, N), "padded"), "flags": None}, path, M, N)
     rms_in = {"X": Z, "gamma": gamma, "flags": np.zeros(4, np.uint32)}
-    rms = _ln_forms(ops.rmsnorm_fwd, rms_in, {"Y": ((M, N), "padded"), "rstd": (M,), "flags": None}, path, M, N)
+    rms = _ln_forms(
+        ops.rmsnorm_fwd, rms_in, {"Y": ((M, N), "padded"), "rstd": (M,), "flags": None}, path, M, N
+    )
     bwd_in = {"dY": dY, "X": Z, "rstd": rms["rstd"], "gamma": gamma, "flags": np.zeros(4, np.uint32)}
     _ln_forms(ops.rmsnorm_bwd, bwd_in, {"dX": ((M, N), "padded"), "flags": None}, path, M, N)
 

@@ -356,7 +356,10 @@ def test_levers_rows_are_the_plans_bytes(result):
         assert cfg.effective_batch == batch == row["batch"]
         world = RANKS if name in dict((n, 0) for n, _, _ in RANK_LEVERS) else 1
         fullest = max(
-            (memory_by_category(plan_buffers(cfg, corpus, lv["path"], rank=r, world=world)) for r in range(world)),
+            (
+                memory_by_category(plan_buffers(cfg, corpus, lv["path"], rank=r, world=world))
+                for r in range(world)
+            ),
             key=lambda m: sum(m.values()),
         )
         assert row["memory"] == fullest and row["ranks"] == world
@@ -372,7 +375,9 @@ def test_levers_rows_are_the_plans_bytes(result):
         assert rows[T, "fused"]["memory"]["gradients"] == base["gradients"]
         # a rank of 2 holds half the activations; ZeRO-1 about half its optimizer state, nothing else less
         ranks, zero = rows[T, "ranks"]["memory"], rows[T, "zero"]["memory"]
-        assert ranks["activations"] < base["activations"] and ranks["optimizer_state"] == base["optimizer_state"]
+        assert (
+            ranks["activations"] < base["activations"] and ranks["optimizer_state"] == base["optimizer_state"]
+        )
         assert 0.4 < zero["optimizer_state"] / ranks["optimizer_state"] < 0.75
         assert zero["activations"] == ranks["activations"] and zero["gradients"] == ranks["gradients"]
     assert "memory levers (the gpt's shape" in format_table(result)
@@ -723,7 +728,10 @@ def test_markdown_from_the_tiny_bench(result, tmp_path):
     lv = result["levers"]
     for row in lv["rows"]:
         total = sum(row["memory"].values()) / 2**20
-        assert f"| {row['context']} | {row['batch']} | `{row['lever']}` | " in text and f"| {total:.2f} |" in text
+        assert (
+            f"| {row['context']} | {row['batch']} | `{row['lever']}` | " in text
+            and f"| {total:.2f} |" in text
+        )
     assert f"- `grad_accum`: `{lv['levers']['grad_accum']}`" in text
     assert "effective batch 8 (4 at context 64)" in text and "| one rank of 2 |" in text
     assert "| 0.109 | 1.440 (1.630) | **0.076** |" in text

@@ -590,6 +590,47 @@ def test_gpt_resume_is_exact(tmp_path, monkeypatch, weights):
     assert whole.run_dir.read_summary()["val_loss"] == resumed.run_dir.read_summary()["val_loss"]
 
 
+@pytest.mark.slow  # three short GPT runs, ~12 s
+def test_a_resume_keeps_the_checkpoints_attention_form(tmp_path, monkeypatch):
+    """--attention auto takes the tune cache's form; a resume keeps its checkpoint's form (saved in
+    checkpoint.json) even where the cache now says otherwise, and says why, so that the resumed
+    run ends bit-identical to an uninterrupted one. An explicit --attention still wins."""
+    from webmp.engine.runtime import default_gpu
+    from webmp.engine.tiles import ATTENTION_KEY, attention_class
+
+    gpu = default_gpu()
+    path = "fp32"
+    cls = attention_class(path, 8, 8)
+
+    def cache(form):
+        f = tmp_path / f"tune-{form}.json"
+        f.write_text(json.dumps({gpu.name: {ATTENTION_KEY: {cls: form}}}))
+        monkeypatch.setenv("WEBMP_TUNE_CACHE", str(f))
+
+    text = tmp_path / "fox.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    kw = dict(model="gpt", n_layer=1, n_head=2, d_model=16, context=8, batch_size=4, steps=6, log_every=2,
+              checkpoint_every=0, warmup=1, data=str(text), precision="fp32", attention="auto")  # fmt: skip
+    cache("fused")
+    whole = Trainer(TrainConfig(**kw), out=tmp_path / "whole", progress=False, log=None)
+    assert whole.attention["form"] == "fused" and "tune cache" in whole.attention["why"]
+    whole.run()
+    part = Trainer(TrainConfig(**kw), out=tmp_path / "part", progress=False, log=None)
+    part.run(stop_after=3)
+    part.checkpoint()
+    assert json.loads((tmp_path / "part" / "checkpoint.json").read_text())["attention"] == "fused"
+    cache("unfused")
+    resumed = Trainer(TrainConfig(**kw), resume=tmp_path / "part", progress=False, log=None)
+    assert resumed.attention["form"] == "fused" and "the checkpoint's form" in resumed.attention["why"]
+    resumed.run()
+    a, b = _weights(whole), _weights(resumed)
+    assert all(a[n] == b[n] for n in a), [n for n in a if a[n] != b[n]]
+    assert whole.run_dir.read_metrics() == resumed.run_dir.read_metrics()
+    told = Trainer(TrainConfig(**{**kw, "attention": "unfused", "steps": 8}), resume=tmp_path / "part",
+                   progress=False, log=None)  # fmt: skip
+    assert told.attention["form"] == "unfused"
+
+
 @pytest.mark.parametrize("tied", [True, False])
 def test_a_gpt_resumes_only_with_its_own_head(tmp_path, capsys, tied):
     """tie_head is locked: a tied checkpoint has no head weight of its own, an untied one has one a tied

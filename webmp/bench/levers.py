@@ -105,7 +105,11 @@ def lever_row(
     from ..config import TrainConfig
     from ..models import plan_buffers
 
-    row: dict = {"context": context, "lever": lever, "batch": fields["batch_size"] * fields.get("grad_accum", 1)}
+    row: dict = {
+        "context": context,
+        "lever": lever,
+        "batch": fields["batch_size"] * fields.get("grad_accum", 1),
+    }
     row.update(memory=None, largest=None, refused=None, ms_per_step=None, ranks=world)
     try:
         cfg = TrainConfig(**fields)

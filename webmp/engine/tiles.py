@@ -128,6 +128,8 @@ class TileTable:
         self.attention: dict[str, str] = {c: str(f) for c, f in attention.items() if f in ATTENTION_FORMS}
         # the largest storage binding the plan's adapter allows (the Trainer sets its GPU's)
         self.buffer_limit = WEBGPU_MAX_BINDING
+        # a resumed run's attention form, its checkpoint's (the Trainer sets it): auto keeps it
+        self.kept_attention: str | None = None
         self.by_class = {cls: dict(t) for cls, t in by_class.items()}
         self.adapter = adapter
         self.shipped = shipped

@@ -21,8 +21,9 @@ def attention_form(
     """("fused" or "unfused", why) for `choice` (TrainConfig.attention) and B windows of T positions,
     H heads of size d. auto: fused where S would exceed the adapter's largest binding
     (tiles.buffer_limit) or where the tune cache measured fused faster for the attention class
-    (tiles.attention), else the three-kernel form. ValueError when fused is asked for a shape the
-    fused kernels cannot run."""
+    (tiles.attention), else the three-kernel form; a resumed run's auto keeps its checkpoint's
+    form (tiles.kept_attention), which another tune cache or adapter might not choose. ValueError
+    when fused is asked for a shape the fused kernels cannot run."""
     why_not = flash_supported(T, H, d, B)
     if choice == "fused":
         if why_not:
@@ -33,6 +34,9 @@ def attention_form(
     if choice != "auto":
         raise ValueError(f"attention must be auto, fused or unfused, not {choice!r}")
     need, limit = scores_bytes(B, T, H), tiles.buffer_limit
+    kept = tiles.kept_attention
+    if (kept == "unfused" and need <= limit) or (kept == "fused" and not why_not):
+        return kept, "the checkpoint's form: a resumed run keeps it (--attention auto), for the same bits"
     if need > limit and not why_not:
         return "fused", (
             f"the three-kernel form's scores S would take {need} bytes, above this adapter's "
@@ -57,13 +61,22 @@ def attention_entry(form: str, why: str) -> dict[str, str]:
     return {"form": form, "why": why, "line": describe_attention(form, why)}
 
 
+def plan_attention_form(plan: Plan) -> str | None:
+    """ "fused" or "unfused", the form the plan's attention takes (None: the plan has none): the
+    GPT's plan says (its `attention`); a token network's is read off its kernels."""
+    if "attention" in plan:
+        return plan["attention"]["form"]
+    entries = {k["entry"] for k in plan["kernels"]}
+    if "flash_fwd" in entries:
+        return "fused"
+    return "unfused" if entries & {"attn_softmax_fwd", "attn_softmax_fwd_thread"} else None
+
+
 def plan_attention(plan: Plan, cfg: TrainConfig) -> dict[str, str] | None:
     """The plan's attention form, why and the log's line (attention_entry; None: the plan has no
-    attention): the GPT's plan says (its `attention`); a token network's is read off its kernels."""
+    attention): the GPT's plan says (its `attention`); a token network's form is read off its
+    kernels, its why is the flag."""
     if "attention" in plan:
         return plan["attention"]
-    entries = {k["entry"] for k in plan["kernels"]}
-    fused = "flash_fwd" in entries
-    if not fused and not entries & {"attn_softmax_fwd", "attn_softmax_fwd_thread"}:
-        return None
-    return attention_entry("fused" if fused else "unfused", f"--attention {cfg.attention}")
+    form = plan_attention_form(plan)
+    return None if form is None else attention_entry(form, f"--attention {cfg.attention}")

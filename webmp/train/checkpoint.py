@@ -23,6 +23,7 @@ from safetensors.numpy import load, save
 
 from ..engine.plan import Plan, pack_h
 from ..engine.state import STATE_FIELDS, decode_state
+from ..models.attention_form import plan_attention_form
 from ..nn.network import Network
 from ..nn.torch_layout import from_torch, looks_like_torch
 from .rundir import atomic_write, dumps
@@ -85,6 +86,7 @@ def save_checkpoint(
         "precision": plan["precision"],
         "f16_path": plan["f16_path"],
         "config": plan["config"],
+        **({"attention": form} if (form := plan_attention_form(plan)) else {}),
         **(extra or {}),
     }
     raw = save(tensors, metadata={"format": CHECKPOINT_FORMAT})

@@ -158,6 +158,8 @@ class Trainer:
         self.tiles = self._limited(tiles or TileTable.for_adapter(self.gpu.name, self.gpu.info))
         self.tuning = self._first_use_tuning(tuner)
         self.tiles = self._limited(self.tiles)
+        if self.resume is not None:  # an auto attention keeps the checkpoint's form
+            self.tiles.kept_attention = self.resume.meta.get("attention")
         self.f16_description = describe_f16(self.path, cfg.f16, cfg.precision)
         self.plan, blob = self._build_plan()
         self.attention = plan_attention(self.plan, cfg)  # the form and why: the log, summary.json
