@@ -71,12 +71,13 @@ def reports(report: Path, ranks: int) -> list[dict]:
     return [json.loads((report / f"rank{r}.json").read_text()) for r in range(ranks)]
 
 
-def two_rank_run(tmp: Path, config: dict, name: str, **job) -> list[dict]:
-    """A 2-rank run into tmp/name (a resumed run: into the run it resumes); both ranks' reports."""
+def two_rank_run(tmp: Path, config: dict, name: str, ranks: int = 2, **job) -> list[dict]:
+    """A 2-rank run (or `ranks`) into tmp/name (a resumed run: into the run it resumes); every
+    rank's report."""
     out = None if job.get("resume") else str(tmp / name)
     report = tmp / f"{name}-report"
-    mpirun(2, {"config": config, "out": out, "report": str(report), **job}, tmp)
-    return reports(report, 2)
+    mpirun(ranks, {"config": config, "out": out, "report": str(report), **job}, tmp, timeout=300)
+    return reports(report, ranks)
 
 
 def losses(records: list[dict]) -> np.ndarray:
@@ -352,6 +353,20 @@ def test_zero_one_is_bit_identical_to_unsharded(tmp, mlp_two_ranks):
     assert memory["unsharded_bytes"] == 12 * (w0 + b0 + w1 + b1)
     assert memory["per_rank_bytes"] == [12 * w0 + 4 * (b0 + b1), 12 * (b0 + w1 + b1)]
     assert memory["sharded"] and memory["ranks"] == 2
+
+
+def test_zero_one_on_four_ranks_is_bit_identical_to_unsharded(tmp):
+    """On 4 ranks too (where an MPI library's Allreduce and Reduce_scatter group the terms each
+    their own way): both sum every element in rank order (World.reduce_scatter_sum), so the sharded
+    run's records and checkpoint are the unsharded run's bits, through an Inf on a rank."""
+    config = {**MLP, "steps": 6, "log_every": 3}
+    plain = two_rank_run(tmp, config, "z4-plain", ranks=4, inject={"2": "inf"})
+    sharded = two_rank_run(tmp, {**config, "zero": 1}, "z4-sharded", ranks=4, inject={"2": "inf"})
+    assert all(r["records"] == plain[0]["records"] for r in plain + sharded)
+    assert [r["step"] for r in plain[0]["records"] if r["skipped"]] == [1]
+    assert checkpoint_tensors(tmp / "z4-sharded") == checkpoint_tensors(tmp / "z4-plain")
+    memory = json.loads((tmp / "z4-sharded" / "summary.json").read_text())["optimizer_memory"]
+    assert memory["ranks"] == 4 and len(memory["per_rank_bytes"]) == 4
 
 
 def test_zero_checkpoint_resumes_sharded_and_unsharded(tmp, gpu, half_plain, mlp_two_ranks, mlp_one_rank):

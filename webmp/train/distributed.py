@@ -45,25 +45,36 @@ class World:
         self.size = int(comm.Get_size()) if comm is not None else 1
 
     def allreduce_sum(self, send: np.ndarray) -> np.ndarray:
-        """The elementwise sum over the ranks of each rank's `send` (f32), on every rank."""
+        """The elementwise sum over the ranks of each rank's `send` (f32), on every rank: the
+        blocks of reduce_scatter_sum (even blocks) gathered, so every element is added in rank
+        order as there (a sharded run's sums are the same bits, on any number of ranks)."""
         if self.comm is None:
             return send.copy()
-        from mpi4py import MPI
-
-        recv = np.empty_like(send)
-        self.comm.Allreduce(send, recv, op=MPI.SUM)
-        return recv
+        counts = even_blocks(send.size, self.size)
+        mine = self.reduce_scatter_sum(send.ravel(), counts)
+        recv = np.empty(send.size, np.float32)
+        self.comm.Allgatherv(mine, [recv, counts, offsets(counts), None])
+        return recv.reshape(send.shape)
 
     def reduce_scatter_sum(self, send: np.ndarray, counts: list[int]) -> np.ndarray:
         """This rank's block of the elementwise sum over the ranks of `send` (f32), whose blocks are
-        `counts` floats long, rank 0's first."""
+        `counts` floats long, rank 0's first. Each rank's block travels to its rank (Alltoallv),
+        which adds them in rank order, ((x0 + x1) + x2) + ...: the bits do not depend on the MPI
+        library's reduction algorithm, which on more than 2 ranks groups the terms its own way
+        and differently in Allreduce and Reduce_scatter."""
         if self.comm is None:
             return send.copy()
-        from mpi4py import MPI
-
-        recv = np.empty(counts[self.rank], np.float32)
-        self.comm.Reduce_scatter(send, recv, recvcounts=counts, op=MPI.SUM)
-        return recv
+        send = np.ascontiguousarray(send, np.float32)
+        n = counts[self.rank]
+        recv = np.empty(self.size * n, np.float32)
+        self.comm.Alltoallv(
+            [send, counts, offsets(counts), None], [recv, [n] * self.size, offsets([n] * self.size), None]
+        )
+        blocks = recv.reshape(self.size, n)
+        total = blocks[0].copy()
+        for block in blocks[1:]:
+            total += block
+        return total
 
     def allgather_bytes(self, mine: bytes, sizes: list[int]) -> bytes:
         """Every rank's `mine` (rank r's `sizes[r]` bytes long) joined in rank order, on every rank."""
@@ -103,6 +114,16 @@ class World:
         sys.stdout.flush()
         sys.stderr.flush()
         self.comm.Abort(code)
+
+
+def even_blocks(n: int, ranks: int) -> list[int]:
+    """n elements in `ranks` blocks, as even as they split, the longer first."""
+    return [n // ranks + (r < n % ranks) for r in range(ranks)]
+
+
+def offsets(counts: list[int]) -> list[int]:
+    """Where each block of `counts` starts."""
+    return [sum(counts[:r]) for r in range(len(counts))]
 
 
 def launched_ranks() -> int:
