@@ -54,6 +54,7 @@ def main(job_path: str) -> None:
     # a sharded rank (--zero 1) holds the moments and masters of its own parameters only
     held = {b["name"] for b in plan["buffers"]}
     names = [n for p in plan["params"] for n in (p["master"], p["m"], p["v"]) if n in held] + ["state"]
+    names += [n for n in plan["checkpoint_buffers"] if n.startswith("fp8_")]  # fp8's scales and histories
     result = {
         "records": trainer.records,
         "state": trainer.read_state(),

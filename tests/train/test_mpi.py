@@ -369,6 +369,28 @@ def test_zero_one_on_four_ranks_is_bit_identical_to_unsharded(tmp):
     assert memory["ranks"] == 4 and len(memory["per_rank_bytes"]) == 4
 
 
+def test_fp8_on_two_ranks_sets_one_ranks_scales(tmp, gpu):
+    """--precision fp8 on 2 ranks: each step's amax is the max over the ranks (World.allreduce_max),
+    so after step 1 the amax histories and scales are one rank's bits (the same weights, and every
+    row's activations and output gradients the same on its rank), sharded or not; over 10 steps
+    the ranks agree on the scales, weights and state (their digest) and follow one rank's losses."""
+    config = {**MLP, "precision": "fp8", "fp8_keep_ends": False, "steps": 1, "log_every": 1}
+    fp8 = ("fp8_scale", "fp8_history", "fp8_cursor")
+    one = Trainer(TrainConfig(**config), out=tmp / "fp8-1", progress=False, log=None, gpu=gpu)
+    one.run()
+    one_bits = {n: checkpoint_tensors(tmp / "fp8-1")[n] for n in fp8}
+    for name, extra in (("fp8-2", {}), ("fp8-2z", {"zero": 1})):
+        two_rank_run(tmp, {**config, **extra}, name)
+        two = checkpoint_tensors(tmp / name)
+        assert {n: two[n] for n in fp8} == one_bits, name
+    long = {**config, "steps": 10, "log_every": 5}
+    ranks = two_rank_run(tmp, long, "fp8-10")
+    assert_same_across_ranks(ranks)
+    trainer = Trainer(TrainConfig(**long), out=tmp / "fp8-10-1", progress=False, log=None, gpu=gpu)
+    trainer.run()
+    assert_matches_one_rank(ranks[0]["records"], trainer.records)
+
+
 def test_zero_checkpoint_resumes_sharded_and_unsharded(tmp, gpu, half_plain, mlp_two_ranks, mlp_one_rank):
     """A sharded 2-rank run stopped at step 10 writes one whole checkpoint, the same bits as the
     unsharded run's; resumed on 2 sharded ranks it continues bit for bit as the uninterrupted

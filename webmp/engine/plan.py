@@ -150,7 +150,9 @@ class DataParallelSpec(TypedDict):
     """One rank's part of data-parallel training (webmp.train.distributed): `grads_program` (this rank's
     shard: gather, forward, backward, losses normalised by the global batch), then the sum over
     the ranks of one fused f32 buffer of `floats` words (the gradients, the global batch's loss
-    rows, the flags), written back, then `update_program` (overflow check, scaler, AdamW)."""
+    rows, the flags), written back, then `update_program` (overflow check, scaler, AdamW). With
+    fp8, the step's amax too: their max over the ranks, so every rank sets the scales one process
+    would from the whole batch."""
 
     rank: int
     world: int
@@ -161,6 +163,7 @@ class DataParallelSpec(TypedDict):
     loss: LossRegion
     flags: FlagsRegion
     zero: dict[str, Any] | None  # sharded optimizer state (webmp.models.zero.zero_spec), or None
+    amax: str | None  # fp8: the amax buffer (u32 bits of f32 >= 0), its max over the ranks written back
 
 
 class HistogramLayer(TypedDict):

@@ -151,11 +151,6 @@ class ModelBuilder:
         self.histogram_spec: HistogramSpec | None = None  # set by histograms, which finish requires
         recipe = fp8_recipe(cfg)
         self.fp8 = None if recipe is None else Fp8Layers(self.pb, recipe)  # the fp8 layers (models/fp8.py)
-        if self.fp8 is not None and world > 1:
-            raise ValueError(
-                "--precision fp8 does not run data-parallel yet: each rank's amax would set different "
-                "scales (the ranks' amax must be reduced first); train fp8 on one rank"
-            )
 
     @property
     def rows(self) -> str:
@@ -441,7 +436,8 @@ class ModelBuilder:
             raise ValueError("the model's plan has no histograms program: call ModelBuilder.histograms")
         if self.zero:
             programs = (self.stats_program, self.update_program)
-            self.zero_spec = zero_spec(pb, self.params, self.owners, self.rank, programs)
+            kept = list(ops.FP8_BUFFERS) if self.fp8 else []
+            self.zero_spec = zero_spec(pb, self.params, self.owners, self.rank, programs, kept)
         memory = memory_by_category(list(pb.buffers.values()))
         params = self.params
         plan: Plan = {
@@ -525,6 +521,7 @@ class ModelBuilder:
             },
             "flags": {"buffer": "flags", "offset": loss_base + self.step_rows, "bits": FLAG_BITS},
             "zero": {**self.zero_spec, "partials": self.partial_ranges} if self.zero_spec else None,
+            "amax": "fp8_amax" if self.fp8 is not None else None,
         }
 
 

@@ -62,12 +62,14 @@ def zero_spec(
     owners: list[int],
     rank: int,
     optimizer_programs: tuple[str, ...],
+    kept: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Drops this rank's unowned optimizer buffers from `pb` and returns plan["data_parallel"]["zero"]:
     owners, the partial ranges of each parameter in norm_partials, the buffers the owners send
     after the update ("gather": working copies, and masters the passes read), the buffers a whole
-    checkpoint holds and the specs of those this rank lacks ("absent"), and the optimizer's bytes
-    on this rank and unsharded."""
+    checkpoint holds (with `kept`, buffers every rank has the same bits of, such as fp8's scales)
+    and the specs of those this rank lacks ("absent"), and the optimizer's bytes on this rank and
+    unsharded."""
     forward = referenced(pb.programs, optimizer_programs)
     unsharded = optimizer_bytes(params, pb.buffers)
     absent: list[BufferSpec] = []
@@ -81,7 +83,7 @@ def zero_spec(
         for name in (p["master"], p["m"], p["v"]):
             if name not in forward:
                 absent.append(pb.buffers.pop(name))
-    whole = [n for p in params for n in (p["master"], p["m"], p["v"], p["copy"]) if n] + ["state"]
+    whole = [n for p in params for n in (p["master"], p["m"], p["v"], p["copy"]) if n] + ["state", *kept]
     return {
         "stats_program": TRAIN_STATS,
         "owners": owners,

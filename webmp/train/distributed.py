@@ -76,6 +76,16 @@ class World:
             total += block
         return total
 
+    def allreduce_max(self, send: np.ndarray) -> np.ndarray:
+        """The elementwise max over the ranks of `send` (u32: exact, in any order), on every rank."""
+        if self.comm is None:
+            return send.copy()
+        from mpi4py import MPI
+
+        recv = np.empty_like(send)
+        self.comm.Allreduce(np.ascontiguousarray(send), recv, op=MPI.MAX)
+        return recv
+
     def allgather_bytes(self, mine: bytes, sizes: list[int]) -> bytes:
         """Every rank's `mine` (rank r's `sizes[r]` bytes long) joined in rank order, on every rank."""
         if self.comm is None:
@@ -223,6 +233,7 @@ class DataParallelStep:
         rt.sync()  # (queue.on_submitted_work_done_sync fails in wgpu-py 0.32: a word's read waits)
         t1 = time.perf_counter()
         fused = self.read_fused(step)
+        self.reduce_amax()
         t2 = time.perf_counter()
         summed = self.world.allreduce_sum(fused)
         t3 = time.perf_counter()
@@ -261,6 +272,14 @@ class DataParallelStep:
         if self.before_allreduce is not None:
             self.before_allreduce(step, fused)
         return fused
+
+    def reduce_amax(self) -> None:
+        """fp8: the step's amax (f32 >= 0 as u32 bits, whose order is the values'; atomicMax's
+        too) replaced by their max over the ranks, before the update sets the next scales."""
+        amax = self.spec.get("amax")
+        if amax:
+            words = np.frombuffer(self.runtime.read(amax), np.uint32)
+            self.runtime.write(amax, self.world.allreduce_max(words).tobytes())
 
     def write_flags(self, bits: np.ndarray) -> None:
         """The flags word whose bit k is set when bits[k] (a sum over the ranks) is not 0."""

@@ -78,6 +78,7 @@ class ShardedStep(DataParallelStep):
         rt.sync()
         t.append(time.perf_counter())
         fused = self.read_fused(step)
+        self.reduce_amax()
         t.append(time.perf_counter())
         mine = world.reduce_scatter_sum(np.ascontiguousarray(fused[self.grad_index]), self.counts)
         t.append(time.perf_counter())
