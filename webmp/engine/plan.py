@@ -501,7 +501,8 @@ class PlanBuilder:
         wg = list(workgroups) + [1] * (3 - len(workgroups))
         if not all(1 <= int(x) <= MAX_WORKGROUPS_PER_DIM for x in wg):
             raise ValueError(
-                f"{entry} in {program}: workgroups {wg}, each dimension 1 .. {MAX_WORKGROUPS_PER_DIM}"
+                f"{entry} in {program} needs workgroups {wg}; a dispatch takes 1 .. {MAX_WORKGROUPS_PER_DIM} "
+                "in each dimension (a smaller batch or context fits)"
             )
         self.programs.setdefault(program, []).append(
             {"kernel": k["name"], "bind": [binds[n] for n in names], "workgroups": [int(x) for x in wg]}
