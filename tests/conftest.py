@@ -24,7 +24,26 @@ HEAVY_FILES = [
 ]  # fmt: skip
 
 
+# Cases the fast tier (`make check`) leaves to `make test`, by node id (file::test[params] or a
+# prefix of one): each took 5-10 s there, and a sibling case of each stays in the fast tier.
+SLOW_CASES = (
+    "tests/models/test_sample_cache.py::test_the_gpts_rows_are_its_windows[fp32-",
+    "tests/models/test_sample_cache.py::test_the_gpts_rows_are_its_windows[native-False]",
+    "tests/models/test_sample_cache.py::test_a_token_networks_rows_are_its_windows[fp32-",
+    "tests/models/test_sample_cache.py::test_a_token_networks_rows_are_its_windows[native-tied]",
+    "tests/models/test_net_sample.py::test_the_gpts_network_samples_the_gpts_text[fp32-",
+    "tests/models/test_fp8_sampling.py::test_a_trained_fp8_runs_scales_reach_its_sampler",
+    "tests/train/test_accumulation.py::test_four_micro_batches_of_16_train_as_one_batch_of_64[gpt]",
+    "tests/train/test_accumulation.py::test_fp8_accumulates_one_amax_per_step",
+    "tests/train/test_accumulation.py::test_resume_with_accumulation_is_exact",
+    "tests/train/test_train.py::test_fp8_resume_is_exact[most_recent]",
+)
+
+
 def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.nodeid.startswith(SLOW_CASES):
+            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(HEAVY_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FILES)))  # stable: order within kept
 

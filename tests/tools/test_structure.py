@@ -167,6 +167,11 @@ def test_tiers_are_set_by_folder():
     assert {t.split("::")[0].removeprefix("tests/") for t in slow} >= slow_files
     browser = _collected("-m", "browser")
     assert browser and all(t.startswith("tests/browser/") for t in browser)
+    # each of conftest.py's SLOW_CASES names a test, which the fast tier then leaves out
+    from tests.conftest import SLOW_CASES
+
+    assert all(any(t.startswith(c) for t in slow) for c in SLOW_CASES), SLOW_CASES
+    assert not [t for t in fast if t.startswith(SLOW_CASES)]
 
 
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 600, 80
