@@ -5,7 +5,7 @@
 // and a constant added to a row cancels exactly wherever the differences are exact in f32.
 // P is stored in the activation format; a value that does not fit (NaN from non-finite scores)
 // raises the overflow flag.
-@group(0) @binding(0) var<storage, read> S: array<f32>;       // [Z * T, T]: Q K^T, unscaled
+@group(0) @binding(0) var<storage, read_write> S: array<f32>;  // [Z * T, T]: Q K^T, unscaled (attn_row.wgsl writes it)
 @group(0) @binding(1) var<storage, read_write> P: array<HW>;  // [Z * T, T]
 @group(0) @binding(2) var<storage, read_write> flags: array<atomic<u32>>;
 

@@ -441,7 +441,8 @@ def test_row_attention_is_the_windows_row(shape, tiles, path):
     against a cache holding the window's q, k, v rows up to it and other values after it (stale
     rows): the scores of its visible keys, its P row and its O row are the window's (the products
     of test_product, the softmax of test_softmax_fwd: float64-checked there) bit for bit, on the
-    row tiles and on the default tiles, n = 1 .. T and beyond (the last row)."""
+    row tiles and on the default tiles, n = 1 .. T and beyond (the last row); and attention_row
+    (the sampler's one dispatch a layer) gives those bits and puts the row into the cache."""
     B, T, H, d, _ = parse(shape)
     D, flags, window = H * d, np.zeros(4, np.uint32), dims(B, T, H, d)
     rng = rng_for(f"row/{shape}", path)
@@ -478,6 +479,22 @@ def test_row_attention_is_the_windows_row(shape, tiles, path):
         )
         assert np.array_equal(O1["O"], fwd["O"][i : i + 1]), f"O, n = {n}"
         assert sm["flags"][0] == O1["flags"][0] == 0
+        # attention_row: the put, the products and the softmax above in one dispatch, from a cache
+        # whose row i is stale too (it puts the row there itself)
+        stale = cache.copy()
+        stale[i] = rand_h(rng, (1, 3 * D), path)[0]
+        one = _op(
+            ops.attention_row,
+            {"qkv": qkv[i : i + 1], "cache": stale, "seq_len": seq_len, "flags": flags},
+            {"cache": (T, 3 * D), "S": (H, T), "P": (H, T), "O": (1, D), "flags": None},
+            path,
+            heads,
+        )
+        assert np.array_equal(one["cache"], cache), f"attention_row's put, n = {n}"
+        assert np.array_equal(one["S"][:, : i + 1], S1[:, : i + 1]), f"attention_row's scores, n = {n}"
+        assert np.array_equal(one["P"], sm["P"]), f"attention_row's P, n = {n}"
+        assert np.array_equal(one["O"], O1["O"]), f"attention_row's O, n = {n}"
+        assert one["flags"][0] == 0
 
 
 def test_row_products_check_their_arguments():

@@ -89,6 +89,33 @@ def test_sample_row_take_and_put(path, cols, n):
     )
 
 
+@pytest.mark.parametrize("D", [12, 13])
+@pytest.mark.parametrize("n", [1, 4, 7, 9, 20])
+def test_embed_row_is_the_windows_newest_row(path, D, n):
+    """embed_row: the newest token's embedding, read from seq, is row min(n, T) - 1 of the window's
+    embed_fwd (after sample_window) word for word: an even and an odd width, n past T and past the
+    capacity (20 > 12)."""
+    cap, V = 12, 11
+    rng = np.random.default_rng(n * 100 + D)
+    seq = (np.arange(cap, dtype=np.uint32) * 5 % V).astype(np.uint32)
+    wte, wpe = rng.standard_normal((V, D)).astype(np.float32), rng.standard_normal((T, D)).astype(np.float32)
+    seq_len, flags = np.array([n], np.uint32), np.zeros(4, np.uint32)
+    window_ids = {"seq": seq, "seq_len": seq_len}
+    idx = op(ops.sample_window, window_ids, {"idx": (T,)}, path, T=T, capacity=cap)["idx"]
+    window = op(
+        ops.embed_fwd, {"idx": idx, "wte": wte, "wpe": wpe, "flags": flags}, {"X": ((T, D), "padded")},
+        path, R=T, T=T, D=D,
+    )["X"]  # fmt: skip
+    row = op(
+        ops.embed_row, {"seq": seq, "seq_len": seq_len, "wte": wte, "wpe": wpe, "flags": flags},
+        {"X": ((1, D), "padded"), "flags": None}, path, T=T, D=D, capacity=cap,
+    )  # fmt: skip
+    assert np.array_equal(row["X"], window[min(n, T) - 1 : min(n, T)]) and row["flags"][0] == 0
+    token = seq[min(n, cap) - 1]  # the newest token the window holds
+    want = ref.round_h(wte[token] + wpe[min(n, T) - 1], path)  # the f32 sum, rounded to the format
+    assert np.array_equal(row["X"][0, :D], want)
+
+
 def test_sample_rows_check_their_buffers():
     from webmp.engine.plan import PlanBuilder
 

@@ -54,11 +54,10 @@ def test_the_schedule():
 
 
 def caches(plan) -> list[str]:
-    """The buffers sample_row_put writes: each attention layer's cache (the window's qkv)."""
+    """The buffers attn_row writes the newest q, k, v row into: each attention layer's cache (the
+    window's qkv)."""
     entry = {k["name"]: k["entry"] for k in plan["kernels"]}
-    return [
-        d["bind"][2] for d in plan["programs"].get(SAMPLE_ROW, []) if entry[d["kernel"]] == "sample_row_put"
-    ]
+    return [d["bind"][5] for d in plan["programs"].get(SAMPLE_ROW, []) if entry[d["kernel"]] == "attn_row"]
 
 
 def h_rows(rt: Runtime, plan, name: str, rows: int) -> np.ndarray:

@@ -77,7 +77,7 @@ after it to define):
   `flags`, and both entry points (attn_softmax_{fwd,bwd} and _thread), which store rows with
   causal_store. attn_softmax_row.wgsl (after attn_softmax_fwd.wgsl, text generation's one query row
   a head) adds binding 3 seq_len and the entry point attn_softmax_row, built of the fwd file's row
-  functions.
+  functions; attn_row.wgsl (after it) adds 4 qkv, 5 cache, 6 O and the entry point attn_row.
 - adamw.wgsl: bindings 0 state, 1 P, 2 G, 3 Mo, 4 V; overrides WD, BETA1, BETA2, EPS (no sizes:
   adamw loops over arrayLength(&P)); defines adamw_update and the entry point adamw.
   adamw_copy.wgsl adds binding 5 Wh (its length is the loop's), the override COLS (set only for
@@ -90,7 +90,8 @@ after it to define):
 - Token-model families, each one file after the prelude and common.wgsl, all bindings their own:
   windows.wgsl (gather_windows: 0 tokens, 1 state, 2 idx, 3 targets), windows_eval.wgsl
   (gather_windows_eval: 0 tokens, 1 chunk, 2 idx, 3 targets),
-  embed.wgsl (embed_fwd: 0 idx, 1 wte, 2 wpe, 3 X (h), 4 flags), token_rows.wgsl (token_rows:
+  embed.wgsl (embed_fwd: 0 idx, 1 wte, 2 wpe, 3 X (h), 4 flags), embed_row.wgsl (embed_row: 0 seq,
+  1 seq_len, 2 wte, 3 wpe, 4 X (h), 5 flags), token_rows.wgsl (token_rows:
   0 idx, 1 spans, 2 order), embed_wgrad.wgsl (embed_wgrad: 0 spans, 1 order, 2 dX (h), 3 dwte,
   4 dwpe), add.wgsl (add_h: 0 A (h), 1 Y (h), 2 flags), transpose_h.wgsl (transpose_h: 0 X, 1 Y, both h
   as HWLoad; overrides ROWS, COLS), sample_window.wgsl (sample_window: 0 seq,

@@ -14,16 +14,19 @@ program adds one token; with n = seq_len the tokens held, the newest at position
                constants as a batch_size 1 train_step); sample_next: a draw from the last real
                row's logits, appended to seq (webmp/ops/sample.py).
   sample_row   (one position, while n <= T) the forward pass of the newest token's row alone:
-               its embedding taken from the window's (sample_row_take), each per-position layer
-               on one row (SampleBuilder.row_tiles), each attention layer's q, k, v row put into
-               its cache (the window's qkv buffer, row n - 1: sample_row_put) and that row's
-               attention over cache rows 0 .. n - 1 (attention_row_matmul, attn_softmax_row), the
-               head on one row, sample_next. The kernels read n from seq_len on the GPU.
+               its embedding row read from seq (embed_row: the window's embed_fwd row), each
+               per-position layer on one row (SampleBuilder.row_tiles), and for each attention
+               layer one dispatch a head (attention_row) that puts the q, k, v row into its cache
+               (the window's qkv buffer, row n - 1) and attends over cache rows 0 .. n - 1, the
+               head on one row, sample_next. The kernels read n from seq_len on the GPU. Few
+               dispatches matter here: a token's work is small, and each dispatch has a fixed
+               cost (~40 us on lavapipe).
 While n <= T the window holds every token at its own position, so the k and v rows of earlier
 positions do not change from token to token: the cache rows written by the window program of the
 prompt and by the one-position programs since are the window's own. Every kernel of the row
 program computes an element as the window's computes that element of the newest row (the matmul
-cores sum in k order whatever M; the softmax row is the window's row function): the same logits,
+cores sum in k order whatever M, and attn_row.wgsl sums as they do; the softmax row is the
+window's row function): the same logits,
 bit for bit up to the sign of zero where a sum of stale-row terms 0 * v meets a zero (no later
 operation tells the two apart), so the same tokens (tests/models/test_net_sample.py compares the
 logits at every step). Once n > T the window slides, every position changes and the cache is
@@ -259,12 +262,9 @@ class SampleNet(TokenNet):
         self.draw(P, "logits", self.T)
 
     def row_program(self) -> None:
-        """sample_row: the window's tokens (for the embedding), the newest row's forward pass, the
-        draw from its logits."""
+        """sample_row: the newest row's forward pass (its embedding read from seq), the draw from
+        its logits."""
         P = SAMPLE_ROW
-        ops.sample_window(
-            self.pb, P, seq="seq", seq_len="seq_len", idx="idx", T=self.T, capacity=self.settings.capacity
-        )
         self.mb.one_row = True
         try:
             self.forward(P, "flags", False, None)
@@ -312,27 +312,28 @@ class SampleNet(TokenNet):
 
 
 class RowEmbeddingNode(EmbeddingNode):
-    """In the row pass: the window's embedding (embed_fwd over idx, the same kernel and rows), then
-    its newest row taken out (sample_row_take)."""
+    """In the row pass: the newest token's embedding row, read from seq (embed_row: the window's
+    embed_fwd row, the same bits)."""
 
     g: SampleNet
 
     def forward(self, x, program, flags, training):
         if not self.mb.one_row:
             return super().forward(x, program, flags, training)
-        with self.g.window():
-            window, _ = super().forward(x, program, flags, training)
         y = self.out(x)
-        ops.sample_row_take(
-            self.pb, program, seq_len="seq_len", X=window.buffer, Y=y.buffer, T=self.g.T, cols=y.cols
-        )
+        T, D = self.out_shape
+        ops.embed_row(
+            self.pb, program, seq="seq", seq_len="seq_len", wte=self.params["weight"]["master"],
+            wpe=self.tables()[0], X=y.buffer, T=T, D=D, capacity=self.g.settings.capacity, flags=flags,
+        )  # fmt: skip
         return y, None
 
 
 class RowAttentionNode(AttentionNode):
-    """In the row pass: the newest row's q, k, v (the qkv projection on one row), put into the
-    cache (row n - 1 of the window's qkv), its attention over the cache's rows (masked past n - 1:
-    rows the window would hold too, or stale ones never weighted), the output projection."""
+    """In the row pass: the newest row's q, k, v (the qkv projection on one row), then in one
+    dispatch (attention_row) put into the cache (row n - 1 of the window's qkv) and attended over
+    the cache's rows (masked past n - 1: rows the window would hold too, or stale ones never
+    weighted), then the output projection."""
 
     g: SampleNet
 
@@ -355,20 +356,14 @@ class RowAttentionNode(AttentionNode):
         self.project(program, x.buffer, "qkv", qkv, 1, 3 * D, D, flags, False)
         with g.window():
             cache = g.act(f"{self.path}.qkv", T, 3 * D)
-        ops.sample_row_put(pb, program, seq_len="seq_len", X=qkv, Y=cache, T=T, cols=3 * D)
         S, P, O = (
             g.f32(f"attention_S_h{H}", (H, T)),
             g.act(f"{self.path}.P", H, T),
             g.act(f"{self.path}.O", 1, D),
         )
-        heads: dict[str, Any] = dict(T=T, H=H, d=d, cache=cache)
-        tiles = {
-            v: self.mb.tiles.for_shape(self.mb.path, *ops.attention_shape(v, T, d))
-            for v in ("scores", "values")
-        }
-        ops.attention_row_matmul(pb, program, "scores", qkv=qkv, S=S, tiles=tiles["scores"], **heads)
-        ops.attn_softmax_row(pb, program, S=S, P=P, seq_len="seq_len", T=T, H=H, d=d, flags=flags)
-        ops.attention_row_matmul(pb, program, "values", P=P, O=O, flags=flags, tiles=tiles["values"], **heads)
+        ops.attention_row(
+            pb, program, qkv=qkv, cache=cache, S=S, P=P, O=O, seq_len="seq_len", T=T, H=H, d=d, flags=flags
+        )
         y = self.out(x)
         self.project(program, O, "proj", y.buffer, 1, D, D, flags, False)
         return y, None

@@ -23,6 +23,7 @@ from .attention import (
     ATTENTION_PRODUCTS,
     HEAD_PARTS,
     attention_matmul,
+    attention_row,
     attention_row_matmul,
     attention_scale,
     attention_shape,
@@ -34,7 +35,7 @@ from .common import ACT_CODES, cdiv
 from .conv import avgpool_bwd, avgpool_fwd, col2im, conv_out, im2col, maxpool_bwd, maxpool_fwd, repack_h
 from .data import gather_eval, gather_train, gather_windows, gather_windows_eval
 from .elementwise import act_bwd, act_fwd, dropout_bwd, dropout_fwd
-from .embed import add_h, embed_fwd, embed_wgrad, round_h, token_rows, transpose_h
+from .embed import add_h, embed_fwd, embed_row, embed_wgrad, round_h, token_rows, transpose_h
 from .eval import eval_count, eval_loss_chunk, eval_loss_total, eval_next_chunk, eval_reset
 from .flash import (
     FLASH_MAX_HEAD,
@@ -118,6 +119,7 @@ __all__ = [
     "adamw_copy",
     "add_h",
     "attention_matmul",
+    "attention_row",
     "attention_row_matmul",
     "attention_scale",
     "attention_shape",
@@ -137,6 +139,7 @@ __all__ = [
     "dropout_bwd",
     "dropout_fwd",
     "embed_fwd",
+    "embed_row",
     "flash_attention_bwd",
     "flash_attention_fwd",
     "flash_bwd_dot",

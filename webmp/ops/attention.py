@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from ..engine.plan import PlanBuilder
+from ..engine.plan import PlanBuilder, h_bytes
 from ..engine.tiles import DEFAULT_TILES, Tiles
 from .common import MAX_WORKGROUPS_PER_DIM, cdiv
 from .matmuls import H_OUT_VARIANTS, Layout, matmul
@@ -259,3 +259,34 @@ def attn_softmax_row(
     sources = ["reduce.wgsl", "attn_softmax.wgsl", "attn_softmax_fwd.wgsl", "attn_softmax_row.wgsl"]
     binds = {"S": S, "P": P, "flags": flags, "seq_len": seq_len}
     pb.dispatch(program, sources, "attn_softmax_row", {"T": T, "SCALE": attention_scale(d)}, binds, [H])
+
+
+def attention_row(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    qkv: str,
+    cache: str,
+    S: str,
+    P: str,
+    O: str,
+    seq_len: str,
+    T: int,
+    H: int,
+    d: int,
+    flags: str = "flags",
+) -> None:
+    """The newest row's attention in one dispatch, a workgroup a head (attn_row.wgsl): qkv [1, 3D]
+    (h) put into row min(n, T) - 1 of cache [T, 3D] (sample_row_put), its scores S [H, T] (f32,
+    the visible keys), P [H, T] (h) and O [1, D] (h): the bits of sample_row_put, the row products
+    and attn_softmax_row one after the other."""
+    _attention_check(1, T, H, d)
+    D = H * d
+    pb.require_bytes("attn_row", qkv, h_bytes(1, 3 * D, pb.path), f"an h matrix [1, {3 * D}]")
+    pb.require_bytes("attn_row", cache, h_bytes(T, 3 * D, pb.path), f"an h matrix [{T}, {3 * D}]")
+    sources = [
+        "reduce.wgsl", "attn_softmax.wgsl", "attn_softmax_fwd.wgsl", "attn_softmax_row.wgsl", "attn_row.wgsl"
+    ]  # fmt: skip
+    binds = {"S": S, "P": P, "flags": flags, "seq_len": seq_len, "qkv": qkv, "cache": cache, "O": O}
+    consts = {"T": T, "SCALE": attention_scale(d), "HEADS": H, "HEAD": d}
+    pb.dispatch(program, sources, "attn_row", consts, binds, [H])

@@ -97,3 +97,31 @@ def round_h(pb: PlanBuilder, program: str, *, x: str, out: str, N: int) -> None:
     ties to even, via common.wgsl's f16_round on both f16 paths; none in fp32), as matmul
     operands get it with A_ACT. For tests and webmp.testing.probe; no model dispatches it."""
     pb.dispatch(program, ["round_h.wgsl"], "round_h", {"N": N}, {"x": x, "out": out}, grid(N))
+
+
+def embed_row(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    seq: str,
+    seq_len: str,
+    wte: str,
+    wpe: str,
+    X: str,
+    T: int,
+    D: int,
+    capacity: int,
+    flags: str = "flags",
+) -> None:
+    """X [1, D] (h) = the newest token's embedding, row min(n, T) - 1 of what sample_window then
+    embed_fwd compute (n = seq_len[0]): the bits of embed_fwd and sample_row_take in one dispatch."""
+    if min(T, D, capacity) < 1:
+        raise ValueError(f"embed_row: T {T}, D {D} and capacity {capacity} must be positive")
+    pb.dispatch(
+        program,
+        ["embed_row.wgsl"],
+        "embed_row",
+        {"T": T, "D": D, "CAPACITY": capacity},
+        {"seq": seq, "seq_len": seq_len, "wte": wte, "wpe": wpe, "X": X, "flags": flags},
+        grid(cdiv(D, 2)),
+    )
