@@ -56,9 +56,12 @@ function noWebGPU(e) {
 
 // The matmul tiles tuned for this adapter, as the server has them.
 async function showTiles() {
-  const {adapter_key: key, tuned, forms, shipped} = await api('/api/adapters', {method: 'POST', body: page.signature});
+  const {adapter_key: key, tuned, forms, shipped, compile_helpers: helpers, compile_helpers_why: why} =
+    await api('/api/adapters', {method: 'POST', body: page.signature});
   const n = Object.keys(tuned).length;
-  Object.assign(page.tune, {key, tuned: n});
+  // a run's first kernels compiled on this many more devices at once (Runner.precompile), and why
+  const compileHelpers = Math.min(helpers, Math.max((navigator.hardwareConcurrency || 1) - 1, 0));
+  Object.assign(page.tune, {key, tuned: n, compileHelpers, compileWhy: why});
   const chosen = Object.entries(forms).map(([what, form]) => `; ${what}: ${form}`).join('');
   const rest = shipped ? `the ${shipped}` : 'default';
   const what = n ? `tuned on this adapter (${n} shape classes${chosen}), else ${rest}`

@@ -9,12 +9,13 @@ export const page = window.webmp = {
   training: null,  // the run this tab trains (from preparing to its end): leaving the page ends it
   followResumes: 0,  // resumes of the run this tab follows that it followed on through
   phase: null, phases: [], timing: null, fieldErrors: {},  // a run's phases; the form's errors
+  precompile: null,  // what Runner.precompile did for the last run, where it ran
   layerTable: null, upload: null,  // the network's last layer table; the last data upload's answer
   sample: {status: 'idle'}, sampled: 0,  // sampled: samples ended (done or failed)
   noWebGPU: false,  // true: no adapter here, the page cannot train
   // the page's tuning pass: this adapter's key on the server, how many shape
   // classes are tuned for it, the last pass's status and verdicts
-  tune: {key: null, tuned: 0, status: 'idle', verdicts: [], forms: [], error: null}
+  tune: {key: null, tuned: 0, compileHelpers: 0, compileWhy: '', status: 'idle', verdicts: [], forms: [], error: null}
 };
 
 export function log(line) {

@@ -95,8 +95,13 @@ export async function trainRun(runId) {
       timing.kernels = n;
       const seconds = ((performance.now() - timing.compileStart) / 1000).toFixed(1);
       setPhase('compiling', `run ${runId}: compiling kernels ${k}/${n} (${seconds} s)`);
-    }, ['train_step']);  // the evaluation's and the lens's own kernels compile while it trains
+    }, ['train_step'], page.tune.compileHelpers);  // the evaluation's and the lens's own kernels compile while it trains
     timing.compileEnd = performance.now();
+    const pre = page.precompile = runner.precompiled;
+    if (pre) {
+      log(`compiled the step's ${pre.kernels} kernels on ${pre.helpers + 1} devices at once in ${pre.seconds.toFixed(2)} s ` +
+          `(${pre.byHelpers} by the helpers; ${page.tune.compileWhy})` + (pre.errors.length ? `; a helper failed: ${pre.errors[0]}` : ''));
+    }
     log(`compiled the training step's ${timing.kernels} kernels in ${((timing.compileEnd - timing.compileStart) / 1000).toFixed(2)} s` +
         ` (${plan.kernels.length - timing.kernels} more for the evaluation and the lens while it trains)`);
     charts.reset();

@@ -12,6 +12,7 @@
 // records or the state.
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const SCRATCH_BYTES = 65536;  // precompile's scratch buffers: more than any kernel's fixed-size struct needs
 
 // The adapter and a device with shader-f16 when the adapter has it, and the adapter's real limits
 // (not WebGPU's defaults).
@@ -97,10 +98,13 @@ export class Runner {
   // create returns, the others in the background after it (a first step need not wait for the
   // evaluation's kernels; run() and ready() wait for them, and a failure there ends the run);
   // without, all of them.
-  static async create(gpu, plan, blob, fetchText, onCompile = () => {}, first = null) {
+  // compileHelpers: where the driver compiles a kernel at its first dispatch, the `first` programs'
+  // kernels are also compiled before create returns, on this device and that many more at once
+  // (precompile; what it did in `precompiled`).
+  static async create(gpu, plan, blob, fetchText, onCompile = () => {}, first = null, compileHelpers = 0) {
     checkPlan(plan, gpu);
     const r = new Runner(gpu, plan);
-    await r.init(new Uint8Array(blob), fetchText, onCompile, first);
+    await r.init(new Uint8Array(blob), fetchText, onCompile, first, compileHelpers);
     return r;
   }
 
@@ -120,7 +124,7 @@ export class Runner {
     });
   }
 
-  async init(blob, fetchText, onCompile, first) {
+  async init(blob, fetchText, onCompile, first, compileHelpers) {
     const dev = this.device, plan = this.plan;
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     this.buffers = await scoped(dev, 'creating buffers', () => {
@@ -146,7 +150,13 @@ export class Runner {
     const kernels = plan.kernels.filter((k) => needed.has(k.name));
     let compiled = 0;
     onCompile(0, kernels.length);
-    await this.makePipelines(kernels, () => onCompile(++compiled, kernels.length));
+    const making = this.makePipelines(kernels, () => onCompile(++compiled, kernels.length));
+    making.catch(() => {});  // its failure is thrown below, by precompile's wait or by this one's
+    // compiled as their pipelines come, in their order of first use (until made, this.pipelines
+    // holds each one's promise)
+    const order = now.flatMap((p) => plan.programs[p].map((d) => d.kernel));
+    this.precompiled = compileHelpers > 0 ? await this.precompile(order, compileHelpers) : null;
+    await making;
     await this.preparePrograms(now);
     this.background = later.length === 0 ? Promise.resolve() : (async () => {
       await this.makePipelines(plan.kernels.filter((k) => !needed.has(k.name)));
@@ -164,40 +174,108 @@ export class Runner {
   }
 
   // The pipelines of `kernels` (their shader modules and layouts made once, shared), created in
-  // parallel; onEach after each.
+  // parallel; onEach after each. Until it resolves, this.pipelines holds each kernel's promise
+  // (this.layouts its layout at once).
   async makePipelines(kernels, onEach = () => {}) {
-    const dev = this.device, plan = this.plan;
     for (const k of kernels) {
-      const key = k.sources.join('|');
-      if (!this.modules.has(key)) {
-        // Browsers need these for the subgroup matmul core (wgpu-py's naga refuses the first and does
-        // not know the second's rule: see webmp/engine/wgsl.py SOURCE_FEATURES)
-        const enable = plan.required_features.includes('subgroups')
-          ? 'enable subgroups;\ndiagnostic(off, subgroup_uniformity);\n' : '';
-        const module = dev.createShaderModule({code: enable + k.sources.map((f) => this.text[f]).join('\n'), label: k.sources.at(-1)});
-        const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === 'error');
+      this.pipelines[k.name] = this.makePipeline(k).then((pipeline) => {
+        onEach();
+        return pipeline;
+      });
+    }
+    for (const k of kernels) this.pipelines[k.name] = await this.pipelines[k.name];
+  }
+
+  async makePipeline(k) {
+    const dev = this.device, plan = this.plan;
+    const sig = k.bindings.map((b) => `${b.binding}:${b.type}`).join(',');
+    if (!this.bindLayouts.has(sig)) {
+      const bgl = dev.createBindGroupLayout({entries: k.bindings.map((b) => (
+        {binding: b.binding, visibility: GPUShaderStage.COMPUTE, buffer: {type: b.type}}))});
+      this.bindLayouts.set(sig, [bgl, dev.createPipelineLayout({bindGroupLayouts: [bgl]})]);
+    }
+    const [bgl, layout] = this.bindLayouts.get(sig);
+    this.layouts[k.name] = bgl;
+    const key = k.sources.join('|');
+    if (!this.modules.has(key)) {
+      // Browsers need these for the subgroup matmul core (wgpu-py's naga refuses the first and does
+      // not know the second's rule: see webmp/engine/wgsl.py SOURCE_FEATURES)
+      const enable = plan.required_features.includes('subgroups')
+        ? 'enable subgroups;\ndiagnostic(off, subgroup_uniformity);\n' : '';
+      const module = dev.createShaderModule({code: enable + k.sources.map((f) => this.text[f]).join('\n'), label: k.sources.at(-1)});
+      this.modules.set(key, module.getCompilationInfo().then((info) => {
+        const errors = info.messages.filter((m) => m.type === 'error');
         if (errors.length) {
           throw new Error(`WGSL of ${k.sources.join(' + ')} does not compile: ` +
                           errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join('; '));
         }
-        this.modules.set(key, module);
-      }
-      const sig = k.bindings.map((b) => `${b.binding}:${b.type}`).join(',');
-      if (!this.bindLayouts.has(sig)) {
-        const bgl = dev.createBindGroupLayout({entries: k.bindings.map((b) => (
-          {binding: b.binding, visibility: GPUShaderStage.COMPUTE, buffer: {type: b.type}}))});
-        this.bindLayouts.set(sig, [bgl, dev.createPipelineLayout({bindGroupLayouts: [bgl]})]);
-      }
-      const [bgl, layout] = this.bindLayouts.get(sig);
-      this.layouts[k.name] = bgl;
-      this.pipelines[k.name] = dev.createComputePipelineAsync({
-        label: k.name, layout, compute: {module: this.modules.get(key), entryPoint: k.entry, constants: k.constants},
-      }).then((pipeline) => {
-        onEach();
-        return pipeline;
-      }, (e) => { throw new Error(`pipeline ${k.name} failed: ${e.message}`); });
+        return module;
+      }));
     }
-    for (const k of kernels) this.pipelines[k.name] = await this.pipelines[k.name];
+    const module = await this.modules.get(key);
+    return dev.createComputePipelineAsync({
+      label: k.name, layout, compute: {module, entryPoint: k.entry, constants: k.constants},
+    }).catch((e) => { throw new Error(`pipeline ${k.name} failed: ${e.message}`); });
+  }
+
+  // The kernels `names` (in their order of first use) compiled before their first run, on this
+  // device and `helpers` more devices of the adapter at once, where the driver compiles a kernel at
+  // its first dispatch (lavapipe; why and how: webmp/engine/precompile.py). Each device takes
+  // kernels from its end of one list and dispatches each with no workgroups on scratch buffers, one
+  // compiling while the next one's pipeline is made; the driver's on-disk cache hands the helpers'
+  // work to this device. Resolves with what it did.
+  async precompile(names, helpers) {
+    const kernels = Object.fromEntries(this.plan.kernels.map((k) => [k.name, k]));
+    const todo = [...new Set(names)];
+    const count = todo.length;
+    const t0 = performance.now();
+    const compileOn = async (device, pipelineOf, fromFront) => {
+      const scratch = [];
+      let n = 0, last = Promise.resolve();
+      for (let name = fromFront ? todo.shift() : todo.pop(); name !== undefined;
+        name = fromFront ? todo.shift() : todo.pop()) {
+        const [pipeline, layout] = await pipelineOf(kernels[name]);
+        const bindings = kernels[name].bindings;
+        while (scratch.length < bindings.length) {  // one per binding: writable bindings may not alias
+          scratch.push(device.createBuffer({size: SCRATCH_BYTES, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.UNIFORM}));
+        }
+        const bindGroup = device.createBindGroup({layout, entries: bindings.map(
+          (b, i) => ({binding: b.binding, resource: {buffer: scratch[i]}}))});
+        const enc = device.createCommandEncoder();
+        const pass = enc.beginComputePass();
+        pass.setPipeline(pipeline);
+        pass.setBindGroup(0, bindGroup);
+        pass.dispatchWorkgroups(0, 0, 0);
+        pass.end();
+        await last;
+        device.queue.submit([enc.finish()]);
+        last = device.queue.onSubmittedWorkDone();
+        n++;
+      }
+      await last;
+      scratch.forEach((b) => b.destroy());
+      return n;
+    };
+    const helper = async () => {
+      const adapter = await navigator.gpu.requestAdapter({powerPreference: 'high-performance'});
+      if (!adapter) throw new Error('no second adapter');
+      const device = await adapter.requestDevice({requiredFeatures: this.plan.required_features,
+                                                  requiredLimits: this.gpu.limits});
+      const made = new Runner({...this.gpu, device}, this.plan);  // for its makePipeline alone
+      made.text = this.text;
+      [made.modules, made.bindLayouts, made.pipelines, made.layouts] = [new Map(), new Map(), {}, {}];
+      try {
+        return await compileOn(device, async (k) => [await made.makePipeline(k), made.layouts[k.name]], false);
+      } finally {
+        made.destroyed = true;
+        device.destroy();
+      }
+    };
+    const errors = [];
+    const helping = Array.from({length: helpers}, () => helper().catch((e) => { errors.push(e.message); return 0; }));
+    await compileOn(this.device, async (k) => [await this.pipelines[k.name], this.layouts[k.name]], true);
+    const byHelpers = (await Promise.all(helping)).reduce((a, b) => a + b, 0);
+    return {kernels: count, helpers, byHelpers, seconds: (performance.now() - t0) / 1000, errors};
   }
 
   async preparePrograms(names) {

@@ -176,6 +176,19 @@ def test_a_preset_run_shows_its_phases_and_its_result_agrees(server, browser):
     # steps/s: the steps after the first over their own time, compile and first step left out
     t = page.evaluate("window.webmp.timing")
     assert t["compileStart"] <= t["compileEnd"] <= t["trainStart"] < t["firstStepDone"] <= t["lastStepDone"]
+    # the step's kernels compiled on more devices at once where the driver compiles at first dispatch
+    # (lavapipe, behind the harness's layer), not where it compiles at pipeline creation (SwiftShader)
+    pre = page.evaluate("window.webmp.precompile")
+    if browser.kind == "lavapipe":
+        assert pre["kernels"] == n and pre["helpers"] >= 1 and pre["errors"] == [], pre
+        assert (
+            0 <= pre["byHelpers"] < n and 0 < pre["seconds"] <= (t["compileEnd"] - t["compileStart"]) / 1000
+        )
+        assert f"compiled the step's {n} kernels on {pre['helpers'] + 1} devices at once" in page.inner_text(
+            "#log"
+        )
+    else:
+        assert pre is None
     assert (t["firstStep"], t["stepsDone"]) == (1, 60)
     assert t["stepUpdates"] == 60 and page.evaluate("window.webmp.runner.readbacks") == 6  # not 6 moves
     summary = server.get(f"/api/runs/{run_id}/summary")

@@ -49,6 +49,7 @@ from webmp.engine.plan import resolve_f16_path
 from webmp.engine.runtime import Runtime, default_gpu
 from webmp.engine.tiles import TileTable, plan_classes
 from webmp.tune.first_use import FirstUseTuning
+from webmp.engine.precompile import cpu_cores, helpers_for
 cfg = TrainConfig(**json.loads(sys.argv[1]))
 data = training_data(cfg)
 gpu = default_gpu()
@@ -59,7 +60,9 @@ tiles, tuned = FirstUseTuning()(gpu, build_plan(cfg, data, path, tiles, dry=True
 t2 = time.perf_counter()
 plan, blob = build_plan(cfg, data, path, tiles)
 t3 = time.perf_counter()
-rt = Runtime(plan, blob, gpu, first=["train_step"])  # as webmp train makes it
+helpers, why = helpers_for(gpu.info, gpu.features, cpu_cores())
+rt = Runtime(plan, blob, gpu, first=["train_step"], compile_helpers=helpers)  # as webmp train makes it
+pre = dict(rt.precompiled or {"helpers": 0}, why=why)
 t4 = time.perf_counter()
 rt.run("train_step")
 rt.sync()
@@ -68,6 +71,7 @@ print(json.dumps({"adapter": gpu.name, "f16_path": plan["f16_path"] or "fp32",
                   "kernels": len(rt.pipelines), "plan_kernels": len(plan["kernels"]),
                   "imports_data_device_s": t1 - t0, "tuning_s": t2 - t1,
                   "tuning": tuned, "tiles": tiles.describe(plan_classes(plan)), "plan_s": t3 - t2,
+                  "precompile": pre,
                   "runtime_s": t4 - t3, "first_step_s": t5 - t4, "plan_to_first_step_s": t5 - t1}))
 """
 
@@ -118,7 +122,7 @@ def page_first_step(config: dict[str, Any], cache_dir: str, executable: str | No
             wall = time.perf_counter() - t0
             got = page.evaluate(
                 "({t: window.webmp.timing, plan: window.webmp.planRequested, error: window.webmp.error,"
-                " path: window.webmp.f16Path, adapter: window.webmp.adapter})"
+                " path: window.webmp.f16Path, adapter: window.webmp.adapter, pre: window.webmp.precompile})"
             )
             if got["error"]:
                 raise RuntimeError(f"the page failed: {got['error']}")
@@ -128,6 +132,7 @@ def page_first_step(config: dict[str, Any], cache_dir: str, executable: str | No
                 "adapter": " / ".join(v for v in (got["adapter"] or {}).values() if v),
                 "f16_path": got["path"],
                 "kernels": t["kernels"],
+                "precompile": got["pre"],
                 "plan_and_blob_s": (t["compileStart"] - plan) / 1000,
                 "compile_s": (t["compileEnd"] - t["compileStart"]) / 1000,
                 "first_step_s": (t["firstStepDone"] - t["trainStart"]) / 1000,

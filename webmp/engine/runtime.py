@@ -17,7 +17,7 @@ import os
 import re
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader in headless shells
@@ -153,6 +153,31 @@ def gpu_for_rank(rank: int) -> GPU:
     return GPU(adapter=adapters[rank % len(adapters)])
 
 
+def make_pipeline(dev, k: Mapping[str, Any], modules: dict, bind_layouts: dict) -> tuple[Any, Any]:
+    """Kernel `k`'s compute pipeline on `dev` and its bind group layout; shader modules and layouts
+    shared through `modules` and `bind_layouts` (keyed by sources and by binding signature)."""
+    from .wgsl import join_sources
+
+    src = tuple(k["sources"])
+    if src not in modules:
+        modules[src] = dev.create_shader_module(code=join_sources(src), label=k["sources"][-1])
+    sig = tuple((b["binding"], b["type"]) for b in k["bindings"])
+    if sig not in bind_layouts:
+        bgl = dev.create_bind_group_layout(
+            entries=[
+                {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}} for i, t in sig
+            ]
+        )
+        bind_layouts[sig] = (bgl, dev.create_pipeline_layout(bind_group_layouts=[bgl]))
+    bgl, layout = bind_layouts[sig]
+    pipeline = dev.create_compute_pipeline(
+        layout=layout,
+        label=k["name"],
+        compute={"module": modules[src], "entry_point": k["entry"], "constants": k["constants"]},
+    )
+    return pipeline, bgl
+
+
 class _Made(dict):
     """A dict whose missing keys are made on first use, by `make(key)`."""
 
@@ -172,7 +197,12 @@ class Runtime:
     all of them."""
 
     def __init__(
-        self, plan: KernelPlan, blob: bytes, gpu: GPU | None = None, first: Sequence[str] | None = None
+        self,
+        plan: KernelPlan,
+        blob: bytes,
+        gpu: GPU | None = None,
+        first: Sequence[str] | None = None,
+        compile_helpers: int = 0,
     ):
         self.plan = plan
         self.gpu = gpu or default_gpu()
@@ -199,7 +229,11 @@ class Runtime:
         self.programs: dict[str, list] = _Made(
             lambda name: [self._prepare(d) for d in plan["programs"][name]]
         )
-        for name in plan["programs"] if first is None else [p for p in first if p in plan["programs"]]:
+        made_first = list(plan["programs"]) if first is None else [p for p in first if p in plan["programs"]]
+        # what precompile did: the first programs' kernels compiled before their first run, on this
+        # device and `compile_helpers` helper devices at once (where the driver compiles at first dispatch)
+        self.precompiled = self.precompile(made_first, compile_helpers) if compile_helpers > 0 else None
+        for name in made_first:
             self.programs[name]
         if first is None:
             for name in self.kernels:
@@ -220,28 +254,20 @@ class Runtime:
         self.gather_staging = None  # read_gathered's staging buffer, made on first use
 
     def _pipeline(self, name: str):
-        from .wgsl import join_sources
-
-        k, dev = self.kernels[name], self.device
-        src = tuple(k["sources"])
-        if src not in self.modules:
-            self.modules[src] = dev.create_shader_module(code=join_sources(src), label=k["sources"][-1])
-        sig = tuple((b["binding"], b["type"]) for b in k["bindings"])
-        if sig not in self.bind_layouts:
-            bgl = dev.create_bind_group_layout(
-                entries=[
-                    {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}}
-                    for i, t in sig
-                ]
-            )
-            self.bind_layouts[sig] = (bgl, dev.create_pipeline_layout(bind_group_layouts=[bgl]))
-        bgl, pl = self.bind_layouts[sig]
-        self.layouts[name] = bgl
-        return dev.create_compute_pipeline(
-            layout=pl,
-            label=name,
-            compute={"module": self.modules[src], "entry_point": k["entry"], "constants": k["constants"]},
+        pipeline, self.layouts[name] = make_pipeline(
+            self.device, self.kernels[name], self.modules, self.bind_layouts
         )
+        return pipeline
+
+    def precompile(self, programs: Sequence[str], helpers: int) -> dict[str, Any]:
+        """Compiles the programs' kernels before their first run, on this device and `helpers` helper
+        devices at once (webmp.engine.precompile: where the driver compiles at first dispatch)."""
+        from .precompile import precompile
+
+        names = [d["kernel"] for p in programs for d in self.plan["programs"][p]]
+        helper = functools.partial(lambda adapter: GPU(adapter=adapter).device, self.gpu.adapter)
+        pipeline = lambda name: (self.pipelines[name], self.layouts[name])  # noqa: E731
+        return precompile(self.device, pipeline, self.kernels, names, [helper] * helpers, make_pipeline)
 
     def _prepare(self, d):
         pipeline = self.pipelines[d["kernel"]]  # made (with its layout) at its first use

@@ -338,3 +338,7 @@ class AdapterTiles(BaseModel):
     tuned: dict[str, dict[str, Any]]
     forms: dict[str, str] = {}  # the form choices made for it so far ("rows", "weights"): their form
     shipped: str | None = None  # the shipped table of its class (webmp.engine.adapters), or None
+    # helper devices that compile a run's first kernels beside its own (webmp.engine.precompile), at
+    # most: the page takes one fewer than its CPU cores up to this; and why
+    compile_helpers: int = 0
+    compile_helpers_why: str = ""

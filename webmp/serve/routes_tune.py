@@ -15,6 +15,7 @@ from fastapi import HTTPException, Request
 from ..config import TrainConfig
 from ..engine.adapters import AdapterInfo
 from ..engine.plan import resolve_f16_path
+from ..engine.precompile import helpers_for
 from ..engine.tiles import ADAPTER_KEY, TileTable
 from ..engine.tune_cache import load_cache, update_cache
 from ..tune.matmul_cases import FIT_LIMITS, kebab_limits
@@ -63,11 +64,14 @@ def adapter_tiles(signature: AdapterSignature) -> AdapterTiles:
     if load_cache().get(key, {}).get(ADAPTER_KEY) != info.entry():  # stored once per adapter
         update_cache(key, {ADAPTER_KEY: info.entry()})
     shipped = TileTable.for_adapter(key).shipped
+    helpers, why = helpers_for(info, signature.features)
     return AdapterTiles(
         adapter_key=key,
         tuned=tuned_classes(key),
         forms=tuned_forms(key),
         shipped=shipped.describe() if shipped else None,
+        compile_helpers=helpers,
+        compile_helpers_why=why,
     )
 
 

@@ -21,6 +21,7 @@ from ..data.tables import Dataset
 from ..data.text import TextCorpus, checkpoint_facts, describe_data, load_training_data, run_baseline_bits
 from ..engine.fp8 import describe_fp8
 from ..engine.plan import Plan, describe_f16, resolve_f16_path
+from ..engine.precompile import cpu_cores, helpers_for
 from ..engine.runtime import GPU, Runtime, default_gpu, gpu_for_rank
 from ..engine.state import decode_records
 from ..engine.tiles import TileTable, plan_classes
@@ -165,7 +166,13 @@ class Trainer:
         self.attention = plan_attention(self.plan, cfg)  # the form and why: the log, summary.json
         self.step = self.resume.step if self.resume is not None else 0
         # the evaluation's and the lens's own kernels are made at their first use
-        self.runtime = Runtime(self.plan, blob, self.gpu, first=["train_step"])
+        helpers, why = helpers_for(self.gpu.info, self.gpu.features, cpu_cores())
+        if self.world.size > 1 and helpers > 0:
+            helpers, why = 0, "a data-parallel run: its ranks share the cores"
+        if helpers > 0:  # where the driver compiles a kernel at its first dispatch (webmp.engine.precompile)
+            self.log(f"webmp: compiling the step's kernels on {helpers + 1} devices at once ({why}) ...")
+        self.runtime = Runtime(self.plan, blob, self.gpu, first=["train_step"], compile_helpers=helpers)
+        self.compiled = self._compiled_line(self.runtime.precompiled)
         self.data_parallel: DataParallelStep | None = None
         if "data_parallel" in self.plan:
             dp = self.plan["data_parallel"]
@@ -396,6 +403,8 @@ class Trainer:
         self.log(f"webmp: run directory {self.run_path}")
         if self.tuning is not None:
             self.log(f"webmp: first-use tuning: {self.tuning}")
+        if self.compiled is not None:
+            self.log(f"webmp: {self.compiled}")
         self.log(f"webmp: matmul tiles: {self.tiles.describe(plan_classes(self.plan))}")
         if self.attention is not None:
             self.log(f"webmp: {self.attention['line']}")
@@ -412,6 +421,16 @@ class Trainer:
             self.log(f"webmp: resuming at step {self.step} with {change}")
         if cfg.data is not None or isinstance(self.data, TextCorpus):
             self.log(f"webmp: data {describe_data(self.data)}")
+
+    @staticmethod
+    def _compiled_line(report: dict | None) -> str | None:
+        if report is None:
+            return None
+        failed = f"; a helper failed: {report['helper_errors'][0]}" if report["helper_errors"] else ""
+        return (
+            f"compiled the step's {report['kernels']} kernels on {report['helpers'] + 1} devices in "
+            f"{report['seconds']:.1f} s ({report['by_helpers']} by the helpers){failed}"
+        )
 
     def _log_zero(self) -> None:
         if self.cfg.zero == 0:
