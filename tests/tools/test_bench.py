@@ -756,7 +756,7 @@ def test_markdown_says_what_is_missing():
     colds, ranks, sbs = other_runs()
     text = render(r, colds, ranks, sbs)
     assert_tables_and_machine(text, MACHINE, SECTIONS[9:12])
-    assert "| native | cold | 26 | - | 0.01 | 0.60 | 2.30 | 2.90 |" in text
+    assert "| native | cold | 26 | - | 0.01 | 0.60 | - | 2.30 | 2.90 |" in text
     assert "webmp 0.1.0 at 0123456789" in text
 
 
@@ -770,3 +770,17 @@ def test_cpu_info_reads_the_first_processor(tmp_path):
     assert info["cpu_model"] == "AMD EPYC 9B14" and info["cpu_id"] == "family 25 model 17"
     assert info["cpu_mhz"] == 2600 and info["cpus"] >= 1
     assert cpu_info(str(tmp_path / "none"))["cpu_id"] is None
+
+
+def test_cold_rows_say_which_devices_compiled_the_step():
+    from webmp.bench.sections import compiled_on
+
+    assert (
+        compiled_on({"precompile": {"helpers": 1, "by_helpers": 3, "kernels": 9}})
+        == "2 devices (3 of 9 by helpers)"
+    )
+    assert (
+        compiled_on({"precompile": {"helpers": 2, "byHelpers": 5, "kernels": 29}})
+        == "3 devices (5 of 29 by helpers)"
+    )
+    assert compiled_on({"precompile": {"helpers": 0}}) == compiled_on({}) == "-"

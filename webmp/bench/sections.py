@@ -392,6 +392,17 @@ def profile_section(r: dict) -> list[str]:
 # --- the other runs --------------------------------------------------------------------------------
 
 
+def compiled_on(row: dict) -> str:
+    """The devices that compiled the step's kernels before it (webmp.engine.precompile: where the
+    driver compiles at first dispatch; their seconds are in 'pipelines s'), '-' where none did."""
+    pre = row.get("precompile") or {}
+    helpers = pre.get("helpers", 0)
+    if not helpers:
+        return "-"
+    by = pre.get("by_helpers", pre.get("byHelpers", 0))
+    return f"{helpers + 1} devices ({by} of {pre.get('kernels')} by helpers)"
+
+
 def cold_section(c: dict | None) -> list[str]:
     out = ["## Cold start: plan to first finished step (`webmp bench --cold-start`)", ""]
     if not c or not c.get("rows"):
@@ -406,6 +417,7 @@ def cold_section(c: dict | None) -> list[str]:
             num(row.get(a, row.get(b)))
             for a, b in (("plan_s", "plan_and_blob_s"), ("runtime_s", "compile_s"))
         ]
+        + [compiled_on(row)]
         + [num(row.get("first_step_s")), num(row.get("plan_to_first_step_s")), row.get("adapter", "-")]
         for row in c["rows"]
     ]
@@ -416,6 +428,7 @@ def cold_section(c: dict | None) -> list[str]:
         "tuning s",
         "plan s",
         "pipelines s",
+        "compiled on",
         "step 1 s",
         "plan to first step s",
         "adapter",
@@ -438,7 +451,7 @@ def cold_section(c: dict | None) -> list[str]:
         "shared/tools/webgpu-cpu reports its adapter as SwiftShader but runs on lavapipe; Debian's "
         "Chromium runs on SwiftShader.",
     ]
-    return out + table(header, body, set(range(2, 7))) + (note if browsers else [])
+    return out + table(header, body, {2, 3, 4, 5, 7, 8}) + (note if browsers else [])
 
 
 def ranks_section(d: dict | None) -> list[str]:
