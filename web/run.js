@@ -90,12 +90,15 @@ export async function trainRun(runId) {
     checkPlan(plan, gpu);  // before downloading the blob
     const blob = await api(`/api/runs/${runId}/blob?f16=${offer}${tiles}`, {raw: true});
     const timing = page.timing = newTiming();
+    const helpers = page.tune.compileHelpers || 0;
     runner = page.runner = await Runner.create(gpu, plan, blob, fetchShader, (k, n) => {
       timing.compiled = k;
       timing.kernels = n;
       const seconds = ((performance.now() - timing.compileStart) / 1000).toFixed(1);
       setPhase('compiling', `run ${runId}: compiling kernels ${k}/${n} (${seconds} s)`);
-    }, ['train_step'], page.tune.compileHelpers);  // the evaluation's and the lens's own kernels compile while it trains
+    }, helpers > 0 ? ['train_step', 'histograms'] : ['train_step'], helpers);
+    // the evaluation's kernels (and, without helpers, the lens's own) are made while it trains; with
+    // helpers the lens's step is compiled with the first one (it runs at the first read)
     timing.compileEnd = performance.now();
     const pre = page.precompile = runner.precompiled;
     if (pre) {

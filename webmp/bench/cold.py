@@ -61,10 +61,11 @@ t2 = time.perf_counter()
 plan, blob = build_plan(cfg, data, path, tiles)
 t3 = time.perf_counter()
 helpers, why = helpers_for(gpu.info, gpu.features, cpu_cores())
-rt = Runtime(plan, blob, gpu, first=["train_step"], compile_helpers=helpers)  # as webmp train makes it
+first = ["train_step"] + (["histograms"] if helpers else [])  # as webmp train makes it
+rt = Runtime(plan, blob, gpu, first=first, compile_helpers=helpers)
 pre = dict(rt.precompiled or {"helpers": 0}, why=why)
 t4 = time.perf_counter()
-rt.run("train_step")
+rt.run("train_step", read_metrics=True, histograms=True)  # a first step that reads, as the page's
 rt.sync()
 t5 = time.perf_counter()
 print(json.dumps({"adapter": gpu.name, "f16_path": plan["f16_path"] or "fp32",

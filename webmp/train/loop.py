@@ -171,7 +171,9 @@ class Trainer:
             helpers, why = 0, "a data-parallel run: its ranks share the cores"
         if helpers > 0:  # where the driver compiles a kernel at its first dispatch (webmp.engine.precompile)
             self.log(f"webmp: compiling the step's kernels on {helpers + 1} devices at once ({why}) ...")
-        self.runtime = Runtime(self.plan, blob, self.gpu, first=["train_step"], compile_helpers=helpers)
+        # with helpers, the lens's step too (it runs at the first read of the metrics)
+        first = ["train_step"] + (["histograms"] if helpers > 0 else [])
+        self.runtime = Runtime(self.plan, blob, self.gpu, first=first, compile_helpers=helpers)
         self.compiled = self._compiled_line(self.runtime.precompiled)
         self.data_parallel: DataParallelStep | None = None
         if "data_parallel" in self.plan:
