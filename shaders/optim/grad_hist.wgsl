@@ -1,18 +1,17 @@
-// The gradient-range lens (webmp.ops.grad_hist): counts the values of one [ROWS, COLS] matrix in
-// the activation format by floor(log2 |x|) into counts[BASE .. BASE + NB), u32 counters (exact).
+// The gradient-range lens (webmp.ops.grad_hist): counts the values of one [rows, cols] matrix in
+// the activation format by floor(log2 |x|) into counts[base .. base + NB), u32 counters (exact).
 // Buckets (webmp.plan.HistogramSpec): 0 zero; 1 below 2^E_MIN; 2 + e - E_MIN for e in
 // E_MIN..E_MAX; NB - 2 finite at or above 2^(E_MAX + 1); NB - 1 what the training's overflow test
 // flags (h_overflows: |x| >= 65504, Inf or NaN on the f16 paths; Inf or NaN in fp32). The exponent
 // comes from the value's f32 bits (the prelude's h_load_bits: integer decoding, subnormals kept),
 // never from float compares, which may assume Inf and NaN never occur.
 // grad_hist_clear.wgsl zeroes the counters first.
+// The matrix's sizes and place come from `dims` (not overrides), so that one pipeline counts every
+// layer: a model's lens would otherwise compile one kernel per layer shape.
 @group(0) @binding(0) var<storage, read> X: array<HWLoad>;
 @group(0) @binding(1) var<storage, read_write> counts: array<atomic<u32>>;
+@group(0) @binding(2) var<uniform> dims: vec4<u32>;  // rows, cols, base, workgroups in this dispatch
 
-override ROWS: u32 = 1u;
-override COLS: u32 = 1u;
-override BASE: u32 = 0u;
-override NWG: u32 = 1u;  // workgroups in this dispatch
 override E_MIN: i32 = -48;
 override E_MAX: i32 = 20;
 
@@ -41,18 +40,19 @@ fn grad_hist(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
   let nb = bucket_count();
   for (var b = t; b < nb; b += WG) { atomicStore(&local_counts[b], 0u); }
   workgroupBarrier();
-  let words_per_row = (COLS + 1u) / 2u;
-  let words = ROWS * words_per_row;
-  for (var i = wg.x * WG + t; i < words; i += NWG * WG) {
+  let cols = dims.y;
+  let words_per_row = (cols + 1u) / 2u;
+  let words = dims.x * words_per_row;
+  for (var i = wg.x * WG + t; i < words; i += dims.w * WG) {
     let bits = h_load_bits(X[i]);
     atomicAdd(&local_counts[bucket(bits.x)], 1u);
-    if (2u * (i % words_per_row) + 1u < COLS) {  // an odd row's last word holds one value and a pad
+    if (2u * (i % words_per_row) + 1u < cols) {  // an odd row's last word holds one value and a pad
       atomicAdd(&local_counts[bucket(bits.y)], 1u);
     }
   }
   workgroupBarrier();
   for (var b = t; b < nb; b += WG) {
     let c = atomicLoad(&local_counts[b]);
-    if (c != 0u) { atomicAdd(&counts[BASE + b], c); }
+    if (c != 0u) { atomicAdd(&counts[dims.z + b], c); }
   }
 }

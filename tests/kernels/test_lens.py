@@ -227,11 +227,20 @@ def test_gpt_lens_counts_each_block_where_the_backward_pass_leaves_it(gpu):
     whole.run("train_step", read_metrics=True, histograms=True)
     counts = np.frombuffer(whole.last_histograms, np.uint32)
     lens = plan["programs"][spec["program"]]
-    base = {k["name"]: k["constants"].get("BASE") for k in plan["kernels"] if k["entry"] == "grad_hist"}
+    entries = {k["name"]: k["entry"] for k in plan["kernels"]}
+    inits = {b["name"]: b["init"] for b in plan["buffers"]}
+
+    def base(d) -> int | None:  # a grad_hist dispatch's counters (its dims uniform: rows, cols, base, nwg)
+        if entries[d["kernel"]] != "grad_hist":
+            return None
+        init = inits[d["bind"][2]]
+        return int(np.frombuffer(blob[init["offset"] : init["offset"] + 16], np.uint32)[2])
+
+    assert len({d["kernel"] for d in lens if entries[d["kernel"]] == "grad_hist"}) == 1  # one pipeline
     grads = {p["name"]: p["grad"] for p in plan["params"]}
     for b in range(2):
         layers = [lay for lay in spec["layers"] if lay["name"].endswith(f"(block {b})")]
-        first = min(i for i, d in enumerate(lens) if base.get(d["kernel"]) == layers[0]["offset"])
+        first = min(i for i, d in enumerate(lens) if base(d) == layers[0]["offset"])
         cut = [d for d in lens[:first] if not d["kernel"].startswith("grad_hist")]
         bound = {name for d in cut for name in d["bind"]}
         assert grads[f"Wqkv{b}"] in bound  # block b's backward pass is done ...

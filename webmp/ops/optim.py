@@ -87,12 +87,15 @@ def grad_hist(
     if not E_MIN <= E_MAX or grad_hist_buckets(E_MIN, E_MAX) > GRAD_HIST_MAX_BUCKETS:
         raise ValueError(f"grad_hist: exponents {E_MIN}..{E_MAX} need 1..{GRAD_HIST_MAX_BUCKETS - 4} buckets")
     nwg = min(GRAD_HIST_MAX_WG, cdiv(ROWS * ((COLS + 1) // 2), GRAD_HIST_WG))
+    dims = f"grad_hist_dims_{ROWS}x{COLS}_at_{BASE}"  # the kernel's `dims` uniform: one pipeline for all
+    if dims not in pb.buffers:
+        pb.u32(dims, (4,), "other", init=[ROWS, COLS, BASE, nwg])
     pb.dispatch(
         program,
         ["grad_hist.wgsl"],
         "grad_hist",
-        {"ROWS": ROWS, "COLS": COLS, "BASE": BASE, "NWG": nwg, "E_MIN": E_MIN, "E_MAX": E_MAX},
-        {"X": X, "counts": counts},
+        {"E_MIN": E_MIN, "E_MAX": E_MAX},
+        {"X": X, "counts": counts, "dims": dims},
         [nwg],
     )
 
