@@ -652,7 +652,7 @@ MACHINE = "AMD EPYC 9B14 (2 CPUs, family 25 model 17, 2600 MHz, x86_64)"
 SECTIONS = [
     "## Matmul kernels", "### The GPT's matmul shapes", "## Training step", "## Time to the first step",
     "## Memory by category", "## Memory levers", "## Readbacks in the training loop", "## Sampling",
-    "## GPU time per kernel",
+    "## First run against the tuned step", "## GPU time per kernel",
     "## Cold start",
     "## Data-parallel step", "## Side by side with tinygrad", "## Targets", "## How the figures are taken",
     "## Making this page", "## History",
@@ -710,10 +710,10 @@ def test_markdown_from_the_tiny_bench(result, tmp_path):
     text = out.stdout
     host, adapter = result["host"], result["adapter"]
     ours = f"{host['cpu_model']} ({host['cpus']} CPUs"
-    assert_tables_and_machine(text, ours, SECTIONS[:9])
+    assert_tables_and_machine(text, ours, SECTIONS[:10])
     assert_tables_and_machine(text, ours, ["## Targets"])
     assert f"driver {adapter['driver']}" in text and result["date"] in text
-    assert_tables_and_machine(text, MACHINE, SECTIONS[9:12])
+    assert_tables_and_machine(text, MACHINE, SECTIONS[10:13])
     for m in result["matmul"]:
         assert f"| {m['M']} x {m['N']} x {m['K']} |" in text
     assert f"**{result['model_matmuls']['gpt']['median_gflops']['native']:.2f}**" in text
@@ -736,6 +736,11 @@ def test_markdown_from_the_tiny_bench(result, tmp_path):
     assert "effective batch 8 (4 at context 64)" in text and "| one rank of 2 |" in text
     assert "| 0.109 | 1.440 (1.630) | **0.076** |" in text
     assert "Not recorded" not in text
+    fr = result["first_run"]  # the GPT's step with an empty cache's tiles beside the cache's
+    assert (
+        fr["first_run_ms"] > 0 and fr["tuned_ms"] > 0 and fr["ratio"] == fr["first_run_ms"] / fr["tuned_ms"]
+    )
+    assert f"First run / tuned: **{fr['ratio']:.2f}x**" in text and "tune cache" not in fr["first_run_tiles"]
 
 
 def test_markdown_says_what_is_missing():
@@ -749,13 +754,13 @@ def test_markdown_says_what_is_missing():
         assert section in text
     for what in ("the matmul section", "the training step", "the first steps", "memory", "readbacks",
                  "sampling", "the memory levers", "a profile", "a cold-start run", "a data-parallel run",
-                 "a side-by-side run"):  # fmt: skip
+                 "a side-by-side run", "the first-run comparison"):  # fmt: skip
         assert f"*Not recorded: {what}" in text, what
     assert "CPU model not recorded (2 CPUs, x86_64)" in text and ADAPTER["name"] in text
     assert "webmp version not recorded" in text
     colds, ranks, sbs = other_runs()
     text = render(r, colds, ranks, sbs)
-    assert_tables_and_machine(text, MACHINE, SECTIONS[9:12])
+    assert_tables_and_machine(text, MACHINE, SECTIONS[10:13])
     assert "| native | cold | 26 | - | 0.01 | 0.60 | - | 2.30 | 2.90 |" in text
     assert "webmp 0.1.0 at 0123456789" in text
 

@@ -41,6 +41,7 @@ from ..engine.plan import Plan
 from ..engine.tune_cache import cache_path, load_cache
 from ..presets import SIZES
 from ..tune import native as tune
+from .first_run import first_run_vs_tuned
 from .levers import batches_text, bench_levers
 from .machine import adapter_info, run_info
 from .matmul import PRODUCTS, bench_matmul, bench_model_matmuls, matmul_shapes
@@ -199,6 +200,10 @@ def run_bench(
             gpu, gpts[0]["config"], data[gpts[0]["name"]], "native" if gpu.has_f16 else "emulated",
             timed=size != "tiny", log=log,
         )  # fmt: skip
+    if gpts:
+        log("the GPT's step with the first run's tiles and the tuned ones:")
+        path = "native" if gpu.has_f16 else "emulated"
+        result["first_run"] = first_run_vs_tuned(gpu, gpts[0]["config"], data[gpts[0]["name"]], path, log=log)
     if memory or size == "tiny":
         result["levers"] = _bench_levers(gpu, preset, data, log)
     result["summary"] = summarize(result)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from .sections import (
     PATH_NAMES,
     adapter,
     cold_section,
+    first_run_section,
     first_step_section,
     levers_section,
     machine,
@@ -96,6 +98,10 @@ def lavapipe_targets(r: dict, colds: list[dict], tinygrad: float | None) -> list
     judged = "llvmpipe" in name and r.get("size") == "default"
     unjudged = "not judged (set for lavapipe at the default size)"
     medians = ((r.get("model_matmuls") or {}).get("gpt") or {}).get("median_gflops", {})
+    tune = r.get("tune") or {}
+    tuned_here = tune.get("report") is not None
+    untuned = not tuned_here and not tune.get("tuned_classes")
+    train = [m for m in r.get("matmul") or [] if m.get("kind") == "train"]
     gpt_cold = [row["plan_to_first_step_s"] for row in _cold_rows(colds, "gpt", "native")]
     page, gpt_page = (
         [
@@ -115,6 +121,47 @@ def lavapipe_targets(r: dict, colds: list[dict], tinygrad: float | None) -> list
                 status(_judge(value, limit, ">=", judged), unjudged),
             ]
         )
+    # issue 28's bars: tuned, the GPT's shapes; untuned (shipped tiles), the bench's training shapes
+    limit, value = LAVAPIPE_TARGETS["gpt_matmul_median_tuned_native"], medians.get("native")
+    rows.append(
+        [
+            f"median GFLOP/s over the GPT's matmul shapes tuned in the run, {PATH_NAMES['native']} "
+            f"≥ {limit:g}",
+            num(value),
+            status(_judge(value, limit, ">=", judged and tuned_here), "not judged (needs `--tune`)"),
+        ]
+    )
+    for path, key in (
+        ("native", "train_matmul_median_untuned_native"),
+        ("fp32", "train_matmul_median_untuned_fp32"),
+    ):
+        limit = LAVAPIPE_TARGETS[key]
+        values = sorted(m["gflops"][path] for m in train if path in m.get("gflops", {}))
+        value = statistics.median(values) if values else None
+        rows.append(
+            [
+                f"median GFLOP/s over the bench's training shapes without tuning, {PATH_NAMES[path]} "
+                f"≥ {limit:g}",
+                num(value),
+                status(
+                    _judge(value, limit, ">=", judged and untuned),
+                    "not judged (needs a run with an empty tune cache, no `--tune`)",
+                ),
+            ]
+        )
+    first = r.get("first_run") or {}
+    value = first.get("ratio")
+    rows.append(
+        [
+            f"the GPT's step with an empty tune cache ≤ {LAVAPIPE_TARGETS['first_run_step_ratio']:g}x the "
+            "tuned one (First run)",
+            num(value),
+            status(
+                _judge(value, LAVAPIPE_TARGETS["first_run_step_ratio"], "<=", judged and tuned_here),
+                "not judged (needs `--tune`: a tuned table to compare with)",
+            ),
+        ]
+    )
     limit = LAVAPIPE_TARGETS["gpt_cold_first_step_s"]
     value = max(gpt_cold) if gpt_cold else None
     rows.append(
@@ -316,7 +363,7 @@ def render(
     out += runs_table(r, colds, ranks, sbs)
     out += matmul_section(r) + step_section(r) + first_step_section(r) + memory_section(r)
     out += levers_section(r)
-    out += readback_section(r) + sampling_section(r) + profile_section(r)
+    out += readback_section(r) + sampling_section(r) + first_run_section(r) + profile_section(r)
     out += [line for c in colds for line in cold_section(c)] if colds else cold_section(None)
     out += ranks_section(ranks) + tinygrad + targets_section(r, colds, ratio)
     return "\n".join(out) + "\n" + METHOD + "\n" + VULKAN_DRIVER + "\n" + REGENERATE + "\n" + HISTORY

@@ -371,6 +371,28 @@ def sampling_section(r: dict) -> list[str]:
     ]
 
 
+def first_run_section(r: dict) -> list[str]:
+    out = ["## First run against the tuned step", "", ran_on(r, r.get("adapter")), ""]
+    f = r.get("first_run")
+    if not f:
+        return out + missing(
+            "the first-run comparison (`first_run`)", "`webmp bench` writes it (with a GPT)."
+        )
+    body = [
+        ["first run (an empty tune cache)", num(f["first_run_ms"]), f["first_run_tiles"]],
+        [f"tuned ({tiles_word(r)})", num(f["tuned_ms"]), f["tuned_tiles"]],
+    ]
+    out += table(["tiles", "ms a step", "tiles used"], body, {1})
+    return out + [
+        f"First run / tuned: **{num(f['ratio'])}x** (target ≤ {f['target_ratio']:g}x). The default "
+        f"{f['model']} (`{f['path']}`, batch {f['batch_size']}, context {f['context']}) with the tiles "
+        "`webmp train` builds with when the tune cache is empty (the adapter class's shipped table) and "
+        "with the tune cache's, in one process: the fastest of "
+        f"{f['blocks']} alternating blocks of {f['steps_per_block']} steps each (webmp/bench/first_run.py).",
+        "",
+    ]
+
+
 def profile_section(r: dict) -> list[str]:
     out = ["## GPU time per kernel (`--profile`)", "", ran_on(r, r.get("adapter")), ""]
     prof = r.get("profile")
