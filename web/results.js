@@ -112,7 +112,8 @@ export async function sampleText(runId, settings = null) {
     checkPlan(got.plan, gpu);
     const blob = await api(`/api/runs/${runId}/sample/blob?${query}`, {raw: true});
     const t0 = performance.now();
-    runner = await Runner.create(gpu, got.plan, blob, fetchShader);
+    // where the driver compiles at first dispatch, compiled first on more devices (Runner.precompile)
+    runner = await Runner.create(gpu, got.plan, blob, fetchShader, () => {}, null, page.tune.compileHelpers || 0);
     const t1 = performance.now();
     const {ids, overflow} = await generate(runner);
     const seconds = (performance.now() - t1) / 1000;
@@ -120,7 +121,8 @@ export async function sampleText(runId, settings = null) {
     if (!current()) return;
     showSampleText(got.prompt, text.slice(got.prompt.length));
     const what = `${got.tokens} characters at temperature ${got.temperature}, seed ${got.seed}, ${got.f16_path} ` +
-                 `f16 path: generated in ${seconds.toFixed(2)} s, after ${((t1 - t0) / 1000).toFixed(1)} s creating the pipelines`;
+                 `f16 path: generated in ${seconds.toFixed(2)} s, after ${((t1 - t0) / 1000).toFixed(1)} s creating the pipelines` +
+                 (runner.precompiled ? ` (compiled on ${runner.precompiled.helpers + 1} devices)` : '');
     $('sample-note').textContent = what + (overflow ? '; an activation overflowed the f16 range, the text may be garbage' : '');
     log(`sample: ${what}`);
     page.sample = {status: 'done', runId, text, prompt: got.prompt, tokens: got.tokens, temperature: got.temperature,

@@ -92,25 +92,21 @@ def _cold_rows(colds: list[dict], model: str, where: str) -> list[dict]:
     ]
 
 
-def lavapipe_targets(r: dict, colds: list[dict], tinygrad: float | None) -> list[list[str]]:
-    """The targets set for Mesa's lavapipe at the default size, and the page's cold start."""
+def _lavapipe_judged(r: dict) -> bool:
     name = ((r.get("adapter") or {}).get("name") or "").lower()
-    judged = "llvmpipe" in name and r.get("size") == "default"
+    return "llvmpipe" in name and r.get("size") == "default"
+
+
+def matmul_targets(r: dict) -> list[list[str]]:
+    """lavapipe's matmul targets: the GPT's shapes' medians, and issue 28's bars (tuned: the GPT's
+    shapes; untuned, from a run with an empty tune cache: the bench's training shapes)."""
+    judged = _lavapipe_judged(r)
     unjudged = "not judged (set for lavapipe at the default size)"
     medians = ((r.get("model_matmuls") or {}).get("gpt") or {}).get("median_gflops", {})
     tune = r.get("tune") or {}
     tuned_here = tune.get("report") is not None
     untuned = not tuned_here and not tune.get("tuned_classes")
     train = [m for m in r.get("matmul") or [] if m.get("kind") == "train"]
-    gpt_cold = [row["plan_to_first_step_s"] for row in _cold_rows(colds, "gpt", "native")]
-    page, gpt_page = (
-        [
-            row["plan_to_first_step_s"]
-            for row in _cold_rows(colds, model, "page")
-            if "swiftshader" not in row.get("browser", "")
-        ]
-        for model in ("mlp", "gpt")
-    )
     rows = []
     for path, key in (("native", "gpt_matmul_median_native"), ("fp32", "gpt_matmul_median_fp32")):
         limit, value = LAVAPIPE_TARGETS[key], medians.get(path)
@@ -149,6 +145,22 @@ def lavapipe_targets(r: dict, colds: list[dict], tinygrad: float | None) -> list
                 ),
             ]
         )
+    return rows
+
+
+def lavapipe_targets(r: dict, colds: list[dict], tinygrad: float | None) -> list[list[str]]:
+    """The targets set for Mesa's lavapipe at the default size, and the page's cold start."""
+    tuned_here = (r.get("tune") or {}).get("report") is not None
+    gpt_cold = [row["plan_to_first_step_s"] for row in _cold_rows(colds, "gpt", "native")]
+    page, gpt_page = (
+        [
+            row["plan_to_first_step_s"]
+            for row in _cold_rows(colds, model, "page")
+            if "swiftshader" not in row.get("browser", "")
+        ]
+        for model in ("mlp", "gpt")
+    )
+    rows = matmul_targets(r)
     first = r.get("first_run") or {}
     value = first.get("ratio")
     rows.append(
@@ -157,7 +169,9 @@ def lavapipe_targets(r: dict, colds: list[dict], tinygrad: float | None) -> list
             "tuned one (First run)",
             num(value),
             status(
-                _judge(value, LAVAPIPE_TARGETS["first_run_step_ratio"], "<=", judged and tuned_here),
+                _judge(
+                    value, LAVAPIPE_TARGETS["first_run_step_ratio"], "<=", _lavapipe_judged(r) and tuned_here
+                ),
                 "not judged (needs `--tune`: a tuned table to compare with)",
             ),
         ]
