@@ -106,7 +106,7 @@ export async function trainRun(runId) {
           `(${pre.byHelpers} by the helpers; ${page.tune.compileWhy})` + (pre.errors.length ? `; a helper failed: ${pre.errors[0]}` : ''));
     }
     log(`compiled the training step's ${timing.kernels} kernels in ${((timing.compileEnd - timing.compileStart) / 1000).toFixed(2)} s` +
-        ` (${plan.kernels.length - timing.kernels} more for the evaluation and the lens while it trains)`);
+        ` (${plan.kernels.length - timing.kernels} more for the evaluation${helpers > 0 ? '' : ' and the lens'} while it trains)`);
     charts.reset();
     lens.reset(plan.histograms);
     if (startStep > 0) {
