@@ -96,9 +96,9 @@ export async function trainRun(runId) {
       timing.kernels = n;
       const seconds = ((performance.now() - timing.compileStart) / 1000).toFixed(1);
       setPhase('compiling', `run ${runId}: compiling kernels ${k}/${n} (${seconds} s)`);
-    }, helpers > 0 ? ['train_step', 'histograms'] : ['train_step'], helpers);
-    // the evaluation's kernels (and, without helpers, the lens's own) are made while it trains; with
-    // helpers the lens's step is compiled with the first one (it runs at the first read)
+    }, ['train_step', 'histograms'], helpers);
+    // the step's and the lens's kernels first (the lens runs at the first read), as webmp train's
+    // FIRST_PROGRAMS; the evaluation's are made while it trains
     timing.compileEnd = performance.now();
     const pre = page.precompile = runner.precompiled;
     if (pre) {
@@ -106,7 +106,7 @@ export async function trainRun(runId) {
           `(${pre.byHelpers} by the helpers; ${page.tune.compileWhy})` + (pre.errors.length ? `; a helper failed: ${pre.errors[0]}` : ''));
     }
     log(`compiled the training step's ${timing.kernels} kernels in ${((timing.compileEnd - timing.compileStart) / 1000).toFixed(2)} s` +
-        ` (${plan.kernels.length - timing.kernels} more for the evaluation${helpers > 0 ? '' : ' and the lens'} while it trains)`);
+        ` (${plan.kernels.length - timing.kernels} more for the evaluation while it trains)`);
     charts.reset();
     lens.reset(plan.histograms);
     if (startStep > 0) {

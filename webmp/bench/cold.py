@@ -12,9 +12,9 @@ of its own: empty for "cold", the one the cold run filled for "warm".
 
 - native: a `python` subprocess tunes (webmp.tune.first_use, an empty tune cache of its own),
   builds the plan, creates the wgpu-py runtime and runs one step (tuning_s, plan_s, runtime_s,
-  first_step_s; plan_to_first_step_s from the tuning's start). Both make only the training step's
-  pipelines before it (`kernels`; the evaluation's and the lens's own are made at their first use,
-  in the page in the background).
+  first_step_s; plan_to_first_step_s from the tuning's start). Both make only the step's and the
+  lens's pipelines before it (`kernels`, webmp.train.loop.FIRST_PROGRAMS; the evaluation's are made
+  at their first use, in the page in the background), and the first step reads, as the page's.
 - page: a new headless Chromium ($WEBGPU_CHROME, the lavapipe launcher, when set; else Debian's
   Chromium on SwiftShader, whose compiled shaders live only in the process, so its "warm" is cold
   too) opens a run of the same config from a server in this process; the page's own clock gives
@@ -50,6 +50,7 @@ from webmp.engine.runtime import Runtime, default_gpu
 from webmp.engine.tiles import TileTable, plan_classes
 from webmp.tune.first_use import FirstUseTuning
 from webmp.engine.precompile import cpu_cores, helpers_for
+from webmp.train.loop import FIRST_PROGRAMS
 cfg = TrainConfig(**json.loads(sys.argv[1]))
 data = training_data(cfg)
 gpu = default_gpu()
@@ -61,8 +62,7 @@ t2 = time.perf_counter()
 plan, blob = build_plan(cfg, data, path, tiles)
 t3 = time.perf_counter()
 helpers, why = helpers_for(gpu.info, gpu.features, cpu_cores())
-first = ["train_step"] + (["histograms"] if helpers else [])  # as webmp train makes it
-rt = Runtime(plan, blob, gpu, first=first, compile_helpers=helpers)
+rt = Runtime(plan, blob, gpu, first=FIRST_PROGRAMS, compile_helpers=helpers)  # as webmp train makes it
 pre = dict(rt.precompiled or {"helpers": 0}, why=why)
 t4 = time.perf_counter()
 rt.run("train_step", read_metrics=True, histograms=True)  # a first step that reads, as the page's

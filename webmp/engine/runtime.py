@@ -265,9 +265,16 @@ class Runtime:
         from .precompile import precompile
 
         names = [d["kernel"] for p in programs for d in self.plan["programs"][p]]
-        helper = functools.partial(lambda adapter: GPU(adapter=adapter).device, self.gpu.adapter)
-        pipeline = lambda name: (self.pipelines[name], self.layouts[name])  # noqa: E731
-        return precompile(self.device, pipeline, self.kernels, names, [helper] * helpers, make_pipeline)
+
+        def helper_device():  # another device of the run's adapter, with the same features
+            return GPU(adapter=self.gpu.adapter).device
+
+        def pipeline(name: str):
+            return self.pipelines[name], self.layouts[name]
+
+        return precompile(
+            self.device, pipeline, self.kernels, names, [helper_device] * helpers, make_pipeline
+        )
 
     def _prepare(self, d):
         pipeline = self.pipelines[d["kernel"]]  # made (with its layout) at its first use

@@ -59,6 +59,9 @@ def _quiet(*args, **kwargs) -> None:
     """The log of a Trainer given log=None, and of every rank but 0."""
 
 
+# the programs a training run makes before its first step: the step and the lens's step (the first read)
+FIRST_PROGRAMS = ["train_step", "histograms"]
+
 # first-use tuning: (adapter, the run's dry plan, its tile table) -> (the table to use, a line for the log)
 Tuner = Callable[[GPU, Plan, TileTable], tuple[TileTable, str]]
 
@@ -165,15 +168,14 @@ class Trainer:
         self.plan, blob = self._build_plan()
         self.attention = plan_attention(self.plan, cfg)  # the form and why: the log, summary.json
         self.step = self.resume.step if self.resume is not None else 0
-        # the evaluation's and the lens's own kernels are made at their first use
+        # the step's and the lens's kernels first (the lens runs at the first read); the evaluation's
+        # are made at their first use
         helpers, why = helpers_for(self.gpu.info, self.gpu.features, cpu_cores())
         if self.world.size > 1 and helpers > 0:
             helpers, why = 0, "a data-parallel run: its ranks share the cores"
         if helpers > 0:  # where the driver compiles a kernel at its first dispatch (webmp.engine.precompile)
             self.log(f"webmp: compiling the step's kernels on {helpers + 1} devices at once ({why}) ...")
-        # with helpers, the lens's step too (it runs at the first read of the metrics)
-        first = ["train_step"] + (["histograms"] if helpers > 0 else [])
-        self.runtime = Runtime(self.plan, blob, self.gpu, first=first, compile_helpers=helpers)
+        self.runtime = Runtime(self.plan, blob, self.gpu, first=FIRST_PROGRAMS, compile_helpers=helpers)
         self.compiled = self._compiled_line(self.runtime.precompiled)
         self.data_parallel: DataParallelStep | None = None
         if "data_parallel" in self.plan:
