@@ -126,8 +126,9 @@ def test_the_gpts_rows_are_its_windows(path, gpu, tie_head):
 
 
 def test_a_tuned_tables_rows_are_its_windows(path, gpu):
-    """With a tuned table's forms (the row kernels a thread a row, the tied head's table transposed in
-    each pass, other tiles for a shape class) the rows are the window's too."""
+    """With a tuned table's forms (the row kernels a thread a row, the tied head's table transposed by
+    the window program, which the row program reads without transposing it again; other tiles for a
+    shape class) the rows are the window's too."""
     tiles = TileTable({
         "weights": {"form": "transposed"}, "rows": {"form": "thread"},
         f"{path}/NN/16x64x16": {"core": "reg", "WG_X": 4, "WG_Y": 4, "TM": 8, "TN": 8},  # the qkv product
@@ -139,6 +140,12 @@ def test_a_tuned_tables_rows_are_its_windows(path, gpu):
     )
     seen = lockstep(cfg, params, [4, 1], 10, 0.9, 3, path, gpu, GPT_T, tiles)
     assert seen["row_tokens"] == 6
+    plan, _ = build_sample_plan(
+        cfg, VOCAB, path, tiles, params=params, prompt=[4], tokens=3, temperature=0.0, seed=0
+    )
+    kernel = {k["name"]: k["entry"] for k in plan["kernels"]}
+    entries = {p: [kernel[d["kernel"]] for d in plan["programs"][p]] for p in (SAMPLE_STEP, SAMPLE_ROW)}
+    assert "transpose_h" in entries[SAMPLE_STEP] and "transpose_h" not in entries[SAMPLE_ROW]
 
 
 NET_T = 7

@@ -57,7 +57,7 @@ from ..nn.network import Network, ParamShape
 from .attention_form import scores_bytes
 from .common import Init, ModelBuilder, Param, check_params
 from .net_nodes import Node, Value
-from .net_seq import AttentionNode, EmbeddingNode, TokenNet
+from .net_seq import AttentionNode, EmbeddingNode, TiedHeadNode, TokenNet
 
 SAMPLE_STEP = "sample_step"  # the window's forward pass
 SAMPLE_ROW = "sample_row"  # the newest position's, over the caches
@@ -216,6 +216,8 @@ class SampleNet(TokenNet):
             L.Embedding: RowEmbeddingNode,
             L.CausalSelfAttention: RowAttentionNode,
         }
+        if isinstance(layer, L.Linear) and layer.tied:
+            return RowTiedHeadNode
         return row_nodes.get(type(layer)) or super().node_type(layer)
 
     def named(self, name: str) -> str:
@@ -327,6 +329,23 @@ class RowEmbeddingNode(EmbeddingNode):
             wpe=self.tables()[0], X=y.buffer, T=T, D=D, capacity=self.g.settings.capacity, flags=flags,
         )  # fmt: skip
         return y, None
+
+
+class RowTiedHeadNode(TiedHeadNode):
+    """In the row pass the head reads the window program's transposed table: the weights do not
+    change while sampling, and the schedule runs the window program first (sample_schedule)."""
+
+    g: SampleNet
+
+    def transposed_table(self, program: str) -> str:
+        if not self.mb.one_row:
+            return super().transposed_table(program)
+        t = "hT_" + self.table()["name"]
+        if t not in self.pb.buffers:
+            raise ValueError(
+                "the row program was built before the window program, which transposes the table"
+            )
+        return t
 
 
 class RowAttentionNode(AttentionNode):

@@ -216,14 +216,20 @@ class TiedHeadNode(Node):
                 pb.f32(name, shape, "activations" if name == logits else "other")
         common: dict[str, Any] = dict(A=x.buffer, C=logits, bias=bias, M=x.rows, N=V, K=D)
         if mb.tiles.weights == "transposed":
-            t = "hT_" + wte["name"]
-            if t not in pb.buffers:
-                pb.h(t, D, V, "working_weights")
-            ops.transpose_h(pb, program, X=str(wte["copy"]), Y=t, rows=V, cols=D)
-            mb.matmul(program, "matmul_logits", B=t, **common)
+            mb.matmul(program, "matmul_logits", B=self.transposed_table(program), **common)
         else:
             mb.matmul(program, "matmul_logits", B=str(wte["copy"]), trans_b=1, **common)
         return Value(logits, self.out_shape, x.rows, V), None
+
+    def transposed_table(self, program: str) -> str:
+        """hT_<table>: the table's working copy transposed, [D, V], made in `program`."""
+        wte = self.table()
+        V, D = wte["shape"]
+        t = "hT_" + wte["name"]
+        if t not in self.pb.buffers:
+            self.pb.h(t, D, V, "working_weights")
+        ops.transpose_h(self.pb, program, X=str(wte["copy"]), Y=t, rows=V, cols=D)
+        return t
 
     def backward(self, x, y, saved, dy, program, need_dx):
         mb, wte, R, V, D = self.mb, self.table(), x.rows, self.out_shape[-1], x.cols
