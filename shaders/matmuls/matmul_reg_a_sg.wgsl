@@ -8,6 +8,12 @@
 
 var<private> sg_lane: u32;
 
+// 1: the plan knows this device's subgroups hold WG_X-aligned runs of consecutive invocations, at
+// least min(TM, 8) wide (lavapipe's: its SIMD width; webmp.engine.subgroups, which the runtime
+// checks with a probe before making any pipeline that takes it), so only k_loop is compiled: the
+// verdict below always holds, and the fallback loop would double the kernel's compile time.
+override SG_LAYOUT: u32 = 0u;
+
 // The verdict is the same for a whole subgroup and for every step, so it picks one of two K loops
 // once, rather than a branch in every step. lavapipe runs the arithmetic under an `if` on every
 // lane whatever the lane's mask (only loads and stores are masked), but leaves a loop whose mask
@@ -17,6 +23,10 @@ var<private> sg_lane: u32;
 // compile, and the tuner, which times each choice, does not pick this core where it runs.
 fn k_loops(row0: u32, col0: u32) {
   sg_lane = subgroupExclusiveAdd(1u);  // the lane index, without entry-point builtins
+  if (SG_LAYOUT == 1u) {
+    k_loop(row0, col0);
+    return;
+  }
   let lanes = subgroupAdd(1u);  // every invocation is active here
   if (subgroupAll(lanes >= min(TM, 8u) && row0 == subgroupBroadcastFirst(row0))) {
     k_loop(row0, col0);

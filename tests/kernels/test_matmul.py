@@ -1,6 +1,7 @@
 """The matmul kernels (webmp/ops/matmuls.py) against their numpy references on each storage path, at
 shapes that are not multiples of any tile or workgroup size: every variant, core and tile shape, the
-plan's choices of stores and B loads (c_quads, b_pairs, b_quads), activations on load and the
+plan's choices of stores and B loads (c_quads, b_pairs, b_quads), the subgroup core's single K
+loop where the subgroup layout is known (SG_LAYOUT), activations on load and the
 rounding they get (round_h), the store's overflow flag. How the bounds are derived: kernel_cases.
 """
 
@@ -288,6 +289,95 @@ def test_b_pairs_only_where_every_pair_starts_on_an_even_word():
     ops.matmul(pb, "q", "matmul_plain", A="A", B="B48", C="C48", M=4, N=48, K=8, tiles={**t, "TN": 8})
     (quads,) = [k for k in pb.kernels.values() if "matmul_b_quads.wgsl" in k["sources"]]
     assert quads["constants"]["B_PAIRS"] == 1 and "matmul_b_pairs.wgsl" not in quads["sources"]
+
+
+def test_one_k_loop_only_where_the_subgroups_are_known():
+    """SG_LAYOUT = 1 (matmul_reg_a_sg.wgsl compiles k_loop alone) only for the subgroup core, where
+    the plan knows the device's subgroup width (a runtime's own lavapipe: its SIMD width) and every
+    subgroup of the tiles' workgroup is threads of one row of C, at least min(TM, 8) of them."""
+    from webmp.engine.adapters import AdapterInfo
+    from webmp.engine.plan import PlanBuilder
+    from webmp.engine.subgroups import shares_rows, subgroup_width
+
+    lvp = AdapterInfo(vendor="llvmpipe", device="llvmpipe (LLVM 15.0.6, 256 bits)", subgroups=True)
+    assert subgroup_width(lvp) == 8
+    assert (
+        subgroup_width(
+            AdapterInfo(vendor="llvmpipe", device="llvmpipe (LLVM 15.0.6, 128 bits)", subgroups=True)
+        )
+        == 4
+    )
+    assert subgroup_width(AdapterInfo(vendor="llvmpipe", device="llvmpipe (LLVM 15.0.6, 256 bits)")) == 0
+    assert subgroup_width(AdapterInfo(vendor="nvidia", device="RTX", subgroups=True, vendor_id=0x10DE)) == 0
+    assert subgroup_width(None) == 0
+    t = {"core": "reg_sg", "WG_X": 8, "WG_Y": 4, "TM": 16, "TN": 8}
+    assert shares_rows(8, t) and shares_rows(4, {**t, "TM": 4}) and shares_rows(8, {**t, "WG_X": 16})
+    assert not shares_rows(0, t)  # unknown
+    assert not shares_rows(8, {**t, "WG_X": 4})  # a subgroup spans two rows of threads
+    assert not shares_rows(4, t)  # 4 lanes hold 4 of the 8 words a step shares
+    for width, core, want in ((8, "reg_sg", 1), (0, "reg_sg", 0), (8, "reg", 0)):
+        pb = PlanBuilder("native")
+        pb.subgroup_width = width
+        pb.u32("flags", (4,), "other")
+        pb.h("A", 4, 8), pb.h("B", 8, 8), pb.h("C", 4, 8)
+        ops.matmul(pb, "p", "matmul_plain", A="A", B="B", C="C", M=4, N=8, K=8, tiles={**t, "core": core})
+        (k,) = pb.kernels.values()
+        assert k["constants"].get("SG_LAYOUT", 0) == want, (width, core)
+
+
+def _lavapipe_with_subgroups():
+    gpu = default_gpu()
+    if not (gpu.has_subgroups and "llvmpipe" in gpu.name):
+        pytest.skip("the layout these plans assume is lavapipe's (its SIMD width, x fastest)")
+    return gpu
+
+
+def test_one_k_loop_gives_the_two_loops_bits(path, monkeypatch):
+    """With SG_LAYOUT = 1 the subgroup core's kernels give the bits of the kernels that choose their
+    K loop at run time (the same k_loop runs), at a shape of no block's multiples, every transpose."""
+    gpu = _lavapipe_with_subgroups()
+    tiles = [t for t in CORE_TILES if t["core"] == "reg_sg" and t["WG_X"] % 8 == 0]
+    for case in ("fwd_gelu", "logits_TT_relu"):
+        variant, A, B, opts = _bits_case(case, path, 37, 47, 67, seed=5)
+        for t in tiles:
+            want = run_matmul(variant, A, B, **opts, tiles=t, path=path, gpu=gpu)
+            with monkeypatch.context() as m:
+                m.setattr(matmuls, "shares_rows", lambda width, tiles: True)
+                got = run_matmul(variant, A, B, **opts, tiles=t, path=path, gpu=gpu)
+            assert_same_bits(f"{case} {t}", got, want)
+
+
+def test_a_runs_own_lavapipe_plans_take_one_k_loop():
+    """A plan for the runtime's own lavapipe (TileTable.for_adapter with its adapter info: the
+    shipped subgroup-core tiles) gives every subgroup-core matmul SG_LAYOUT = 1; one for the same
+    adapter by name alone (what a page's plans get) gives none."""
+    from webmp.config import TrainConfig
+    from webmp.data.text import load_training_data
+    from webmp.engine.tiles import TileTable
+    from webmp.models import build_plan
+
+    gpu = _lavapipe_with_subgroups()
+    cfg = TrainConfig(model="mlp", batch_size=32, hidden=[48])
+    path = "native" if gpu.has_f16 else "emulated"
+    for tiles, want in ((TileTable.for_adapter(gpu.name, gpu.info), 1), (TileTable.for_adapter(gpu.name), 0)):
+        plan, _ = build_plan(cfg, load_training_data(cfg), path, tiles, dry=True)
+        sg = [k for k in plan["kernels"] if "matmul_reg_a_sg.wgsl" in k["sources"]]
+        assert sg or not want
+        assert {k["constants"].get("SG_LAYOUT", 0) for k in sg} <= {want}
+
+
+def test_a_wrong_subgroup_layout_is_refused(monkeypatch):
+    """A plan whose SG_LAYOUT kernels assume subgroups this device does not have (here 4 threads
+    along x, where lavapipe's subgroup of 8 spans two rows) is refused before any pipeline, by the
+    runtime's probe: the fallback loop those kernels lack would be needed."""
+    gpu = _lavapipe_with_subgroups()
+    variant, A, B, opts = _bits_case("fwd_gelu", "native" if gpu.has_f16 else "emulated", 9, 16, 8, seed=1)
+    monkeypatch.setattr(matmuls, "shares_rows", lambda width, tiles: True)
+    t = {"core": "reg_sg", "WG_X": 4, "WG_Y": 4, "TM": 4, "TN": 4}
+    with pytest.raises(
+        RuntimeError, match=r"SG_LAYOUT = 1.*4 x 4 workgroup's subgroups have 8\+ lanes spanning"
+    ):
+        run_matmul(variant, A, B, **opts, tiles=t, path="native" if gpu.has_f16 else "emulated", gpu=gpu)
 
 
 @kernel_case("matmul/act_on_load/4096")

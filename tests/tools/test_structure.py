@@ -124,7 +124,8 @@ def test_leaf_modules_import_nothing_from_webmp():
     graph = module_imports()
     for leaf in ("engine.state", "engine.tune_cache", "engine.adapters", "resources"):
         assert graph[leaf] == set(), f"{leaf} imports {graph[leaf]}"
-    assert graph["engine.tiles"] == {"engine.tune_cache", "engine.adapters"}
+    assert graph["engine.tiles"] == {"engine.tune_cache", "engine.adapters", "engine.subgroups"}
+    assert graph["engine.subgroups"] == {"engine.adapters", "engine.wgsl"}
 
 
 @pytest.mark.parametrize(

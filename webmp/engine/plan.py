@@ -390,6 +390,9 @@ class PlanBuilder:
         self.kernels: dict[tuple, KernelSpec] = {}
         self.programs: dict[str, list[Dispatch]] = {}
         self.matmuls: list[MatmulShape] = []  # webmp.ops.matmul adds each distinct product
+        # the device's fixed subgroup width where the plan may rely on it (TileTable.subgroup_width,
+        # webmp.engine.subgroups; 0: unknown): webmp.ops.matmul's SG_LAYOUT
+        self.subgroup_width = 0
 
     # buffers ---------------------------------------------------------------------------------
     def buffer(

@@ -27,6 +27,7 @@ import wgpu
 from .adapters import AdapterInfo
 from .plan import HistogramSpec, KernelPlan
 from .state import decode_state
+from .subgroups import check_layout
 
 NO_ADAPTER = (
     "No WebGPU adapter was found. On a machine without a GPU install a Vulkan driver "
@@ -208,6 +209,7 @@ class Runtime:
         self.gpu = gpu or default_gpu()
         self.gpu.check_plan(plan)
         dev = self.device = self.gpu.device
+        check_layout(dev, plan["kernels"])  # before any pipeline that relies on it (SG_LAYOUT)
         usage = (  # UNIFORM: small buffers some kernels bind as uniforms (the matmuls' sizes)
             wgpu.BufferUsage.STORAGE
             | wgpu.BufferUsage.UNIFORM

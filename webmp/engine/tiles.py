@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .adapters import AdapterInfo, ShippedTiles, shipped_tiles
+from .subgroups import subgroup_width
 from .tune_cache import TuneCacheWarning, cache_path, load_cache
 
 # tile-shape constants (int), optionally "core" (webmp.ops.MATMUL_CORES), RUNTIME_DIMS, B_PAIRS
@@ -128,6 +129,9 @@ class TileTable:
         self.attention: dict[str, str] = {c: str(f) for c, f in attention.items() if f in ATTENTION_FORMS}
         # the largest storage binding the plan's adapter allows (the Trainer sets its GPU's)
         self.buffer_limit = WEBGPU_MAX_BINDING
+        # the adapter's fixed subgroup width where known (webmp.engine.subgroups; 0: unknown): the
+        # subgroup core's matmuls of tiles it suits then compile one K loop (SG_LAYOUT)
+        self.subgroup_width = 0
         # a resumed run's attention form, its checkpoint's (the Trainer sets it): auto keeps it
         self.kept_attention: str | None = None
         self.by_class = {cls: dict(t) for cls, t in by_class.items()}
@@ -157,11 +161,12 @@ class TileTable:
         version cannot use (a form it does not know: perhaps a newer webmp's) is reported and left
         out; the file is left as it is."""
         entry = load_cache().get(adapter, {}) if adapter else {}
+        device = info  # a runtime's own adapter: only its plans may rely on its subgroup layout
         if info is None and isinstance(entry.get(ADAPTER_KEY), dict):  # a page's adapter (its report)
             info = AdapterInfo.from_entry(entry[ADAPTER_KEY])
         shipped = shipped_tiles(info)
         try:
-            return cls(entry, adapter, shipped)
+            table = cls(entry, adapter, shipped)
         except ValueError as e:
             warnings.warn(
                 f"webmp: the tune cache {cache_path()} for {adapter}: {e}; it is not used "
@@ -169,7 +174,9 @@ class TileTable:
                 TuneCacheWarning,
                 stacklevel=2,
             )
-            return cls({}, adapter, shipped)
+            table = cls({}, adapter, shipped)
+        table.subgroup_width = subgroup_width(device)
+        return table
 
     def source(self, path: str, M: int, N: int, K: int, trans_a: int = 0, trans_b: int = 0) -> str:
         """Where for_shape's tiles of this shape come from: one of SOURCES."""

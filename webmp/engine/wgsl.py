@@ -61,7 +61,10 @@ after it to define):
   loads a word of A, or with A_CONV of the implicit patches), which expects
   `fn k_loops(row0, col0)` (runs its K loop, k_loop or k_loop_compact) and `fn a_words(row0, k)` from
   matmul_reg_a.wgsl ("reg") or matmul_reg_a_sg.wgsl ("reg_sg", subgroup builtins: see
-  SOURCE_FEATURES). No bindings.
+  SOURCE_FEATURES; its override SG_LAYOUT = 1 runs k_loop alone where the plan knows the subgroup
+  layout: webmp.engine.subgroups). No bindings.
+- sg_layout_probe.wgsl (on its own): binding 0 out; overrides WG_X, WG_Y; entry sg_layout_probe
+  (webmp.engine.subgroups' check of a device's subgroups before SG_LAYOUT kernels run).
 - matmul_h_out.wgsl (between the core and matmul_fwd / matmul_dgrad / matmul_plain), then one
   store file, matmul_h_store.wgsl (any N) or matmul_h_store4.wgsl (C in aligned 4-column groups:
   webmp.ops.c_quads): no bindings. They define h_overflows4, mm_run_h, and HWOut (C's element:

@@ -131,6 +131,7 @@ class ModelBuilder:
         self.path = path
         self.pb = PlanBuilder(path, dry=dry)
         self.tiles = tiles or TileTable()
+        self.pb.subgroup_width = self.tiles.subgroup_width
         self.params: list[Param] = []
         self.rank, self.world = rank, world
         self.local_batch = cfg.batch_size // world

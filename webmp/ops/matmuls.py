@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ..engine.plan import MatmulShape, PlanBuilder
+from ..engine.subgroups import SG_CORE, shares_rows
 from ..engine.tiles import DEFAULT_TILES, Tiles
 from .common import MAX_WORKGROUPS_PER_DIM, cdiv
 from .conv import implicit_patches
@@ -164,6 +165,8 @@ def matmul(
         )
     sizes = _sizes(variant, M, N, K, z_inner, a_layout, b_layout, c_layout)
     c_is_h = variant in H_OUT_VARIANTS
+    if core == SG_CORE and shares_rows(pb.subgroup_width, shape):
+        consts["SG_LAYOUT"] = 1  # one K loop (matmul_reg_a_sg.wgsl; the runtime checks the layout)
     if tiles.get("RUNTIME_DIMS"):
         consts["RUNTIME_DIMS"] = 1
     else:
