@@ -20,6 +20,7 @@ from ..data.tables import load_digits
 from ..engine.adapters import shipped_tiles
 from ..engine.plan import Plan, PlanBuilder, resolve_f16_path
 from ..engine.runtime import Runtime, default_gpu
+from ..engine.subgroups import subgroup_width
 from ..engine.tiles import (
     ATTENTION_KEY,
     ROWS_KEY,
@@ -78,6 +79,8 @@ class MatmulCase(MatmulSpec):
         """gpu, then MatmulSpec's arguments (path, M, N, K, variant, trans_a, trans_b, tiles, seed)."""
         super().__init__(*spec, **spec_kw)
         pb = PlanBuilder(self.path)
+        # the kernel a run on this device compiles: one K loop where its subgroup layout is known
+        pb.subgroup_width = subgroup_width(getattr(gpu, "info", None))
         pb.u32("flags", (4,), "other")
         self.out = self.add_buffers(pb)
         self.dispatch(pb, "mm")
