@@ -3,7 +3,7 @@
 // (a thread a row, WG rows a workgroup: the thread runs every lane in turn, serial_reduce).
 //   Y = (Z - mean) * rstd * gamma + beta, stored in the activation format; mean and rstd are kept
 //   in f32 for the backward pass.
-@group(0) @binding(0) var<storage, read> Z: array<HW>;          // [M, N]
+@group(0) @binding(0) var<storage, read_write> Z: array<HW>;    // [M, N] (add_layernorm_fwd.wgsl adds into it)
 @group(0) @binding(1) var<storage, read> gamma: array<f32>;     // [N]
 @group(0) @binding(2) var<storage, read> beta: array<f32>;      // [N]
 @group(0) @binding(3) var<storage, read_write> Y: array<HW>;    // [M, N]
@@ -58,18 +58,20 @@ fn layernorm_fwd(
 ) {
   let r = grid_row(wg, nwg);
   if (r >= M) { return; }  // the 2-D grid's last workgroups (uniform: a whole workgroup returns)
-  let t = lid.x;
+  if (layernorm_row_workgroup(r, lid.x)) { atomicOr(&flags[0], FLAG_H_STORE); }
+}
+
+// Row r by the workgroup, lane t = local index; whether lane t's values did not fit.
+fn layernorm_row_workgroup(r: u32, t: u32) -> bool {
   let mean = workgroup_sum(lane_sum(r, t), t) / f32(N);
   let rstd = inverseSqrt(workgroup_sum(lane_sq(r, t, mean), t) / f32(N) + EPS);
   let bad = store_row(r, t, WG, mean, rstd);
   if (t == 0u) { stats[2u * r] = mean; stats[2u * r + 1u] = rstd; }
-  if (bad) { atomicOr(&flags[0], FLAG_H_STORE); }
+  return bad;
 }
 
-@compute @workgroup_size(WG)
-fn layernorm_fwd_thread(@builtin(global_invocation_id) gid: vec3<u32>) {
-  let r = gid.x;
-  if (r >= M) { return; }
+// Row r by one thread, every lane in turn; whether a value did not fit.
+fn layernorm_row_serial(r: u32) -> bool {
   for (var l = 0u; l < WG; l++) { lanes[l] = lane_sum(r, l); }
   let mean = serial_reduce(RED_SUM) / f32(N);
   for (var l = 0u; l < WG; l++) { lanes[l] = lane_sq(r, l, mean); }
@@ -77,5 +79,12 @@ fn layernorm_fwd_thread(@builtin(global_invocation_id) gid: vec3<u32>) {
   let bad = store_row(r, 0u, 1u, mean, rstd);
   stats[2u * r] = mean;
   stats[2u * r + 1u] = rstd;
-  if (bad) { atomicOr(&flags[0], FLAG_H_STORE); }
+  return bad;
+}
+
+@compute @workgroup_size(WG)
+fn layernorm_fwd_thread(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let r = gid.x;
+  if (r >= M) { return; }
+  if (layernorm_row_serial(r)) { atomicOr(&flags[0], FLAG_H_STORE); }
 }

@@ -140,6 +140,47 @@ def test_layernorm_thread_form_bit_identical(name, path):
     _ln_forms(ops.layernorm_bwd, bwd_inp, {"dZ": ((M, N), "padded"), "flags": None}, path, M, N)
 
 
+@pytest.mark.parametrize("name", ["add_layernorm/1x128", "add_layernorm/5x37", "add_layernorm/70x131"])
+def test_add_layernorm_is_add_then_layernorm(name, path):
+    """add_layernorm_fwd (the sampler's row program: a residual add and the next LayerNorm in one
+    dispatch) leaves the bits of add_h then layernorm_fwd of the same row form: the sum in Z, Y,
+    stats, flags; a sum of 65504 (saturated f16, overflow to the check) in a word's low or high
+    half raises the flag from the add alone (the LayerNorm's values fit)."""
+    M, N, rng, inp = _ln_inputs(name, path)
+    A = rand_h(rng, (M, N), path, 2.0)
+    flags = np.zeros(4, np.uint32)
+    gpu = default_gpu()
+    Z = inp["Z"]
+    for col in (None, 0, 1):  # no overflow, then a saturated sum in a word's low, high half
+        overflow = col is not None
+        if overflow and path == "fp32":
+            continue  # no f16 range on the fp32 path
+        inp["Z"] = Z.copy()
+        if col is not None:
+            inp["Z"][0, col] = 32752.0
+            A = A.copy()
+            A[0, col] = 32752.0
+        added = run_op(
+            ops.add_h, {"A": A, "Y": inp["Z"], "flags": flags}, {"Y": ((M, N), "padded"), "flags": None},
+            M=M, N=N, path=path, gpu=gpu,
+        )  # fmt: skip
+        outputs = {"Y": ((M, N), "padded"), "stats": (M, 2), "flags": None}
+        for rows in ops.ROW_FORMS:
+            normed = run_op(
+                ops.layernorm_fwd, {**inp, "Z": added["Y"][:, :N], "flags": added["flags"]}, outputs, M=M,
+                N=N, path=path, gpu=gpu, rows=rows,
+            )  # fmt: skip
+            fused = run_op(
+                ops.add_layernorm_fwd, {**inp, "A": A, "flags": flags}, {**outputs, "Z": ((M, N), "padded")},
+                M=M, N=N, path=path, gpu=gpu, rows=rows,
+            )  # fmt: skip
+            want = _bits({"Z": added["Y"], **normed})
+            got = _bits(fused)
+            for k in want:
+                assert np.array_equal(got[k], want[k]), f"{name} {rows} overflow={overflow}: {k} differs"
+            assert bool(fused["flags"][0] & FLAG_H_STORE) == overflow
+
+
 def _ln_stats_error(Z):
     """Bounds on the kernel's f32 mean (abs) and rstd (relative): the mean is an f32 sum of N
     values; the variance sums squares of (z - mean'), whose cross term with the mean's error

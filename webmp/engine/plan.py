@@ -15,7 +15,7 @@ weights, gradients, Adam moments, loss, norms and statistics are f32.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 import numpy as np
@@ -510,6 +510,20 @@ class PlanBuilder:
         self.programs.setdefault(program, []).append(
             {"kernel": k["name"], "bind": [binds[n] for n in names], "workgroups": [int(x) for x in wg]}
         )
+
+    def take_last(self, program: str, entry: str, binds: Mapping[str, str]) -> dict[str, str] | None:
+        """The program's last dispatch, removed, as {binding: buffer}, where it runs `entry` with
+        (at least) `binds`; else None, and nothing removed (a builder fusing it into the next)."""
+        dispatches = self.programs.get(program) or []
+        if not dispatches:
+            return None
+        last = dispatches[-1]
+        k = next(k for k in self.kernels.values() if k["name"] == last["kernel"])
+        bound = dict(zip((b["name"] for b in k["bindings"]), last["bind"], strict=True))
+        if k["entry"] != entry or any(bound.get(n) != b for n, b in binds.items()):
+            return None
+        dispatches.pop()
+        return bound
 
     def kernel_plan(self, state: str, metrics: str, ring: int = 1) -> KernelPlan:
         """What a runtime needs to replay this builder's programs, with `state` and `metrics` naming

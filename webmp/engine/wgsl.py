@@ -40,6 +40,9 @@ after it to define):
   `<name>` (a workgroup a row, lane t = local index) and `<name>_thread` (a thread a row, WG rows a
   workgroup, rows past the end return at once; the thread computes every lane's partial in turn
   and reduces with serial_reduce). Lane partials and per-element stores are functions both call.
+- add_layernorm_fwd.wgsl (after layernorm_fwd.wgsl, whose Z it adds into: binding 6 A): entries
+  add_layernorm_fwd and add_layernorm_fwd_thread, add_h then that form's LayerNorm in one dispatch
+  (layernorm_row_workgroup, layernorm_row_serial), a storage barrier between them.
 - matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B, 2 args (a uniform MatmulArgs: the
   sizes and operand layouts, read at run time with RUNTIME_DIMS). Defines every override of the
   matmul kernels but the tile shape (SIZE_M, SIZE_N, SIZE_K, RUNTIME_DIMS, TRANS_A, TRANS_B, A_ACT,

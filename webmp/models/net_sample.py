@@ -56,7 +56,7 @@ from ..nn import layers as L
 from ..nn.network import Network, ParamShape
 from .attention_form import scores_bytes
 from .common import Init, ModelBuilder, Param, check_params
-from .net_nodes import Node, Value
+from .net_nodes import Node, NormNode, Value
 from .net_seq import AttentionNode, EmbeddingNode, TiedHeadNode, TokenNet
 
 SAMPLE_STEP = "sample_step"  # the window's forward pass
@@ -215,6 +215,7 @@ class SampleNet(TokenNet):
         row_nodes: dict[type, type[Node]] = {
             L.Embedding: RowEmbeddingNode,
             L.CausalSelfAttention: RowAttentionNode,
+            L.LayerNorm: RowNormNode,
         }
         if isinstance(layer, L.Linear) and layer.tied:
             return RowTiedHeadNode
@@ -329,6 +330,28 @@ class RowEmbeddingNode(EmbeddingNode):
             wpe=self.tables()[0], X=y.buffer, T=T, D=D, capacity=self.g.settings.capacity, flags=flags,
         )  # fmt: skip
         return y, None
+
+
+class RowNormNode(NormNode):
+    """In the row pass a LayerNorm right after the residual add into its input takes the add into
+    its own dispatch (add_layernorm_fwd: the same bits; a dispatch costs more than a row's work)."""
+
+    def forward(self, x, program, flags, training):
+        added = None
+        if self.mb.one_row:
+            added = self.pb.take_last(program, "add_h", {"Y": x.buffer, "flags": flags})
+        if added is None:
+            return super().forward(x, program, flags, training)
+        y = self.out(x)
+        stats = self.g.named(f"{self.path}.stats")
+        if stats not in self.pb.buffers:
+            self.pb.f32(stats, (x.rows, 2), "activations")
+        ops.add_layernorm_fwd(
+            self.pb, program, A=added["A"], Z=x.buffer, gamma=self.params["weight"]["master"],
+            beta=self.params["bias"]["master"], Y=y.buffer, stats=stats, M=x.rows, N=x.cols, flags=flags,
+            rows=self.mb.rows, eps=self.layer.eps,  # type: ignore[attr-defined]
+        )  # fmt: skip
+        return y, stats
 
 
 class RowTiedHeadNode(TiedHeadNode):

@@ -107,6 +107,36 @@ def layernorm_fwd(
     )
 
 
+def add_layernorm_fwd(
+    pb: PlanBuilder,
+    program: str,
+    *,
+    A: str,
+    Z: str,
+    gamma: str,
+    beta: str,
+    Y: str,
+    stats: str,
+    M: int,
+    N: int,
+    flags: str = "flags",
+    rows: str = "workgroup",
+    eps: float = LAYERNORM_EPS,
+) -> None:
+    """Z += A (add_h), then Y = LayerNorm(Z) * gamma + beta with its (mean, rstd) per row, in one
+    dispatch: the bits of add_h then layernorm_fwd of the same row form."""
+    if not eps > 0:
+        raise ValueError(f"add_layernorm_fwd: eps {eps!r} must be positive")
+    pb.dispatch(
+        program,
+        ["reduce.wgsl", "layernorm_fwd.wgsl", "add_layernorm_fwd.wgsl"],
+        row_entry("add_layernorm_fwd", rows),
+        {"M": M, "N": N, **({} if eps == LAYERNORM_EPS else {"EPS": eps})},
+        {"A": A, "Z": Z, "gamma": gamma, "beta": beta, "Y": Y, "stats": stats, "flags": flags},
+        _row_grid(M, rows),
+    )
+
+
 def layernorm_wgrad(
     pb: PlanBuilder, program: str, *, dY: str, Z: str, stats: str, dgamma: str, dbeta: str, M: int, N: int
 ) -> None:
