@@ -142,10 +142,10 @@ def test_layernorm_thread_form_bit_identical(name, path):
 
 @pytest.mark.parametrize("name", ["add_layernorm/1x128", "add_layernorm/5x37", "add_layernorm/70x131"])
 def test_add_layernorm_is_add_then_layernorm(name, path):
-    """add_layernorm_fwd (the sampler's row program: a residual add and the next LayerNorm in one
-    dispatch) leaves the bits of add_h then layernorm_fwd of the same row form: the sum in Z, Y,
-    stats, flags; a sum of 65504 (saturated f16, overflow to the check) in a word's low or high
-    half raises the flag from the add alone (the LayerNorm's values fit)."""
+    """layernorm_fwd with `add` (add_layernorm_fwd.wgsl; the sampler's row program: a residual add
+    and the next LayerNorm in one dispatch) leaves the bits of add_h then layernorm_fwd of the same
+    row form: the sum in Z, Y, stats, flags; a sum of 65504 (saturated f16, overflow to the check)
+    in a word's low or high half raises the flag from the add alone (the LayerNorm's values fit)."""
     M, N, rng, inp = _ln_inputs(name, path)
     A = rand_h(rng, (M, N), path, 2.0)
     flags = np.zeros(4, np.uint32)
@@ -171,7 +171,7 @@ def test_add_layernorm_is_add_then_layernorm(name, path):
                 N=N, path=path, gpu=gpu, rows=rows,
             )  # fmt: skip
             fused = run_op(
-                ops.add_layernorm_fwd, {**inp, "A": A, "flags": flags}, {**outputs, "Z": ((M, N), "padded")},
+                ops.layernorm_fwd, {**inp, "add": A, "flags": flags}, {**outputs, "Z": ((M, N), "padded")},
                 M=M, N=N, path=path, gpu=gpu, rows=rows,
             )  # fmt: skip
             want = _bits({"Z": added["Y"], **normed})

@@ -334,7 +334,7 @@ class RowEmbeddingNode(EmbeddingNode):
 
 class RowNormNode(NormNode):
     """In the row pass a LayerNorm right after the residual add into its input takes the add into
-    its own dispatch (add_layernorm_fwd: the same bits; a dispatch costs more than a row's work)."""
+    its own dispatch (layernorm_fwd with `add`: the same bits; a dispatch costs more than a row's work)."""
 
     def forward(self, x, program, flags, training):
         added = None
@@ -346,8 +346,8 @@ class RowNormNode(NormNode):
         stats = self.g.named(f"{self.path}.stats")
         if stats not in self.pb.buffers:
             self.pb.f32(stats, (x.rows, 2), "activations")
-        ops.add_layernorm_fwd(
-            self.pb, program, A=added["A"], Z=x.buffer, gamma=self.params["weight"]["master"],
+        ops.layernorm_fwd(
+            self.pb, program, add=added["A"], Z=x.buffer, gamma=self.params["weight"]["master"],
             beta=self.params["bias"]["master"], Y=y.buffer, stats=stats, M=x.rows, N=x.cols, flags=flags,
             rows=self.mb.rows, eps=self.layer.eps,  # type: ignore[attr-defined]
         )  # fmt: skip

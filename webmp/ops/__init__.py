@@ -79,7 +79,6 @@ from .optim import (
 )
 from .rows import (
     ROW_FORMS,
-    add_layernorm_fwd,
     colsum,
     layernorm_bwd,
     layernorm_fwd,
@@ -119,7 +118,6 @@ __all__ = [
     "adamw",
     "adamw_copy",
     "add_h",
-    "add_layernorm_fwd",
     "attention_matmul",
     "attention_row",
     "attention_row_matmul",

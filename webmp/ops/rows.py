@@ -91,48 +91,26 @@ def layernorm_fwd(
     flags: str = "flags",
     rows: str = "workgroup",
     eps: float = LAYERNORM_EPS,
+    add: str | None = None,
 ) -> None:
     """Y = LayerNorm(Z) * gamma + beta over rows of N, keeping (mean, rstd) per row; rows
     "workgroup": a workgroup a row, "thread": a thread a row (64 rows a workgroup), bit-identical.
-    eps: the kernel's default (nn.LayerNorm's) unless given, so the built-in models' plans name none."""
+    eps: the kernel's default (nn.LayerNorm's) unless given, so the built-in models' plans name none.
+    add: first Z += add (add_h) in the same dispatch (add_layernorm_fwd.wgsl): the bits of add_h then
+    this kernel."""
     if not eps > 0:
         raise ValueError(f"layernorm_fwd: eps {eps!r} must be positive")
+    binds = {"Z": Z, "gamma": gamma, "beta": beta, "Y": Y, "stats": stats, "flags": flags}
+    files = ["reduce.wgsl", "layernorm_fwd.wgsl"]
+    if add is not None:
+        binds["A"] = add
+        files.append("add_layernorm_fwd.wgsl")
     pb.dispatch(
         program,
-        ["reduce.wgsl", "layernorm_fwd.wgsl"],
-        row_entry("layernorm_fwd", rows),
+        files,
+        row_entry("add_layernorm_fwd" if add is not None else "layernorm_fwd", rows),
         {"M": M, "N": N, **({} if eps == LAYERNORM_EPS else {"EPS": eps})},
-        {"Z": Z, "gamma": gamma, "beta": beta, "Y": Y, "stats": stats, "flags": flags},
-        _row_grid(M, rows),
-    )
-
-
-def add_layernorm_fwd(
-    pb: PlanBuilder,
-    program: str,
-    *,
-    A: str,
-    Z: str,
-    gamma: str,
-    beta: str,
-    Y: str,
-    stats: str,
-    M: int,
-    N: int,
-    flags: str = "flags",
-    rows: str = "workgroup",
-    eps: float = LAYERNORM_EPS,
-) -> None:
-    """Z += A (add_h), then Y = LayerNorm(Z) * gamma + beta with its (mean, rstd) per row, in one
-    dispatch: the bits of add_h then layernorm_fwd of the same row form."""
-    if not eps > 0:
-        raise ValueError(f"add_layernorm_fwd: eps {eps!r} must be positive")
-    pb.dispatch(
-        program,
-        ["reduce.wgsl", "layernorm_fwd.wgsl", "add_layernorm_fwd.wgsl"],
-        row_entry("add_layernorm_fwd", rows),
-        {"M": M, "N": N, **({} if eps == LAYERNORM_EPS else {"EPS": eps})},
-        {"A": A, "Z": Z, "gamma": gamma, "beta": beta, "Y": Y, "stats": stats, "flags": flags},
+        binds,
         _row_grid(M, rows),
     )
 
