@@ -349,8 +349,8 @@ def test_one_k_loop_gives_the_two_loops_bits(path, monkeypatch):
 
 def test_a_runs_own_lavapipe_plans_take_one_k_loop():
     """A plan for the runtime's own lavapipe (TileTable.for_adapter with its adapter info: the
-    shipped subgroup-core tiles) gives every subgroup-core matmul SG_LAYOUT = 1; one for the same
-    adapter by name alone (what a page's plans get) gives none."""
+    shipped subgroup-core tiles) gives every subgroup-core matmul SG_LAYOUT = 1; one with the same
+    shipped tiles but no device of its own (what a page's plans get) gives none."""
     from webmp.config import TrainConfig
     from webmp.data.text import load_training_data
     from webmp.engine.tiles import TileTable
@@ -359,11 +359,11 @@ def test_a_runs_own_lavapipe_plans_take_one_k_loop():
     gpu = _lavapipe_with_subgroups()
     cfg = TrainConfig(model="mlp", batch_size=32, hidden=[48])
     path = "native" if gpu.has_f16 else "emulated"
-    for tiles, want in ((TileTable.for_adapter(gpu.name, gpu.info), 1), (TileTable.for_adapter(gpu.name), 0)):
+    own = TileTable.for_adapter(gpu.name, gpu.info)
+    for tiles, want in ((own, 1), (TileTable({}, gpu.name, own.shipped), 0)):
         plan, _ = build_plan(cfg, load_training_data(cfg), path, tiles, dry=True)
         sg = [k for k in plan["kernels"] if "matmul_reg_a_sg.wgsl" in k["sources"]]
-        assert sg or not want
-        assert {k["constants"].get("SG_LAYOUT", 0) for k in sg} <= {want}
+        assert sg and {k["constants"].get("SG_LAYOUT", 0) for k in sg} == {want}
 
 
 def test_a_wrong_subgroup_layout_is_refused(monkeypatch):

@@ -4,7 +4,7 @@ The subgroup matmul core (shaders/matmuls/matmul_reg_a_sg.wgsl) shares op(A)'s w
 threads of a subgroup that compute the same rows of C. Where a subgroup is not such a run of
 threads it falls back to a second K loop, chosen at run time; that loop doubles the kernel's
 compile time (lavapipe compiles a kernel at its first dispatch: the GPT's 10 subgroup matmuls
-compile in ~4.2 s of one core with both loops, about half with one). WebGPU promises nothing
+took 4.9 s of one core with both loops, 2.65 s with one, with no shader cache). WebGPU promises nothing
 about subgroup sizes or layout, and wgpu-py reports lavapipe's range as 4 .. 128, but lavapipe's
 subgroup is its SIMD width (the "256 bits" in its device name: 8 lanes of 32 bits) over
 consecutive local invocation indices, x fastest. Where the plan's adapter says so

@@ -347,6 +347,7 @@ class NormNode(Node):
             ops.layernorm_fwd(
                 self.pb, program, Z=x.buffer, gamma=g["master"], beta=self.params["bias"]["master"],
                 Y=y.buffer, stats=stats, M=x.rows, N=x.cols, flags=flags, rows=rows, eps=self.layer.eps,
+                add=self.residual_add(x, program, flags),
             )  # fmt: skip
         else:
             if stats not in self.pb.buffers:
@@ -356,6 +357,11 @@ class NormNode(Node):
                 eps=self.layer.eps, flags=flags,  # type: ignore[attr-defined]
             )  # fmt: skip
         return y, stats
+
+    def residual_add(self, x: Value, program: str, flags: str) -> str | None:
+        """The buffer a LayerNorm adds into x first, in its own dispatch (layernorm_fwd's `add`):
+        none here; the sampler's row pass takes the residual add before it (net_sample.RowNormNode)."""
+        return None
 
     def backward(self, x, y, stats, dy, program, need_dx):
         g = self.params["weight"]

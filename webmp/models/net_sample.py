@@ -334,24 +334,13 @@ class RowEmbeddingNode(EmbeddingNode):
 
 class RowNormNode(NormNode):
     """In the row pass a LayerNorm right after the residual add into its input takes the add into
-    its own dispatch (layernorm_fwd with `add`: the same bits; a dispatch costs more than a row's work)."""
+    its own dispatch (layernorm_fwd's `add`: the same bits; a dispatch costs more than a row's work)."""
 
-    def forward(self, x, program, flags, training):
-        added = None
-        if self.mb.one_row:
-            added = self.pb.take_last(program, "add_h", {"Y": x.buffer, "flags": flags})
-        if added is None:
-            return super().forward(x, program, flags, training)
-        y = self.out(x)
-        stats = self.g.named(f"{self.path}.stats")
-        if stats not in self.pb.buffers:
-            self.pb.f32(stats, (x.rows, 2), "activations")
-        ops.layernorm_fwd(
-            self.pb, program, add=added["A"], Z=x.buffer, gamma=self.params["weight"]["master"],
-            beta=self.params["bias"]["master"], Y=y.buffer, stats=stats, M=x.rows, N=x.cols, flags=flags,
-            rows=self.mb.rows, eps=self.layer.eps,  # type: ignore[attr-defined]
-        )  # fmt: skip
-        return y, stats
+    def residual_add(self, x, program, flags):
+        if not self.mb.one_row:
+            return None
+        added = self.pb.take_last(program, "add_h", {"Y": x.buffer, "flags": flags})
+        return None if added is None else added["A"]
 
 
 class RowTiedHeadNode(TiedHeadNode):
