@@ -1,6 +1,9 @@
 // Contract (webmp/wgsl.py): first matmul file; owns bindings 0 (A), 1 (B), 2 (args) and every
-// override but a core's tile shape; a core (matmul.wgsl, matmul_reg.wgsl) follows and defines mm_tile,
-// acc_group, out_row, out_col and rows_in_c; the variant defines col4, store4.
+// override but a core's tile shape; then A's two files (how its
+// values load: matmul_a_act.wgsl or matmul_a_raw.wgsl, A_ACT, act2, act4; where from:
+// matmul_a_dense.wgsl or matmul_a_patches.wgsl, A_CONV, conv_word); a core (matmul.wgsl,
+// matmul_reg.wgsl) follows and defines mm_tile, acc_group, out_row, out_col and rows_in_c; the
+// variant defines col4, store4.
 // The operands of the matmul kernels: C[M,N] = op(A)[M,K] * op(B)[K,N] with f16 operands (read
 // from packed HW words) and f32 accumulation, for each batch z of the grid's z dimension (one
 // batch: the MLP). A core computes the products: matmul.wgsl stages tiles in workgroup memory,
@@ -61,7 +64,7 @@ var<private> c_lay: vec4<u32>;
 fn uniform_k() -> u32 { return select(SIZE_K, args.dims.z, RUNTIME_DIMS == 1u); }
 override TRANS_A: u32 = 0u;  // 1: A is stored [K, M] and read transposed
 override TRANS_B: u32 = 0u;  // 1: B is stored [N, K] and read transposed
-override A_ACT: u32 = 0u;    // activation applied to A's values as they are loaded (ACT_*)
+override A_ACT: u32 = 0u;    // activation applied to A's values as they are loaded (ACT_*; matmul_a_act.wgsl)
 // matmul_dgrad's epilogue: the activation whose derivative multiplies the product (ACT_*).
 // Declared here because naga 29 (wgpu-py 0.32) panics on an override declared after the
 // override-sized workgroup arrays of matmul.wgsl.
@@ -76,20 +79,11 @@ override Z_INNER: u32 = 1u;  // batch index z = b * Z_INNER + h
 override A_OFF: u32 = 0u;  override A_SB: u32 = 0u;  override A_SH: u32 = 0u;  override A_LD: u32 = 0u;
 override B_OFF: u32 = 0u;  override B_SB: u32 = 0u;  override B_SH: u32 = 0u;  override B_LD: u32 = 0u;
 override C_OFF: u32 = 0u;  override C_SB: u32 = 0u;  override C_SH: u32 = 0u;  override C_LD: u32 = 0u;
-// Implicit im2col (a convolution as a matmul: webmp.ops.conv.implicit_patches), declared here for
-// the same reason. With A_CONV = 1, A is bound to an image batch X [B*CONV_H*CONV_W, CONV_C] (pixel
-// rows, channels-last: shaders/conv/conv.wgsl's layout) and read as its patch matrix
-// P [B*CONV_OH*CONV_OW, CONV_KH*CONV_KW*CONV_C], the one im2col.wgsl stores: P[r, (kh*KW + kw)*C + c]
-// = X[(b*H + ih)*W + iw, c] for output pixel r = (b*OH + oh)*OW + ow, ih = oh*SH - PH + kh,
-// iw = ow*SW - PW + kw, zero outside the image and in the padding half of an odd row. The values
-// are those the matmul reads from P, in the same places, so the products are the same bits; P is
-// never stored. P is A [M, K] (a convolution's forward) or, with TRANS_A, [K, M] (its weight
-// gradient P^T dY). No batches (the batch constants keep their defaults).
-override A_CONV: u32 = 0u;
+// The geometry of a convolution's implicit patches (matmul_a_patches.wgsl, which reads A as them;
+// webmp.ops.conv.implicit_patches), declared here for the same reason.
 override CONV_C: u32 = 1u;  override CONV_H: u32 = 1u;  override CONV_W: u32 = 1u;
 override CONV_KH: u32 = 1u;  override CONV_KW: u32 = 1u;  override CONV_SH: u32 = 1u;  override CONV_SW: u32 = 1u;
 override CONV_PH: u32 = 0u;  override CONV_PW: u32 = 0u;  override CONV_OH: u32 = 1u;  override CONV_OW: u32 = 1u;
-
 var<private> mm_z: u32;  // this workgroup's batch index (workgroup_id.z), set by the core
 
 // First element of batch mm_z of an operand with layout `lay` (offset, strides per b and per h).
@@ -107,13 +101,6 @@ fn out_index(r: u32, c: u32, natural_ld: u32) -> u32 {
   return c_base + r * select(c_lay.w, natural_ld, c_lay.w == 0u) + c;
 }
 
-// A_ACT applied to values of A as they are loaded, rounded to f16 as a stored activation is.
-fn act2(v: vec2<f32>) -> vec2<f32> {
-  if (A_ACT == ACT_NONE) { return v; }
-  return vec2<f32>(h_round(act_fwd(v.x, A_ACT)), h_round(act_fwd(v.y, A_ACT)));
-}
-fn act4(v: vec4<f32>) -> vec4<f32> { return vec4<f32>(act2(v.xy), act2(v.zw)); }
-
 // Which operand a load helper works on. WGSL (without the unrestricted_pointer_parameters
 // extension) cannot pass storage or workgroup arrays to functions; a constant selector folds away
 // once the helpers are inlined.
@@ -124,40 +111,6 @@ const OPERAND_B: u32 = 1u;
 // and layout `lay` (X_OFF, X_SB, X_SH, X_LD: see the header).
 fn operand_word(lay: vec4<u32>, i: u32, j: u32, cw: u32) -> u32 {
   return (batch_start(lay) + i * select(lay.w, 2u * cw, lay.w == 0u)) / 2u + j;
-}
-
-// The word of X holding channel c of the input pixel that tap t (kh*KW + kw) of output pixel r
-// reads, and whether that pixel lies inside the image (else the tap reads the zero padding).
-struct ConvTap { word: u32, inside: bool }
-fn conv_coord(o: u32, k: u32, s: u32, p: u32) -> i32 { return i32(o * s + k) - i32(p); }
-fn conv_tap(r: u32, t: u32, c: u32) -> ConvTap {
-  let q = r / CONV_OW;
-  let ih = conv_coord(q % CONV_OH, t / CONV_KW, CONV_SH, CONV_PH);
-  let iw = conv_coord(r % CONV_OW, t % CONV_KW, CONV_SW, CONV_PW);
-  let inside = ih >= 0 && ih < i32(CONV_H) && iw >= 0 && iw < i32(CONV_W);
-  let pixel = ((q / CONV_OH) * CONV_H + u32(ih)) * CONV_W + u32(iw);
-  return ConvTap(pixel * ((CONV_C + 1u) / 2u) + c / 2u, inside);
-}
-
-// The word a tap reads as two f32 values, zero in the padding. A load at a clamped index and a
-// select rather than a branch: lanes whose taps differ take no separate paths.
-fn conv_load(tap: ConvTap) -> vec2<f32> {
-  let w = h_load(A[select(0u, tap.word, tap.inside)]);
-  return select(vec2<f32>(0.0), w, tap.inside);
-}
-
-// Word j of row r of the implicit patch matrix (columns 2j and 2j + 1) as two f32 values. With an
-// even C both lie in one word of one pixel of X: a single load; with an odd C each value is the
-// half of its own pixel's word that holds its channel, and the padding half of an odd row is zero.
-fn conv_word(r: u32, j: u32) -> vec2<f32> {
-  let e = 2u * j;
-  if (CONV_C % 2u == 0u) { return conv_load(conv_tap(r, e / CONV_C, e % CONV_C)); }
-  let c0 = e % CONV_C;
-  let c1 = (e + 1u) % CONV_C;
-  let v0 = conv_load(conv_tap(r, e / CONV_C, c0));
-  let v1 = conv_load(conv_tap(r, (e + 1u) / CONV_C, c1));
-  let second = select(v1.x, v1.y, (c1 & 1u) == 1u);
-  return vec2<f32>(select(v0.x, v0.y, (c0 & 1u) == 1u), select(0.0, second, e + 1u < CONV_KH * CONV_KW * CONV_C));
 }
 
 // Word j of row i of the operand's h matrix with `rows` rows and `cols` columns, as two f32

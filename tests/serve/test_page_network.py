@@ -74,7 +74,7 @@ def test_the_cnn_makes_a_run_of_the_network_as_given(client):
     kernels = {k["sources"][-1] for k in plan["kernels"]}
     assert {"col2im.wgsl", "maxpool_fwd.wgsl", "maxpool_bwd.wgsl", "act.wgsl"} <= kernels
     # the convolutions' matmuls read their inputs as patches (no im2col pass)
-    implicit = {k["entry"] for k in plan["kernels"] if k["constants"].get("A_CONV") == 1}
+    implicit = {k["entry"] for k in plan["kernels"] if "matmul_a_patches.wgsl" in k["sources"]}
     assert implicit == {"matmul_fwd", "matmul_wgrad"} and "im2col.wgsl" not in kernels
     params = {b["name"] for b in plan["buffers"] if b["category"] == "master_weights"}
     assert {"layers.0.weight", "layers.3.layers.0.weight", "layers.5.bias"} <= params

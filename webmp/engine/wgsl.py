@@ -45,16 +45,21 @@ after it to define):
   (layernorm_row_workgroup, layernorm_row_serial), a storage barrier between them.
 - matmul_operands.wgsl (first matmul file): bindings 0 A, 1 B, 2 args (a uniform MatmulArgs: the
   sizes and operand layouts, read at run time with RUNTIME_DIMS). Defines every override of the
-  matmul kernels but the tile shape (SIZE_M, SIZE_N, SIZE_K, RUNTIME_DIMS, TRANS_A, TRANS_B, A_ACT,
-  OUT_ACT, B_PAIRS, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}, and A_CONV with the
-  CONV_* geometry: A an image batch read as its patch matrix, webmp.ops.conv.implicit_patches), the
-  private M, N, K, z_inner, a_lay, b_lay, c_lay (set by mm_run), uniform_k, mm_z,
-  batch_start, out_index, act2, act4, operand_word, ConvTap, conv_coord, conv_tap, conv_load,
-  conv_word (a word of the implicit patches), load_word, mask_cols, out_rows, store_group, mm_run.
-  Expects a core (the tile-shape overrides, TM_MAX, TN4_MAX, `acc`, mm_tile filling it, acc_group,
-  out_row, out_col, rows_in_c), then
+  matmul kernels but the tile shape (SIZE_M, SIZE_N, SIZE_K, RUNTIME_DIMS, TRANS_A, TRANS_B,
+  A_ACT, OUT_ACT, B_PAIRS, the batch constants Z_INNER and {A,B,C}_{OFF,SB,SH,LD}, the CONV_*
+  geometry; naga 29 panics on some overrides declared in a later file), the private M, N, K,
+  z_inner, a_lay, b_lay, c_lay (set by mm_run), uniform_k, mm_z, batch_start, out_index,
+  operand_word, load_word, mask_cols, out_rows, store_group, mm_run.
+  Expects A's two files, then a core (the tile-shape overrides, TM_MAX, TN4_MAX, `acc`, mm_tile
+  filling it, acc_group, out_row, out_col, rows_in_c), then
   `fn col4(c: u32) -> vec4<f32>`, `fn store4(r: u32, c: u32, v: vec4<f32>, col: vec4<f32>) -> bool`
   (storing at out_index) and an entry point that calls mm_run (see mm_run).
+- A's files, right after matmul_operands.wgsl (webmp.ops.matmul_sources chooses; no bindings):
+  matmul_a_act.wgsl (A_ACT's activation applied as A loads) or matmul_a_raw.wgsl (none), each
+  defining act2 and act4; matmul_a_patches.wgsl (const A_CONV = 1, ConvTap, conv_coord,
+  conv_tap, conv_load, conv_word: A an image batch read as its patch matrix,
+  webmp.ops.conv.implicit_patches) or matmul_a_dense.wgsl (const A_CONV = 0 and a conv_word
+  never called). A product compiles only the loader code it runs.
 - matmul_b_pairs.wgsl or matmul_b_quads.wgsl (webmp.ops.b_quads chooses): binding 3 B2 (B
   again, two or four words an element, HWLoad2 or HWLoad4: the register core's B_PAIRS loads).
   Define B2_QUADS (which of the two), BQuad, b2_pair (four values) and b2_quad (eight).

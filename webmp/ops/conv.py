@@ -120,9 +120,10 @@ def implicit_patches(
 ) -> dict[str, int]:
     """The constants with which a matmul (webmp.ops.matmul's `a_image`) reads its A operand, bound to
     the images X [B*H*W, C], as their patch matrix P [B*OH*OW, KH*KW*C] (im2col's, never stored:
-    shaders/matmuls/matmul_operands.wgsl, A_CONV): op(A) = P for a convolution's forward product
-    (M, K = B*OH*OW, KH*KW*C), P^T with trans_a for its weight gradient (M, K = KH*KW*C, B*OH*OW).
-    The matmul reads the values im2col would have stored, in the same places: the same bits."""
+    shaders/matmuls/matmul_a_patches.wgsl, which the matmul then includes): op(A) = P for a
+    convolution's forward product (M, K = B*OH*OW, KH*KW*C), P^T with trans_a for its weight
+    gradient (M, K = KH*KW*C, B*OH*OW). The matmul reads the values im2col would have stored, in
+    the same places: the same bits."""
     g = _geometry(entry, B=B, C=C, H=H, W=W, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW)
     rows, cols = B * g["OH"] * g["OW"], KH * KW * C
     want = (cols, rows) if trans_a else (rows, cols)
@@ -133,7 +134,7 @@ def implicit_patches(
         )
     _require_h(pb, entry, X, B * H * W, C, "the images X")
     names = ("C", "H", "W", "KH", "KW", "SH", "SW", "PH", "PW", "OH", "OW")
-    return {"A_CONV": 1, **{f"CONV_{n}": g[n] for n in names}}
+    return {f"CONV_{n}": g[n] for n in names}
 
 
 def col2im(

@@ -40,18 +40,28 @@ MATMUL_CORES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 def matmul_sources(
-    variant: str, core: str = "tiled", c_quads: bool = False, b_quads: bool = False
+    variant: str,
+    core: str = "tiled",
+    c_quads: bool = False,
+    b_quads: bool = False,
+    a_act: bool = False,
+    a_patches: bool = False,
 ) -> list[str]:
-    """The shader files of a matmul variant after the prelude and common.wgsl: the operands, B's
-    view for B_PAIRS loads (four words a load with b_quads: see `b_quads`), the core, the shared
-    output stores (f16 for the variants that store h, else f32; with c_quads one store per 4-column
-    group: see `c_quads`), the variant's own file."""
+    """The shader files of a matmul variant after the prelude and common.wgsl: the operands, how A's
+    values load (an activation applied: a_act) and where from (an image's implicit patches:
+    a_patches), B's view for B_PAIRS loads (four words a load with b_quads: see `b_quads`), the
+    core, the shared output stores (f16 for the variants that store h, else f32; with c_quads one
+    store per 4-column group: see `c_quads`), the variant's own file. A product without an
+    activation or patches compiles none of their code (a register core inlines A's loader once per
+    row of its block: in Chromium that dead code was most of a matmul pipeline's compile time)."""
     if variant in H_OUT_VARIANTS:
         out = ["matmul_h_out.wgsl", "matmul_h_store4.wgsl" if c_quads else "matmul_h_store.wgsl"]
     else:
         out = ["matmul_f32_out4.wgsl" if c_quads else "matmul_f32_out.wgsl"]
     b2 = "matmul_b_quads.wgsl" if b_quads else "matmul_b_pairs.wgsl"
-    return ["matmul_operands.wgsl", b2, *MATMUL_CORES[core][0], *out, f"{variant}.wgsl"]
+    a = ["matmul_a_act.wgsl" if a_act else "matmul_a_raw.wgsl"]
+    a.append("matmul_a_patches.wgsl" if a_patches else "matmul_a_dense.wgsl")
+    return ["matmul_operands.wgsl", *a, b2, *MATMUL_CORES[core][0], *out, f"{variant}.wgsl"]
 
 
 def c_quads(N: int, c_layout: Layout | None) -> bool:
@@ -149,7 +159,9 @@ def matmul(
     if variant not in MATMUL_VARIANTS:
         raise ValueError(f"unknown matmul variant {variant!r}; one of {MATMUL_VARIANTS}")
     core, shape = core_constants(tiles)
-    consts: dict[str, Any] = {"TRANS_A": trans_a, "TRANS_B": trans_b, "A_ACT": a_act}
+    consts: dict[str, Any] = {"TRANS_A": trans_a, "TRANS_B": trans_b}
+    if a_act:
+        consts["A_ACT"] = a_act  # matmul_a_act.wgsl's override (matmul_sources)
     consts.update(shape)
     if a_image is not None:
         if batch != 1 or a_layout is not None:
@@ -184,7 +196,7 @@ def matmul(
     if c_is_h:
         binds["flags"] = flags
     workgroups = [cdiv(N, tiles["WG_X"] * tiles["TN"]), cdiv(M, tiles["WG_Y"] * tiles["TM"]), batch]
-    sources = matmul_sources(variant, core, c_quads(N, c_layout), quads)
+    sources = matmul_sources(variant, core, c_quads(N, c_layout), quads, bool(a_act), a_image is not None)
     pb.dispatch(program, sources, variant, consts, binds, workgroups)
 
 
