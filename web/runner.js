@@ -150,13 +150,13 @@ export class Runner {
     const kernels = plan.kernels.filter((k) => needed.has(k.name));
     let compiled = 0;
     onCompile(0, kernels.length);
-    const making = this.makePipelines(kernels, () => onCompile(++compiled, kernels.length));
-    making.catch(() => {});  // its failure is thrown below, by precompile's wait or by this one's
-    // compiled as their pipelines come, in their order of first use (until made, this.pipelines
-    // holds each one's promise)
+    const made = () => onCompile(++compiled, kernels.length);
+    // compiled as their pipelines come, in their order of first use; precompile makes this device's
+    // pipelines as it goes (made at once, all of them, they would queue ahead of the helpers' in
+    // the browser's compile threads: the helpers started 2.4 s late on the GPT's cold start)
     const order = now.flatMap((p) => plan.programs[p].map((d) => d.kernel));
-    this.precompiled = compileHelpers > 0 ? await this.precompile(order, compileHelpers) : null;
-    await making;
+    this.precompiled = compileHelpers > 0 ? await this.precompile(order, compileHelpers, made) : null;
+    await this.makePipelines(kernels, made);
     await this.preparePrograms(now);
     this.background = later.length === 0 ? Promise.resolve() : (async () => {
       await this.makePipelines(plan.kernels.filter((k) => !needed.has(k.name)));
@@ -174,16 +174,22 @@ export class Runner {
   }
 
   // The pipelines of `kernels` (their shader modules and layouts made once, shared), created in
-  // parallel; onEach after each. Until it resolves, this.pipelines holds each kernel's promise
-  // (this.layouts its layout at once).
+  // parallel where not yet asked for; onEach after each one this call creates.
   async makePipelines(kernels, onEach = () => {}) {
-    for (const k of kernels) {
+    await Promise.all(kernels.map((k) => this.pipelineFor(k, onEach)));
+  }
+
+  // Kernel k's pipeline on this device, created once: until made, this.pipelines holds its promise
+  // (this.layouts its layout at once); onMade when it is.
+  pipelineFor(k, onMade = () => {}) {
+    if (!(k.name in this.pipelines)) {
       this.pipelines[k.name] = this.makePipeline(k).then((pipeline) => {
-        onEach();
+        this.pipelines[k.name] = pipeline;
+        onMade();
         return pipeline;
       });
     }
-    for (const k of kernels) this.pipelines[k.name] = await this.pipelines[k.name];
+    return Promise.resolve(this.pipelines[k.name]);
   }
 
   async makePipeline(k) {
@@ -223,13 +229,14 @@ export class Runner {
   // its first dispatch (lavapipe; why and how: webmp/engine/precompile.py). Each device takes
   // kernels from its end of one list and dispatches each with no workgroups on scratch buffers, one
   // compiling while the next one's pipeline is made; the driver's on-disk cache hands the helpers'
-  // work to this device. Resolves with what it did.
-  async precompile(names, helpers) {
+  // work to this device, which makes its pipeline of a kernel a helper compiled once the helper is
+  // done with it (onMade after each of this device's pipelines). Resolves with what it did.
+  async precompile(names, helpers, onMade = () => {}) {
     const kernels = Object.fromEntries(this.plan.kernels.map((k) => [k.name, k]));
     const todo = [...new Set(names)];
     const count = todo.length;
     const t0 = performance.now();
-    const compileOn = async (device, pipelineOf, fromFront) => {
+    const compileOn = async (device, pipelineOf, fromFront, onDone = () => {}) => {
       const scratch = [];
       let n = 0, last = Promise.resolve();
       for (let name = fromFront ? todo.shift() : todo.pop(); name !== undefined;
@@ -249,7 +256,7 @@ export class Runner {
         pass.end();
         await last;
         device.queue.submit([enc.finish()]);
-        last = device.queue.onSubmittedWorkDone();
+        last = device.queue.onSubmittedWorkDone().then(() => onDone(kernels[name]));
         n++;
       }
       await last;
@@ -265,7 +272,9 @@ export class Runner {
       made.text = this.text;
       [made.modules, made.bindLayouts, made.pipelines, made.layouts] = [new Map(), new Map(), {}, {}];
       try {
-        return await compileOn(device, async (k) => [await made.makePipeline(k), made.layouts[k.name]], false);
+        // this device's pipeline of k, from the driver's cache (a failure is this device's to report)
+        const then = (k) => { this.pipelineFor(k, onMade).catch(() => {}); };
+        return await compileOn(device, async (k) => [await made.makePipeline(k), made.layouts[k.name]], false, then);
       } finally {
         made.destroyed = true;
         device.destroy();
@@ -273,7 +282,7 @@ export class Runner {
     };
     const errors = [];
     const helping = Array.from({length: helpers}, () => helper().catch((e) => { errors.push(e.message); return 0; }));
-    await compileOn(this.device, async (k) => [await this.pipelines[k.name], this.layouts[k.name]], true);
+    await compileOn(this.device, async (k) => [await this.pipelineFor(k, onMade), this.layouts[k.name]], true);
     const byHelpers = (await Promise.all(helping)).reduce((a, b) => a + b, 0);
     return {kernels: count, helpers, byHelpers, seconds: (performance.now() - t0) / 1000, errors};
   }
