@@ -8,10 +8,12 @@
 #    into OUT_DIR/tune.json, made afresh (or into $WEBMP_TUNE_CACHE where it is set); TUNE_BUDGET=0:
 #    no tuning, the tiles of the cache $WEBMP_TUNE_CACHE (else ~/.cache/webmp/tune.json) names;
 #    MEMORY=1: with `--memory` (the GPT's memory levers: ~10 min more on a 2-core machine)
-# 2. `webmp bench --cold-start` for the default MLP and for the GPT (new processes, Mesa caches of
+# 2. `webmp bench --models digits` with an empty tune cache of its own: the matmuls with the tiles a
+#    first run uses (the untuned targets)
+# 3. `webmp bench --cold-start` for the default MLP and for the GPT (new processes, Mesa caches of
 #    their own; the page's half needs Chromium: scripts/setup.sh test)
-# 3. `mpirun -n 2 webmp bench --ranks 2`, where mpirun is (RANKS=0 skips it)
-# 4. bench/tinygrad_side_by_side.sh 16, where its venv is ($TINY_VENV, default /work/tiny-venv,
+# 4. `mpirun -n 2 webmp bench --ranks 2`, where mpirun is (RANKS=0 skips it)
+# 5. bench/tinygrad_side_by_side.sh 16, where its venv is ($TINY_VENV, default /work/tiny-venv,
 #    made by `bench/tinygrad_side_by_side.sh setup`)
 #
 # Environment: SIZE (default), TUNE_BUDGET (300), MEMORY, WEBMP_TUNE_CACHE, COLD_STARTS ("mlp gpt"), RANKS
@@ -45,6 +47,15 @@ start=$SECONDS
 say "webmp bench --size $size ${tune[*]} --profile ${memory[*]}"
 python3 -m webmp bench --size "$size" "${tune[@]}" --profile "${memory[@]}" --out "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.log"
 args=("$out/bench.json")
+
+say "webmp bench --size $size --models digits, an empty tune cache (the untuned matmuls)"
+if WEBMP_TUNE_CACHE="$out/untuned-tune.json" python3 -m webmp bench --size "$size" --models digits \
+  --out "$out/untuned.json" >"$out/untuned.txt" 2>"$out/untuned.log"; then
+  args+=(--untuned "$out/untuned.json")
+else
+  say "the untuned run failed ($out/untuned.log)"
+fi
+rm -f "$out/untuned-tune.json"
 
 for model in ${COLD_STARTS-mlp gpt}; do
   say "webmp bench --cold-start $model"

@@ -703,6 +703,7 @@ def test_markdown_from_the_tiny_bench(result, tmp_path):
     (tmp_path / "sbs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in sbs))
     args = [str(tmp_path / "bench.json"), "--cold-start", str(tmp_path / "cold.json"), "--ranks"]
     args += [str(tmp_path / "ranks.json"), "--side-by-side", str(tmp_path / "sbs.jsonl")]
+    args += ["--untuned", str(tmp_path / "bench.json")]  # the tiny bench's own training shapes
     out = subprocess.run(
         [sys.executable, "-m", "webmp.bench.markdown", *args], capture_output=True, text=True
     )
@@ -717,6 +718,7 @@ def test_markdown_from_the_tiny_bench(result, tmp_path):
     for m in result["matmul"]:
         assert f"| {m['M']} x {m['N']} x {m['K']} |" in text
     assert f"**{result['model_matmuls']['gpt']['median_gflops']['native']:.2f}**" in text
+    assert "### The training shapes without tuning" in text and "| **median** |  |" in text
     for s in result["train_step"]:
         assert f"| {s['model']} | {s['shape']} | {s['batch']} | {s['precision']} |" in text
     for name, m in result["memory"].items():
@@ -754,7 +756,8 @@ def test_markdown_says_what_is_missing():
         assert section in text
     for what in ("the matmul section", "the training step", "the first steps", "memory", "readbacks",
                  "sampling", "the memory levers", "a profile", "a cold-start run", "a data-parallel run",
-                 "a side-by-side run", "the first-run comparison"):  # fmt: skip
+                 "a side-by-side run", "the first-run comparison",
+                 "a run with an empty tune cache"):  # fmt: skip
         assert f"*Not recorded: {what}" in text, what
     assert "CPU model not recorded (2 CPUs, x86_64)" in text and ADAPTER["name"] in text
     assert "webmp version not recorded" in text
@@ -763,6 +766,37 @@ def test_markdown_says_what_is_missing():
     assert_tables_and_machine(text, MACHINE, SECTIONS[10:13])
     assert "| native | cold | 26 | - | 0.01 | 0.60 | - | 2.30 | 2.90 |" in text
     assert "webmp 0.1.0 at 0123456789" in text
+
+
+def test_untuned_targets_come_from_a_run_with_an_empty_tune_cache():
+    """Issue 28's untuned bars are the median over the training shapes of a run whose tune cache
+    was empty (`--untuned`), judged only for lavapipe at the default size; a tuned run's own
+    training shapes never pass for untuned ones."""
+    from webmp.bench.markdown import matmul_targets
+
+    def run(tune, gflops):
+        tiles = {"native": {"core": "reg_sg", "TM": 16, "TN": 8}}
+        rows = [{"kind": "train", "product": "A.B", "M": 64, "N": 256, "K": 256 + i,
+                 "gflops": {"native": g, "fp32": g / 2}, "tiles": tiles}
+                for i, g in enumerate(gflops)]  # fmt: skip
+        rows.append({"kind": "square", "product": "A.B", "M": 8, "N": 8, "K": 8, "gflops": {"native": 1.0}})
+        return {"size": "default", "adapter": {"name": ADAPTER["name"]}, "tune": tune, "matmul": rows}
+
+    tuned = run({"report": {}}, [10.0, 20.0, 30.0])
+    untuned = run({}, [40.0, 50.0, 44.0, 70.0])  # medians 47 (native), 23.5 (fp32)
+
+    def untuned_rows(targets):
+        return [row for row in targets if "without tuning" in row[0]]
+
+    native, fp32 = untuned_rows(matmul_targets(tuned, untuned))
+    assert native[1:] == ["47.00", "**met**"] and fp32[1:] == ["23.50", "**NOT met**"]
+    assert all("not judged" in row[2] for row in untuned_rows(matmul_targets(tuned)))
+    assert all("not judged" in row[2] for row in untuned_rows(matmul_targets(tuned, tuned)))
+    elsewhere = {**untuned, "adapter": {"name": "NVIDIA GeForce RTX 4090"}}
+    assert all("not judged" in row[2] for row in untuned_rows(matmul_targets(tuned, elsewhere)))
+    text = render(tuned, untuned=untuned)
+    assert "### The training shapes without tuning" in text
+    assert "| **median** |  | **47.00** | **23.50** |" in text
 
 
 def test_cpu_info_reads_the_first_processor(tmp_path):

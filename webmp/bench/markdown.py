@@ -25,6 +25,7 @@ from .memory import SIXTEEN_BIT
 from .report import LAVAPIPE_TARGETS, TARGETS
 from .sections import (
     PATH_NAMES,
+    PRODUCT_NAMES,
     adapter,
     cold_section,
     first_run_section,
@@ -33,6 +34,7 @@ from .sections import (
     machine,
     matmul_section,
     memory_section,
+    missing,
     num,
     profile_section,
     ran_on,
@@ -42,6 +44,8 @@ from .sections import (
     side_by_side,
     step_section,
     table,
+    tiles_text,
+    tiles_word,
     webmp_line,
 )
 
@@ -97,16 +101,63 @@ def _lavapipe_judged(r: dict) -> bool:
     return "llvmpipe" in name and r.get("size") == "default"
 
 
-def matmul_targets(r: dict) -> list[list[str]]:
+def _untuned(r: dict) -> bool:
+    """Whether a bench run's matmuls ran the shipped tiles: no --tune, nothing in the tune cache."""
+    tune = r.get("tune") or {}
+    return tune.get("report") is None and not tune.get("tuned_classes")
+
+
+def train_medians(r: dict) -> dict[str, float]:
+    """The median GFLOP/s over a run's training shapes, per path."""
+    train = [m for m in r.get("matmul") or [] if m.get("kind") == "train"]
+    paths = dict.fromkeys(p for m in train for p in m.get("gflops", {}))
+    return {p: statistics.median(m["gflops"][p] for m in train if p in m["gflops"]) for p in paths}
+
+
+def untuned_section(u: dict | None) -> list[str]:
+    """The bench's training shapes from a run with an empty tune cache (`--untuned`)."""
+    out = ["### The training shapes without tuning", ""]
+    if u is None:
+        return out + missing(
+            "a run with an empty tune cache",
+            "`WEBMP_TUNE_CACHE=empty.json webmp bench --models digits --out untuned.json`, then "
+            "`--untuned untuned.json` here (bench/benchmarks.sh does).",
+        )
+    out += [ran_on(u, u.get("adapter")), ""]
+    if not _untuned(u):
+        out += ["*That run was tuned (its tune cache held entries): not an untuned run.*", ""]
+    train = [m for m in u.get("matmul") or [] if m.get("kind") == "train"]
+    cols = [c for c in dict.fromkeys(k for m in train for k in m.get("gflops", {})) if c in PATH_NAMES]
+    body = [
+        [PRODUCT_NAMES.get(m["product"], m["product"]), f"{m['M']} x {m['N']} x {m['K']}"]
+        + [num(m["gflops"].get(c)) for c in cols]
+        + [tiles_text((m.get("tiles") or {}).get("native") or {})]
+        for m in train
+    ]
+    medians = train_medians(u)
+    body.append(["**median**", ""] + [f"**{num(medians.get(c))}**" for c in cols] + [""])
+    out += [
+        f"`webmp bench` with an empty tune cache (size `{u.get('size')}`): every product with the "
+        f"tiles a first run uses ({tiles_word(u)}).",
+        "",
+    ]
+    return out + table(
+        ["product", "M x N x K"] + [PATH_NAMES[c] for c in cols] + ["tiles (native)"],
+        body,
+        set(range(2, 2 + len(cols))),
+    )
+
+
+def matmul_targets(r: dict, u: dict | None = None) -> list[list[str]]:
     """lavapipe's matmul targets: the GPT's shapes' medians, and issue 28's bars (tuned: the GPT's
-    shapes; untuned, from a run with an empty tune cache: the bench's training shapes)."""
+    shapes; untuned, from a run with an empty tune cache, `u` where given, else `r` itself: the
+    bench's training shapes)."""
     judged = _lavapipe_judged(r)
     unjudged = "not judged (set for lavapipe at the default size)"
     medians = ((r.get("model_matmuls") or {}).get("gpt") or {}).get("median_gflops", {})
-    tune = r.get("tune") or {}
-    tuned_here = tune.get("report") is not None
-    untuned = not tuned_here and not tune.get("tuned_classes")
-    train = [m for m in r.get("matmul") or [] if m.get("kind") == "train"]
+    tuned_here = (r.get("tune") or {}).get("report") is not None
+    plain = u if u is not None else r
+    untuned, untuned_medians = _lavapipe_judged(plain) and _untuned(plain), train_medians(plain)
     rows = []
     for path, key in (("native", "gpt_matmul_median_native"), ("fp32", "gpt_matmul_median_fp32")):
         limit, value = LAVAPIPE_TARGETS[key], medians.get(path)
@@ -131,24 +182,24 @@ def matmul_targets(r: dict) -> list[list[str]]:
         ("native", "train_matmul_median_untuned_native"),
         ("fp32", "train_matmul_median_untuned_fp32"),
     ):
-        limit = LAVAPIPE_TARGETS[key]
-        values = sorted(m["gflops"][path] for m in train if path in m.get("gflops", {}))
-        value = statistics.median(values) if values else None
+        limit, value = LAVAPIPE_TARGETS[key], untuned_medians.get(path)
         rows.append(
             [
                 f"median GFLOP/s over the bench's training shapes without tuning, {PATH_NAMES[path]} "
                 f"≥ {limit:g}",
                 num(value),
                 status(
-                    _judge(value, limit, ">=", judged and untuned),
-                    "not judged (needs a run with an empty tune cache, no `--tune`)",
+                    _judge(value, limit, ">=", untuned),
+                    "not judged (needs a run with an empty tune cache, no `--tune`: `--untuned`)",
                 ),
             ]
         )
     return rows
 
 
-def lavapipe_targets(r: dict, colds: list[dict], tinygrad: float | None) -> list[list[str]]:
+def lavapipe_targets(
+    r: dict, colds: list[dict], tinygrad: float | None, u: dict | None = None
+) -> list[list[str]]:
     """The targets set for Mesa's lavapipe at the default size, and the page's cold start."""
     tuned_here = (r.get("tune") or {}).get("report") is not None
     gpt_cold = [row["plan_to_first_step_s"] for row in _cold_rows(colds, "gpt", "native")]
@@ -160,7 +211,7 @@ def lavapipe_targets(r: dict, colds: list[dict], tinygrad: float | None) -> list
         ]
         for model in ("mlp", "gpt")
     )
-    rows = matmul_targets(r)
+    rows = matmul_targets(r, u)
     first = r.get("first_run") or {}
     value = first.get("ratio")
     rows.append(
@@ -209,7 +260,7 @@ def lavapipe_targets(r: dict, colds: list[dict], tinygrad: float | None) -> list
     return rows
 
 
-def targets_section(r: dict, colds: list[dict], tinygrad: float | None) -> list[str]:
+def targets_section(r: dict, colds: list[dict], tinygrad: float | None, u: dict | None = None) -> list[str]:
     out = ["## Targets", "", ran_on(r, r.get("adapter")), ""]
     body = []
     for key, t in ((r.get("summary") or {}).get("targets") or {}).items():
@@ -222,7 +273,7 @@ def targets_section(r: dict, colds: list[dict], tinygrad: float | None) -> list[
                 status(t.get("met"), "not judged (a GPU at `--size gpu`)"),
             ]
         )
-    body += lavapipe_targets(r, colds, tinygrad)
+    body += lavapipe_targets(r, colds, tinygrad, u)
     return out + table(["target", "this run", "status"], body)
 
 
@@ -238,8 +289,9 @@ METHOD = """\
   fp32, host / floor, webmp / tinygrad), not absolute numbers across hosts or runs.
 - **Matmuls.** Each shape is first checked against a float64 numpy reference on random data in
   [-1, 1]; then many dispatches are recorded in one compute pass, submitted once and waited for
-  once; a figure is the fastest of three such batches. The GPT's shapes are the fastest of 5
-  rounds over all its shapes and paths, interleaved, so that a slow minute hits every shape alike.
+  once; a figure is the fastest of such batches taken in rounds over all the shapes, interleaved,
+  so that a slow minute hits every shape alike: 5 rounds over the bench's shapes, paths and cores
+  (before 2026-12-07, three batches of each shape back to back), 5 over the GPT's shapes.
   numpy is the better of BLAS's own threading and one thread.
 - **Steps.** Wall time per step: blocks of our real step loop (`Runtime.run`, the metrics ring read
   every `log_every`), each then waited for. Host CPU per step: the Python thread's CPU time
@@ -293,11 +345,12 @@ REGENERATE = """\
 make benchmarks     # bench/benchmarks.sh: all of the below, then this page (8-9 min on 2 cores)
 webmp bench --tune --tune-budget 300 --profile --out bench.json   # matmuls to profile, and targets
                     # (with --memory, MEMORY=1 for make: the GPT's memory levers, ~10 min more)
+WEBMP_TUNE_CACHE=empty.json webmp bench --models digits --out untuned.json  # the shipped tiles
 webmp bench --cold-start --out cold-mlp.json; webmp bench --cold-start gpt --out cold-gpt.json
 mpirun -n 2 webmp bench --ranks 2 --out ranks.json                # the data-parallel step
 OUT=sbs.jsonl bench/tinygrad_side_by_side.sh 16                   # after its `setup`, once
 python -m webmp.bench.markdown bench.json --cold-start cold-mlp.json --cold-start cold-gpt.json \\
-    --ranks ranks.json --side-by-side sbs.jsonl > docs/benchmarks.md
+    --ranks ranks.json --side-by-side sbs.jsonl --untuned untuned.json > docs/benchmarks.md
 ```
 
 Run it on an otherwise idle machine: the figures are only as quiet as the host. `--size gpu` (4096³
@@ -328,13 +381,17 @@ columns of "Sampling" above are that sampler, timed beside the cached one).
 """
 
 
-def runs_table(r: dict, colds: list[dict], ranks: dict | None, sbs: list[dict] | None) -> list[str]:
+def runs_table(
+    r: dict, colds: list[dict], ranks: dict | None, sbs: list[dict] | None, untuned: dict | None = None
+) -> list[str]:
     """One row per run the page is made from: what ran, when, on which machine and adapter."""
     tune = " --tune" if (r.get("tune") or {}).get("report") is not None else ""
     prof = " --profile" if r.get("profile") else ""
     runs: list[tuple[str, dict, Any]] = [
         (f"`webmp bench --size {r.get('size')}{tune}{prof}`", r, r.get("adapter"))
     ]
+    if untuned:
+        runs.append(("`webmp bench` (an empty tune cache)", untuned, untuned.get("adapter")))
     for c in colds:
         gpt = (c.get("config") or {}).get("model") == "gpt"
         rows = c.get("rows") or [{}]
@@ -353,7 +410,11 @@ def runs_table(r: dict, colds: list[dict], ranks: dict | None, sbs: list[dict] |
 
 
 def render(
-    r: dict, colds: list[dict] | None = None, ranks: dict | None = None, sbs: list[dict] | None = None
+    r: dict,
+    colds: list[dict] | None = None,
+    ranks: dict | None = None,
+    sbs: list[dict] | None = None,
+    untuned: dict | None = None,
 ) -> str:
     colds = colds or []
     tinygrad, ratio = side_by_side(sbs)
@@ -365,12 +426,12 @@ def render(
         'targets are: "How the figures are taken"; what came before: "History".',
         "",
     ]
-    out += runs_table(r, colds, ranks, sbs)
-    out += matmul_section(r) + step_section(r) + first_step_section(r) + memory_section(r)
-    out += levers_section(r)
+    out += runs_table(r, colds, ranks, sbs, untuned)
+    out += matmul_section(r) + untuned_section(untuned)
+    out += step_section(r) + first_step_section(r) + memory_section(r) + levers_section(r)
     out += readback_section(r) + sampling_section(r) + first_run_section(r) + profile_section(r)
     out += [line for c in colds for line in cold_section(c)] if colds else cold_section(None)
-    out += ranks_section(ranks) + tinygrad + targets_section(r, colds, ratio)
+    out += ranks_section(ranks) + tinygrad + targets_section(r, colds, ratio, untuned)
     return "\n".join(out) + "\n" + METHOD + "\n" + VULKAN_DRIVER + "\n" + REGENERATE + "\n" + HISTORY
 
 
@@ -386,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--ranks", type=Path, help="`webmp bench --ranks N`'s JSON")
     p.add_argument("--side-by-side", type=Path, help="bench/tinygrad_side_by_side.sh's JSON lines")
+    p.add_argument(
+        "--untuned", type=Path, help="`webmp bench`'s JSON from a run with an empty tune cache, no --tune"
+    )
     a = p.parse_args(argv)
     ranks = json.loads(a.ranks.read_text()) if a.ranks else None
     sbs = (
@@ -394,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         else None
     )
     colds = [json.loads(f.read_text()) for f in a.cold_start]
-    sys.stdout.write(render(json.loads(a.bench.read_text()), colds, ranks, sbs))
+    untuned = json.loads(a.untuned.read_text()) if a.untuned else None
+    sys.stdout.write(render(json.loads(a.bench.read_text()), colds, ranks, sbs, untuned))
     return 0
 
 

@@ -106,15 +106,15 @@ def matmul_shapes(preset) -> list[tuple]:
     return shapes
 
 
-def core_gflops(gpu, path, M, N, K, variant, ta, tb, target_s) -> dict[str, float]:
-    """GFLOP/s of each core (CORE_TILES) that the device runs, each checked first; a core whose
-    result is wrong here gets NaN (and is never chosen by the tuner, which checks the same way)."""
-    out = {}
+def core_cases(gpu, path, M, N, K, variant, ta, tb) -> dict[str, tune.MatmulCase | None]:
+    """Each core (CORE_TILES) that the device runs at this product, checked: None where its result
+    is wrong here (its figure is NaN; the tuner, which checks the same way, never chooses it)."""
+    out: dict[str, tune.MatmulCase | None] = {}
     for core, tiles in CORE_TILES.items():
         if not matmul_cases.fits(tiles, gpu.device.limits, gpu.has_subgroups):
             continue
         case = tune.MatmulCase(gpu, path, M, N, K, variant, ta, tb, tiles=tiles)
-        out[core] = case.gflops(target_s, batches=3) if case.check() <= 1.0 else math.nan
+        out[core] = case if case.check() <= 1.0 else None
     return out
 
 
@@ -125,11 +125,16 @@ def matmul_line(row) -> str:
 
 
 def bench_matmul(gpu, paths, preset, log) -> list[dict]:
+    """Every shape on every path with the tiles a run would use (and each core at CORE_TILES for
+    the first `core_rows` shapes), each checked against numpy first, then all timed together: the
+    fastest of 5 rounds over all of them (tune.interleaved_gflops), so that a slow minute of a
+    shared host hits every figure alike rather than the few shapes timed in it."""
     table = TileTable.for_adapter(gpu.name, gpu.info)
     rows: list[dict] = []
+    timed: list[tuple[dict, str, str | None, tune.MatmulCase]] = []  # (row, path, core or None, case)
     for kind, product, (M, N, K) in matmul_shapes(preset):
         variant, ta, tb = PRODUCTS[product]
-        row = {
+        row: dict[str, Any] = {
             "kind": kind,
             "product": product,
             "M": M,
@@ -153,17 +158,31 @@ def bench_matmul(gpu, paths, preset, log) -> list[dict]:
                     f"matmul {product} {M}x{N}x{K} on the {path} path is wrong "
                     f"(worst error {err:.3g} x its tolerance); not timing it"
                 )
-            row["gflops"][path] = case.gflops(preset["matmul_s"], batches=3)
+            timed.append((row, path, None, case))
             if preset.get("core_rows") is None or len(rows) < preset["core_rows"]:
-                row["cores"][path] = core_gflops(gpu, path, M, N, K, variant, ta, tb, preset["matmul_s"])
+                row["cores"][path] = {}
+                for core, core_case in core_cases(gpu, path, M, N, K, variant, ta, tb).items():
+                    if core_case is None:
+                        row["cores"][path][core] = math.nan
+                    else:
+                        timed.append((row, path, core, core_case))
         assert case is not None, "bench_matmul needs at least one path"
+        row["_case"] = case
+        rows.append(row)
+    gflops = tune.interleaved_gflops([c for *_, c in timed], preset["matmul_s"], rounds=5)
+    for (row, path, timed_core, _), g in zip(timed, gflops, strict=True):
+        if timed_core is None:
+            row["gflops"][path] = g
+        else:
+            row["cores"][path][timed_core] = g
+    for row in rows:
+        case, (_, ta, tb) = row.pop("_case"), PRODUCTS[row["product"]]
         a = (case.a.T if ta else case.a).astype(np.float32)
         b = (case.b.T if tb else case.b).astype(np.float32)
         row["gflops"]["numpy_f32"] = _numpy_gflops(a, b, case.flops, preset["matmul_s"])
         extra = torch_matmul(case, preset["matmul_s"])
         row["gflops"].update({k: v for k, v in extra.items() if k in ("torch_fp32", "torch_fp16")})
         row.update({k: v for k, v in extra.items() if k not in ("torch_fp32", "torch_fp16")})
-        rows.append(row)
         log("  matmul " + matmul_line(row))
     return rows
 

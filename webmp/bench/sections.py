@@ -142,7 +142,7 @@ def _product(row: dict) -> str:
     return ("Aᵀ" if row["trans_a"] else "A") + "·" + ("Bᵀ" if row["trans_b"] else "B")
 
 
-def _tiles(t: dict | None) -> str:
+def tiles_text(t: dict | None) -> str:
     if not t:
         return "-"
     return f"{t.get('core', 'tiled')} {t.get('TM', '?')} x {t.get('TN', '?')}"
@@ -164,7 +164,7 @@ def gpt_matmuls(r: dict) -> list[str]:
             _product(s),
         ]
         + [num(s["gflops"].get(p), ".1f") for p in paths]
-        + [_tiles(s.get("tiles", {}).get(paths[0]))]
+        + [tiles_text(s.get("tiles", {}).get(paths[0]))]
         for s in rows
     ]
     body.append(["**median**", ""] + [f"**{num(mm['median_gflops'][p])}**" for p in paths] + [""])
