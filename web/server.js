@@ -84,7 +84,16 @@ export async function openSocket(runId) {
   }
 }
 
-export const fetchShader = (name) => fetch(`/shaders/${name}`).then((r) => {
-  if (!r.ok) throw new Error(`shader ${name}: ${r.status}`);
-  return r.text();
-});
+// A kernel file's text by its name: every file comes in one answer, fetched once (a plan's ~40
+// files one request each took 0.35 s of a cold start; a failed fetch is tried again next time).
+let shaders = null;
+export const fetchShader = (name) => {
+  shaders = shaders || fetch('/shaders.json').then((r) => {
+    if (!r.ok) throw new Error(`the kernel files (/shaders.json): ${r.status}`);
+    return r.json();
+  }).catch((e) => { shaders = null; throw e; });
+  return shaders.then((all) => {
+    if (!(name in all)) throw new Error(`shader ${name}: the server has no such kernel file`);
+    return all[name];
+  });
+};

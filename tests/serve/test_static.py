@@ -22,6 +22,19 @@ def test_serves_page_shaders_and_local_chart_library(client):
     assert "cdn" not in page.text.lower() and "https://" not in page.text
 
 
+def test_every_kernel_file_in_one_answer(client):
+    """/shaders.json (what the page's runner fetches, once): each kernel file by its name, the same
+    text as /shaders/<name>, and nothing but kernel files."""
+    from webmp.resources import shader_files
+
+    got = client.get("/shaders.json")
+    assert got.status_code == 200 and got.headers["content-type"].startswith("application/json")
+    texts = got.json()
+    assert set(texts) == set(shader_files()) and all(name.endswith(".wgsl") for name in texts)
+    for name in ("scaler.wgsl", "matmul_a_raw.wgsl", "prelude_native.wgsl"):
+        assert texts[name] == client.get(f"/shaders/{name}").text
+
+
 def test_favicon_is_served_and_linked(client):
     """Browsers ask for /favicon.ico (a 404 in every server log otherwise); the page links the SVG."""
     for path in ("/favicon.ico", "/favicon.svg"):

@@ -1,5 +1,6 @@
-"""The kernels' route, /shaders/<name>: a kernel file by the name plans give it ("matmul_fwd.wgsl"),
-whichever family folder of shaders/ holds it (webmp.resources.shader_path); nothing else."""
+"""The kernels' routes: /shaders/<name>, a kernel file by the name plans give it ("matmul_fwd.wgsl"),
+whichever family folder of shaders/ holds it (webmp.resources.shader_path), nothing else; and
+/shaders.json, every kernel file's text by that name (what the page's runner fetches)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 
 from fastapi.staticfiles import StaticFiles
 
-from ..resources import SHADER_DIR, shader_path
+from ..resources import SHADER_DIR, shader_files, shader_path
 
 
 class ShaderFiles(StaticFiles):
@@ -23,3 +24,8 @@ class ShaderFiles(StaticFiles):
         except FileNotFoundError:
             return "", None
         return str(file), os.stat(file)
+
+
+def shader_texts() -> dict[str, str]:
+    """Every kernel file's text by its name, as /shaders/<name> serves it."""
+    return {name: path.read_text() for name, path in shader_files().items()}
