@@ -32,7 +32,8 @@ async function uploadCheckpoint(runner, runId, offer, step) {
 // lists each phase as the page showed it.
 function newTiming() {
   return {compileStart: performance.now(), compileEnd: null, kernels: null, compiled: 0, trainStart: null,
-          firstStep: null, firstStepDone: null, lastStepDone: null, stepsDone: 0, stepUpdates: 0, trainEnd: null};
+          firstStep: null, firstStepDone: null, lastStepDone: null, stepsDone: 0, stepUpdates: 0, trainEnd: null,
+          upgraded: null};
 }
 
 // The steps timed and their seconds: those after the first step of this page's run.
@@ -107,6 +108,16 @@ export async function trainRun(runId) {
     }
     log(`compiled the training step's ${timing.kernels} kernels in ${((timing.compileEnd - timing.compileStart) / 1000).toFixed(2)} s` +
         ` (${plan.kernels.length - timing.kernels} more for the evaluation while it trains)`);
+    if (plan.quick && helpers > 0) {
+      log("the first steps run the plan's quick tier (its matmuls with the register core's 4 x 4 blocks: " +
+          'the same steps, kernels that compile in half the time) while the helpers compile its own');
+      runner.upgraded.then(() => {
+        if (runner.upgradedAt === null) return;
+        timing.upgraded = runner.upgradedAt;
+        log(`the plan's own kernels from step ${timing.stepsDone + 1} on, ` +
+            `${((runner.upgradedAt - timing.compileEnd) / 1000).toFixed(2)} s after the quick tier's`);
+      });
+    }
     charts.reset();
     lens.reset(plan.histograms);
     if (startStep > 0) {

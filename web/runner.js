@@ -116,6 +116,7 @@ export class Runner {
     this.submits = 0;
     this.error = null;     // set by device.lost or an uncaptured WebGPU error; ends the run
     this.destroyed = false;
+    this.firstRunDone = new Promise((resolve) => { this.markFirstRunDone = resolve; });
     this.device.lost.then((info) => {
       if (!this.destroyed) this.error = this.error || new Error(`the GPU device was lost (${info.reason}): ${info.message}`);
     });
@@ -143,10 +144,18 @@ export class Runner {
     this.pipelines = {};
     this.layouts = {};
     this.programs = {};
-    const names = Object.keys(plan.programs);
+    // A plan's quick tier (webmp/engine/tiers.py): twins of its first programs, the same steps with
+    // matmul kernels that compile in about half the time. Where the helpers compile (the driver
+    // compiles at first dispatch), a program runs as its twin until its own kernels, compiled by
+    // the helpers meanwhile, are made here; `upgraded` resolves then (upgradedAt: its time).
+    const tiers = compileHelpers > 0 && plan.quick ? plan.quick : {};
+    const twins = new Set(Object.values(plan.quick || {}));
+    const names = Object.keys(plan.programs).filter((p) => !twins.has(p));
     const now = first ? names.filter((p) => first.includes(p)) : names;
     const later = names.filter((p) => !now.includes(p));
-    const needed = new Set(now.flatMap((p) => plan.programs[p].map((d) => d.kernel)));
+    const runs = (p) => tiers[p] || p;  // the program that runs as p for now
+    const kernelsOf = (programs) => new Set(programs.flatMap((p) => plan.programs[p].map((d) => d.kernel)));
+    const needed = kernelsOf(now.map(runs));
     const kernels = plan.kernels.filter((k) => needed.has(k.name));
     let compiled = 0;
     onCompile(0, kernels.length);
@@ -154,12 +163,26 @@ export class Runner {
     // compiled as their pipelines come, in their order of first use; precompile makes this device's
     // pipelines as it goes (made at once, all of them, they would queue ahead of the helpers' in
     // the browser's compile threads: the helpers started 2.4 s late on the GPT's cold start)
-    const order = now.flatMap((p) => plan.programs[p].map((d) => d.kernel));
+    const order = now.map(runs).flatMap((p) => plan.programs[p].map((d) => d.kernel));
     this.precompiled = compileHelpers > 0 ? await this.precompile(order, compileHelpers, made) : null;
     await this.makePipelines(kernels, made);
-    await this.preparePrograms(now);
+    await this.preparePrograms(now, runs);
+    this.upgradedAt = null;
+    const upgrading = now.filter((p) => tiers[p]);
+    this.upgraded = upgrading.length === 0 ? Promise.resolve() : (async () => {
+      await this.firstRunDone;  // the first step waits for nothing it does not need
+      const own = kernelsOf(upgrading);
+      const rest = plan.kernels.filter((k) => own.has(k.name) && !needed.has(k.name));
+      // the helpers alone: this device's queue runs the steps, and a kernel compiled there would
+      // hold them up for as long
+      await this.precompile(rest.map((k) => k.name), compileHelpers, () => {}, false);
+      await this.makePipelines(rest);
+      Object.assign(this.programs, Object.fromEntries(
+        upgrading.map((name) => [name, plan.programs[name].map((d) => this.prepare(d))])));
+      this.upgradedAt = performance.now();
+    })().catch((e) => { this.error = this.error || e; });
     this.background = later.length === 0 ? Promise.resolve() : (async () => {
-      await this.makePipelines(plan.kernels.filter((k) => !needed.has(k.name)));
+      await this.makePipelines(plan.kernels.filter((k) => kernelsOf(later).has(k.name)));
       // no error scope here: scopes are the device's, and the training submits meanwhile (a failure
       // still ends the run, through 'uncapturederror')
       Object.assign(this.programs, Object.fromEntries(
@@ -231,7 +254,7 @@ export class Runner {
   // compiling while the next one's pipeline is made; the driver's on-disk cache hands the helpers'
   // work to this device, which makes its pipeline of a kernel a helper compiled once the helper is
   // done with it (onMade after each of this device's pipelines). Resolves with what it did.
-  async precompile(names, helpers, onMade = () => {}) {
+  async precompile(names, helpers, onMade = () => {}, here = true) {
     const kernels = Object.fromEntries(this.plan.kernels.map((k) => [k.name, k]));
     const todo = [...new Set(names)];
     const count = todo.length;
@@ -282,14 +305,15 @@ export class Runner {
     };
     const errors = [];
     const helping = Array.from({length: helpers}, () => helper().catch((e) => { errors.push(e.message); return 0; }));
-    await compileOn(this.device, async (k) => [await this.pipelineFor(k, onMade), this.layouts[k.name]], true);
+    if (here) await compileOn(this.device, async (k) => [await this.pipelineFor(k, onMade), this.layouts[k.name]], true);
     const byHelpers = (await Promise.all(helping)).reduce((a, b) => a + b, 0);
     return {kernels: count, helpers, byHelpers, seconds: (performance.now() - t0) / 1000, errors};
   }
 
-  async preparePrograms(names) {
+  // Bind groups of the programs `names`, each as the program runs(name) (its quick twin for now).
+  async preparePrograms(names, runs = (p) => p) {
     const made = await scoped(this.device, 'creating bind groups', () => Object.fromEntries(
-      names.map((name) => [name, this.plan.programs[name].map((d) => this.prepare(d))])));
+      names.map((name) => [name, this.plan.programs[runs(name)].map((d) => this.prepare(d))])));
     Object.assign(this.programs, made);
   }
 
@@ -346,7 +370,7 @@ export class Runner {
     if (readMetrics) enc.copyBufferToBuffer(this.buffers[this.plan.metrics.buffer], 0, this.staging, 0, this.metricsBytes);
     if (histograms && readMetrics) enc.copyBufferToBuffer(this.buffers[lens.buffer], 0, this.staging, this.metricsBytes, this.lensBytes);
     this.device.queue.submit([enc.finish()]);
-    this.submits++;
+    if (this.submits++ === 0) this.device.queue.onSubmittedWorkDone().then(this.markFirstRunDone);
     return readMetrics ? this.mapRing(histograms) : null;
   }
 

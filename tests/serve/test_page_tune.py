@@ -444,8 +444,15 @@ def test_a_pages_plan_gets_its_adapter_class_s_shipped_tiles(tmp_path):
         run = client.post("/api/runs", json=CFG).json()
         got = client.get(f"/api/runs/{run['id']}/plan", params={"f16": "emulated", "tiles": key}).json()
         assert got["matmul_tiles"].startswith("shipped swiftshader table (measured)")
-        consts = [k["constants"] for k in got["plan"]["kernels"] if k["entry"].startswith("matmul_")]
+        plan = got["plan"]
+        twins = set(plan["quick"].values())  # the quick tier's own kernels aside (webmp.engine.tiers)
+        own = {d["kernel"] for p, ds in plan["programs"].items() if p not in twins for d in ds}
+        consts = [
+            k["constants"] for k in plan["kernels"] if k["entry"].startswith("matmul_") and k["name"] in own
+        ]
         assert consts and all((c["TM"], c["TN"]) == (entry.small["TM"], entry.small["TN"]) for c in consts)
+        quick = [k["constants"] for k in plan["kernels"] if k["name"] not in own]
+        assert quick and all((c["TM"], c["TN"]) == (4, 4) for c in quick)
         assert client.post("/api/adapters", json=SIGNATURE).json()["tuned"] == {}  # not a tuned class
         gpu = {**SIGNATURE, "vendor": "nvidia", "architecture": "ampere", "features": []}
         body = client.post("/api/adapters", json=gpu).json()

@@ -13,12 +13,13 @@ of its own: empty for "cold", the one the cold run filled for "warm".
 - native: a `python` subprocess tunes (webmp.tune.first_use, an empty tune cache of its own),
   builds the plan, creates the wgpu-py runtime and runs one step (tuning_s, plan_s, runtime_s,
   first_step_s; plan_to_first_step_s from the tuning's start). Both make only the step's and the
-  lens's pipelines before it (`kernels`, webmp.train.loop.FIRST_PROGRAMS; the evaluation's are made
+  lens's pipelines before it (`kernels`, webmp.engine.plan.FIRST_PROGRAMS; the evaluation's are made
   at their first use, in the page in the background), and the first step reads, as the page's.
 - page: a new headless Chromium ($WEBGPU_CHROME, the lavapipe launcher, when set; else Debian's
   Chromium on SwiftShader, whose compiled shaders live only in the process, so its "warm" is cold
   too) opens a run of the same config from a server in this process; the page's own clock gives
-  plan request -> kernels created -> first step finished (window.webmp.planRequested and .timing).
+  plan request -> kernels created -> first step finished (window.webmp.planRequested and .timing);
+  where the page precompiles, its first steps run the plan's quick tier (webmp.engine.tiers).
 
 Target (issue 11): at most 5 s from plan to first step in the page, for the default MLP on lavapipe
 with a cold cache.
@@ -50,7 +51,7 @@ from webmp.engine.runtime import Runtime, default_gpu
 from webmp.engine.tiles import TileTable, plan_classes
 from webmp.tune.first_use import FirstUseTuning
 from webmp.engine.precompile import cpu_cores, helpers_for
-from webmp.train.loop import FIRST_PROGRAMS
+from webmp.engine.plan import FIRST_PROGRAMS
 cfg = TrainConfig(**json.loads(sys.argv[1]))
 data = training_data(cfg)
 gpu = default_gpu()
@@ -123,7 +124,9 @@ def page_first_step(config: dict[str, Any], cache_dir: str, executable: str | No
             wall = time.perf_counter() - t0
             got = page.evaluate(
                 "({t: window.webmp.timing, plan: window.webmp.planRequested, error: window.webmp.error,"
-                " path: window.webmp.f16Path, adapter: window.webmp.adapter, pre: window.webmp.precompile})"
+                " path: window.webmp.f16Path, adapter: window.webmp.adapter, pre: window.webmp.precompile,"
+                " quick: window.webmp.runner && window.webmp.precompile && window.webmp.runner.plan.quick"
+                " ? Object.keys(window.webmp.runner.plan.quick) : []})"
             )
             if got["error"]:
                 raise RuntimeError(f"the page failed: {got['error']}")
@@ -134,6 +137,7 @@ def page_first_step(config: dict[str, Any], cache_dir: str, executable: str | No
                 "f16_path": got["path"],
                 "kernels": t["kernels"],
                 "precompile": got["pre"],
+                "quick_tier": got["quick"],  # the programs whose first steps ran their quick twin
                 "plan_and_blob_s": (t["compileStart"] - plan) / 1000,
                 "compile_s": (t["compileEnd"] - t["compileStart"]) / 1000,
                 "first_step_s": (t["firstStepDone"] - t["trainStart"]) / 1000,

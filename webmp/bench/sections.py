@@ -473,6 +473,12 @@ def cold_section(c: dict | None) -> list[str]:
         "shared/tools/webgpu-cpu reports its adapter as SwiftShader but runs on lavapipe; Debian's "
         "Chromium runs on SwiftShader.",
     ]
+    if any(row.get("quick_tier") for row in c["rows"]):
+        note[-1] += (
+            " The page's first steps ran the plan's quick tier (webmp/engine/tiers.py: the same steps "
+            "with the matmuls' 4 x 4 register blocks, which compile in about half the time) while its "
+            "helper compiled the plan's own kernels."
+        )
     return out + table(header, body, {2, 3, 4, 5, 7, 8}) + (note if browsers else [])
 
 

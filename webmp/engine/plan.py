@@ -216,17 +216,23 @@ class TrainPlan(KernelPlan):
     histograms: HistogramSpec
 
 
+# the programs a training run makes before its first step: the step and the lens's step (the first read)
+FIRST_PROGRAMS = ["train_step", "histograms"]
+
+
 class Plan(TrainPlan, total=False):
     """A training plan: programs 'train_step', 'eval' and 'histograms' (the gradient-range lens); a
     data-parallel rank's has 'train_grads' and 'train_update' instead of 'train_step', and
     `data_parallel` says how to run them. `fp8`: precision fp8's recipe and quantised layers
     (webmp.engine.fp8.Fp8Recipe.describe). `attention`: the GPT's attention form and why
-    (webmp.models.attention_form.attention_entry: form, why, the log's line)."""
+    (webmp.models.attention_form.attention_entry: form, why, the log's line). `quick`: a page
+    plan's quick tier, {program: its twin} (webmp.engine.tiers)."""
 
     data_parallel: DataParallelSpec
     fp8: dict[str, Any]
     accumulation: str  # with grad_accum > 1: the logs' line (TrainConfig.accumulation_line)
     attention: dict[str, str]
+    quick: dict[str, str]
 
 
 class SampleRun(TypedDict):

@@ -6,8 +6,9 @@ must have. The run's status is its caller's (webmp/serve/runs.py): nothing here 
 from __future__ import annotations
 
 from ..config import TrainConfig
-from ..engine.plan import Plan, resolve_f16_path
+from ..engine.plan import FIRST_PROGRAMS, Plan, resolve_f16_path
 from ..engine.state import decode_state
+from ..engine.tiers import QuickTable, add_quick_tier
 from ..engine.tiles import TileTable
 from ..models import build_plan
 from ..train.checkpoint import load_checkpoint, resume_blob
@@ -47,10 +48,16 @@ class RunPlans:
     def base(self, path: str, tiles: str | None = None) -> tuple[Plan, bytes]:
         """The run's plan and initial blob on an f16 path, with the matmul tiles tuned for the
         page's adapter key `tiles` (webmp.tune.page; None or nothing tuned yet: the defaults).
-        Cached; runs in a worker thread."""
+        With the quick tier of its first programs where their matmuls' tiles are not already the
+        quick ones (webmp.engine.tiers: a page whose driver compiles at first dispatch runs those
+        while it compiles the plan's own). Cached; runs in a worker thread."""
         built = self.cache.get((self.run_id, path, tiles))
         if built is None:
-            built = build_plan(self.cfg, self.data.load(self.cfg), path, TileTable.for_adapter(tiles))
+            data, table = self.data.load(self.cfg), TileTable.for_adapter(tiles)
+            plan, blob = build_plan(self.cfg, data, path, table)
+            quick, _ = build_plan(self.cfg, data, path, QuickTable(table), dry=True)
+            add_quick_tier(plan, quick, FIRST_PROGRAMS)
+            built = plan, blob
             self.cache.put((self.run_id, path, tiles), built)
         return built
 

@@ -20,7 +20,7 @@ from ..config import FIELD_META, TrainConfig, resumed_config
 from ..data.tables import Dataset
 from ..data.text import TextCorpus, checkpoint_facts, describe_data, load_training_data, run_baseline_bits
 from ..engine.fp8 import describe_fp8
-from ..engine.plan import Plan, describe_f16, resolve_f16_path
+from ..engine.plan import FIRST_PROGRAMS, Plan, describe_f16, resolve_f16_path
 from ..engine.precompile import cpu_cores, helpers_for
 from ..engine.runtime import GPU, Runtime, default_gpu, gpu_for_rank
 from ..engine.state import decode_records
@@ -58,9 +58,6 @@ RESUME_LOCKED = tuple(name for name, meta in FIELD_META.items() if meta.locked)
 def _quiet(*args, **kwargs) -> None:
     """The log of a Trainer given log=None, and of every rank but 0."""
 
-
-# the programs a training run makes before its first step: the step and the lens's step (the first read)
-FIRST_PROGRAMS = ["train_step", "histograms"]
 
 # first-use tuning: (adapter, the run's dry plan, its tile table) -> (the table to use, a line for the log)
 Tuner = Callable[[GPU, Plan, TileTable], tuple[TileTable, str]]
