@@ -107,7 +107,8 @@ export async function trainRun(runId) {
           `(${pre.byHelpers} by the helpers; ${page.tune.compileWhy})` + (pre.errors.length ? `; a helper failed: ${pre.errors[0]}` : ''));
     }
     log(`compiled the training step's ${timing.kernels} kernels in ${((timing.compileEnd - timing.compileStart) / 1000).toFixed(2)} s` +
-        ` (${plan.kernels.length - timing.kernels} more for the evaluation while it trains)`);
+        ` (${plan.kernels.length - timing.kernels} more while it trains: the evaluation's` +
+        `${plan.quick && helpers > 0 ? " and the plan's own matmuls" : ''})`);
     if (plan.quick && helpers > 0) {
       log("the first steps run the plan's quick tier (its matmuls with the register core's 4 x 4 blocks: " +
           'the same steps, kernels that compile in half the time) while the helpers compile its own');
