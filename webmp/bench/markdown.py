@@ -378,6 +378,16 @@ chunk); the default MLP's page cold start 8.54 s. From the issue's own measureme
 `webmp train --model gpt` 327 ms a step with no tune cache against 171.5 ms tuned (the old default
 tiles were the register core's 4x4 blocks), and sampling without attention caches (the "window"
 columns of "Sampling" above are that sampler, timed beside the cached one).
+
+The page's cold start before 2026-12-07 is the page at 0d362b2 (`git show 0d362b2:docs/benchmarks.md`,
+2026-12-04, this host): the GPT's 7.67 s and the default MLP's 5.20 s from the plan to the first
+step. Then (docs/architecture.md "The page's quick tier" and the loader files): the matmuls' dead
+loader code out of Chromium's pipeline creation (9.99 -> 6.73 s measured back to back on a slow
+hour of this host), the precompile's pipelines made as its loop reaches them (-> 5.44-5.68 s),
+the kernel files in one request (0.35 s -> 12 ms), and the quick tier (4 alternating runs each:
+median 4.93 s against 5.97 s without). Until 2026-12-07 the untuned training shapes were only
+judged from a bench run's own table, each shape's batches back to back (30.9 GFLOP/s native f16
+with an empty cache on 2026-12-04, 44.9 timed interleaved the same day).
 """
 
 

@@ -97,7 +97,7 @@ def tiles_word(r: dict) -> str:
         return f"tuned in this run ({classes} shape classes; forms: {forms or 'not tuned'})"
     if tune.get("tuned_classes"):
         return f"the tune cache's ({tune['tuned_classes']} shape classes, tuned before the run)"
-    return "the defaults (no tune cache for this adapter)"
+    return "no tune cache entry: the adapter class's shipped table (webmp.engine.adapters), else the defaults"
 
 
 def matmul_section(r: dict) -> list[str]:
