@@ -32,8 +32,7 @@ async function uploadCheckpoint(runner, runId, offer, step) {
 // lists each phase as the page showed it.
 function newTiming() {
   return {compileStart: performance.now(), compileEnd: null, kernels: null, compiled: 0, trainStart: null,
-          firstStep: null, firstStepDone: null, lastStepDone: null, stepsDone: 0, stepUpdates: 0, trainEnd: null,
-          upgraded: null};
+          firstStep: null, firstStepDone: null, lastStepDone: null, stepsDone: 0, stepUpdates: 0, trainEnd: null};
 }
 
 // The steps timed and their seconds: those after the first step of this page's run.
@@ -114,7 +113,6 @@ export async function trainRun(runId) {
           'the same steps, kernels that compile in half the time) while the helpers compile its own');
       runner.upgraded.then(() => {
         if (runner.upgradedAt === null) return;
-        timing.upgraded = runner.upgradedAt;
         log(`the plan's own kernels from step ${timing.stepsDone + 1} on, ` +
             `${((runner.upgradedAt - timing.compileEnd) / 1000).toFixed(2)} s after the quick tier's`);
       });

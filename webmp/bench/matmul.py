@@ -130,7 +130,7 @@ def bench_matmul(gpu, paths, preset, log) -> list[dict]:
     fastest of 5 rounds over all of them (tune.interleaved_gflops), so that a slow minute of a
     shared host hits every figure alike rather than the few shapes timed in it."""
     table = TileTable.for_adapter(gpu.name, gpu.info)
-    rows: list[dict] = []
+    rows: list[tuple[dict, tune.MatmulCase]] = []  # each row and its last path's case (for numpy's)
     timed: list[tuple[dict, str, str | None, tune.MatmulCase]] = []  # (row, path, core or None, case)
     for kind, product, (M, N, K) in matmul_shapes(preset):
         variant, ta, tb = PRODUCTS[product]
@@ -167,16 +167,15 @@ def bench_matmul(gpu, paths, preset, log) -> list[dict]:
                     else:
                         timed.append((row, path, core, core_case))
         assert case is not None, "bench_matmul needs at least one path"
-        row["_case"] = case
-        rows.append(row)
+        rows.append((row, case))
     gflops = tune.interleaved_gflops([c for *_, c in timed], preset["matmul_s"], rounds=5)
     for (row, path, timed_core, _), g in zip(timed, gflops, strict=True):
         if timed_core is None:
             row["gflops"][path] = g
         else:
             row["cores"][path][timed_core] = g
-    for row in rows:
-        case, (_, ta, tb) = row.pop("_case"), PRODUCTS[row["product"]]
+    for row, case in rows:
+        _, ta, tb = PRODUCTS[row["product"]]
         a = (case.a.T if ta else case.a).astype(np.float32)
         b = (case.b.T if tb else case.b).astype(np.float32)
         row["gflops"]["numpy_f32"] = _numpy_gflops(a, b, case.flops, preset["matmul_s"])
@@ -184,7 +183,7 @@ def bench_matmul(gpu, paths, preset, log) -> list[dict]:
         row["gflops"].update({k: v for k, v in extra.items() if k in ("torch_fp32", "torch_fp16")})
         row.update({k: v for k, v in extra.items() if k not in ("torch_fp32", "torch_fp16")})
         log("  matmul " + matmul_line(row))
-    return rows
+    return [row for row, _ in rows]
 
 
 def bench_model_matmuls(gpu, plans: dict, paths, target_s: float, log) -> dict:
