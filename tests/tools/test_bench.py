@@ -823,3 +823,27 @@ def test_cold_rows_say_which_devices_compiled_the_step():
         == "3 devices (5 of 29 by helpers)"
     )
     assert compiled_on({"precompile": {"helpers": 0}}) == compiled_on({}) == "-"
+
+
+def test_the_tuner_times_a_class_at_the_plans_product_with_the_most_work(monkeypatch, gpu, plans):
+    """`webmp bench --tune` hands the plans' shapes first, the most work first, so that each class
+    holding a model's product is timed at that product (tune.classes_of takes a class's first
+    shape), not at a bench shape of the same class."""
+    from webmp.bench import cli
+    from webmp.bench.matmul import matmul_shapes
+    from webmp.engine.tiles import shape_class
+    from webmp.tune import native as tune
+
+    given = {}
+    monkeypatch.setattr(tune, "tune_shapes", lambda gpu, shapes, budget_s, log: given.setdefault("s", shapes))
+    preset = cli.SIZES["tiny"]
+    cli._tune(gpu, preset, ["fp32"], {k: (p, b"", 0.0) for k, p in plans.items()}, 1.0, log=lambda *a: None)
+    own = {s for plan in plans.values() for s in tune.plan_shapes(plan)}
+    chosen = dict(tune.classes_of(given["s"]))
+    work = lambda s: s[1] * s[2] * s[3] * s[6]  # noqa: E731
+    for s in own:
+        rep = chosen[shape_class(*s[:6])]
+        assert rep in own and work(rep) >= work(s)
+    # the bench's own shapes are still tuned (after the plans')
+    bench = [("fp32", M, N, K) for _, _, (M, N, K) in matmul_shapes(preset)]
+    assert all(b in {s[:4] for s in given["s"][len(own) :]} for b in bench)

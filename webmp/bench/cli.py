@@ -91,14 +91,18 @@ def _build_plans(gpu, step_models, preset, data) -> dict[tuple[str, str], tuple[
 
 
 def _tune(gpu, preset, paths, plans, budget_s: float, log) -> dict:
-    """Tunes the bench's matmul shapes on every path and the plans' own shapes (cached per adapter)."""
-    shapes = [
-        (path, M, N, K, ta, tb)
+    """Tunes the plans' own shapes and the bench's matmul shapes on every path (cached per adapter).
+    A class is timed at the first of its shapes given (tune.classes_of): the plans' come first,
+    the most work first, so that a class holding a model's product is tuned at that product (the
+    GPT's 512 x 128 x 1024 rather than the bench's 1024 x 256 x 1024 of the same class)."""
+    own = [s for plan, _, _ in plans.values() for s in tune.plan_shapes(plan)]
+    shapes = sorted(dict.fromkeys(own), key=lambda s: -s[1] * s[2] * s[3] * s[6])
+    shapes += [
+        (path, M, N, K, ta, tb, 1)
         for _, product, (M, N, K) in matmul_shapes(preset)
         for path in paths
         for (_, ta, tb) in [PRODUCTS[product]]
     ]
-    shapes += [s for plan, _, _ in plans.values() for s in tune.plan_shapes(plan)]
     return tune.tune_shapes(gpu, shapes, budget_s=budget_s, log=log)
 
 
