@@ -840,10 +840,9 @@ def test_the_tuner_times_a_class_at_the_plans_product_with_the_most_work(monkeyp
     cli._tune(gpu, preset, ["fp32"], {k: (p, b"", 0.0) for k, p in plans.items()}, 1.0, log=lambda *a: None)
     own = {s for plan in plans.values() for s in tune.plan_shapes(plan)}
     chosen = dict(tune.classes_of(given["s"]))
-    work = lambda s: s[1] * s[2] * s[3] * s[6]  # noqa: E731
     for s in own:
         rep = chosen[shape_class(*s[:6])]
-        assert rep in own and work(rep) >= work(s)
+        assert rep in own and tune.shape_work(rep) >= tune.shape_work(s)
     # the bench's own shapes are still tuned (after the plans')
     bench = [("fp32", M, N, K) for _, _, (M, N, K) in matmul_shapes(preset)]
     assert all(b in {s[:4] for s in given["s"][len(own) :]} for b in bench)

@@ -96,7 +96,7 @@ def _tune(gpu, preset, paths, plans, budget_s: float, log) -> dict:
     the most work first, so that a class holding a model's product is tuned at that product (the
     GPT's 512 x 128 x 1024 rather than the bench's 1024 x 256 x 1024 of the same class)."""
     own = [s for plan, _, _ in plans.values() for s in tune.plan_shapes(plan)]
-    shapes = sorted(dict.fromkeys(own), key=lambda s: -s[1] * s[2] * s[3] * s[6])
+    shapes = sorted(dict.fromkeys(own), key=lambda s: -tune.shape_work(s))
     shapes += [
         (path, M, N, K, ta, tb, 1)
         for _, product, (M, N, K) in matmul_shapes(preset)

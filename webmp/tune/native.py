@@ -213,13 +213,18 @@ def plan_shapes(plan: Plan) -> list[tuple]:
 KEEP_FOR_SECOND_ROUND = 5  # candidates per class timed twice (tune_classes)
 
 
+def shape_work(shape: tuple) -> int:
+    """The multiply-adds of a (path, M, N, K, trans_a, trans_b, batch) shape."""
+    return shape[1] * shape[2] * shape[3] * shape[6]
+
+
 def classes_of(shapes) -> list[tuple[str, tuple]]:
     """(class, its first shape given, with batch) per shape class, the classes with the most work first."""
     by_class: dict[str, tuple] = {}
     for s in shapes:
         s = tuple(s) if len(s) == 7 else (*s, 1)
         by_class.setdefault(shape_class(*s[:6]), s)
-    return sorted(by_class.items(), key=lambda kv: -kv[1][1] * kv[1][2] * kv[1][3] * kv[1][6])
+    return sorted(by_class.items(), key=lambda kv: -shape_work(kv[1]))
 
 
 def untuned_table(gpu) -> TileTable:
